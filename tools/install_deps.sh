@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs everything fxfuse needs to build and test, from Debian's registry only.
+# Idempotent: packages already present are skipped quickly.
+set -euo pipefail
+PKGS=(bazel-bootstrap protobuf-compiler libprotobuf-dev nlohmann-json3-dev libsimdjson-dev
+      libzip-dev libfmt-dev libcli11-dev catch2 libopenblas-dev llvm-14-tools graphviz
+      python3 zlib1g-dev)
+if [[ "${FXFUSE_WITH_TORCH:-0}" == 1 ]]; then PKGS+=(python3-torch); fi
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "install_deps: warning: CUDA toolkit not found at /usr/local/cuda; GPU targets will not build" >&2
+fi
