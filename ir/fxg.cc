@@ -263,9 +263,14 @@ class LineParser {
   void expect(std::string_view t) {
     if (!eat(t)) error("expected '" + std::string(t) + "'");
   }
-  std::string rest() {
+  std::string rest() {  // peeks at the remaining text
     ws();
     return std::string(s_.substr(pos_));
+  }
+  std::string takeRest() {
+    std::string r = rest();
+    pos_ = s_.size();
+    return r;
   }
   size_t pos() const { return pos_; }
 
@@ -757,7 +762,7 @@ std::unique_ptr<Module> parseFxg(std::string_view text, const std::string& filen
       p.expect(")");
     }
     std::string name;
-    if (p.eat("//")) name = p.rest();
+    if (p.eat("//")) name = p.takeRest();
     if (!p.atEnd()) p.error("unexpected trailing text");
     Node* n = g->createNode(target, kind, std::move(args), outs.size(), nullptr, name.empty() ? "node" : name);
     n->loc = loc;

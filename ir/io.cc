@@ -1,0 +1,100 @@
+#include "ir/io.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "ir/fxg.h"
+#include "ir/importers/export_json.h"
+#include "ir/importers/fx_text.h"
+#include "ir/proto_io.h"
+#include "ir/status.h"
+
+namespace fxfuse::ir {
+
+namespace {
+
+std::string extensionOf(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  auto dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  return path.substr(dot);
+}
+
+bool startsWithZipMagic(const std::string& b) { return b.size() >= 4 && b.compare(0, 4, "PK\x03\x04") == 0; }
+
+}  // namespace
+
+std::string readFile(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) fail("{}: cannot open: no such file", path);
+  if (S_ISDIR(st.st_mode)) fail("{}: is a directory", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open for reading", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void writeFileAtomic(const std::string& path, const std::string& data) {
+  std::string tmp = path + ".tmp~";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail("{}: cannot open for writing", path);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!out) {
+      std::remove(tmp.c_str());
+      fail("{}: write failed", path);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail("{}: cannot move the written file into place", path);
+  }
+}
+
+std::unique_ptr<Module> loadModule(const std::string& path) {
+  std::string bytes = readFile(path);
+  std::string ext = extensionOf(path);
+  std::unique_ptr<Module> m;
+  if (ext == ".pt2" || ext == ".zip" || startsWithZipMagic(bytes)) {
+    m = importExportArchive(bytes, path);
+  } else if (ext == ".fxg") {
+    m = parseFxg(bytes, path);
+  } else if (ext == ".pb") {
+    m = moduleFromBinary(bytes, path);
+  } else if (ext == ".json") {
+    // fxfuse JSON has "graphs"; torch.export JSON has "graph_module".
+    size_t probe = std::min<size_t>(bytes.size(), 4096);
+    std::string head = bytes.substr(0, probe);
+    if (head.find("\"graph_module\"") != std::string::npos || bytes.find("\"graph_module\"") != std::string::npos) {
+      m = importExportJson(bytes, path, "");
+    } else {
+      m = moduleFromJson(bytes, path);
+    }
+  } else if (ext == ".py" || ext == ".txt" || looksLikeFxText(bytes)) {
+    m = importFxText(bytes, path);
+  } else {
+    fail("{}: unknown input format (expected .pt2, .json, .pb, .fxg, or FX readable text .py/.txt)", path);
+  }
+  if (m->producer.source_path.empty()) m->producer.source_path = path;
+  return m;
+}
+
+void saveModule(Module& m, const std::string& path) {
+  std::string ext = extensionOf(path);
+  if (ext == ".fxg") {
+    writeFileAtomic(path, printFxg(m));
+  } else if (ext == ".pb") {
+    writeFileAtomic(path, moduleToBinary(m));
+  } else if (ext == ".json") {
+    writeFileAtomic(path, moduleToJson(m));
+  } else if (ext == ".pt2") {
+    fail("{}: writing .pt2 archives is done by 'fxfuse compile' (see docs/cli.md)", path);
+  } else {
+    fail("{}: unknown output format (expected .fxg, .pb or .json)", path);
+  }
+}
+
+}  // namespace fxfuse::ir

@@ -1,0 +1,22 @@
+// Loading and saving modules by file type.
+//
+// Input: `.pt2` / `.zip` (torch.export archive), `.json` (fxfuse protobuf JSON or bare
+// torch.export JSON, sniffed), `.pb` (fxfuse binary), `.fxg` (fxfuse text), `.py` /
+// `.txt` (FX readable text). Output: `.fxg`, `.pb`, `.json`.
+// Every failure is an FxError with a one-line message naming the file.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace fxfuse::ir {
+
+std::unique_ptr<Module> loadModule(const std::string& path);
+// Writes atomically (temporary file + rename) so a failure never leaves a partial file.
+void saveModule(Module& m, const std::string& path);
+std::string readFile(const std::string& path);
+void writeFileAtomic(const std::string& path, const std::string& data);
+
+}  // namespace fxfuse::ir
