@@ -263,6 +263,16 @@ void Graph::setOutputValue(size_t i, Value* v) {
   if (v) v->output_uses_++;
 }
 
+void Graph::setInputRole(size_t i, InputKind kind, std::string target) {
+  inputs_.at(i).kind = kind;
+  inputs_.at(i).target = std::move(target);
+}
+
+void Graph::setOutputRole(size_t i, OutputKind kind, std::string target) {
+  outputs_.at(i).kind = kind;
+  outputs_.at(i).target = std::move(target);
+}
+
 std::string Graph::uniqueNodeName(const std::string& base) {
   // name_counts_ holds every name in use (value 1) and, under "#base", the next suffix.
   if (name_counts_.empty())

@@ -226,6 +226,8 @@ class Graph {
   void addOutput(Value* v, OutputKind kind = OutputKind::UserOutput, std::string target = {});
   void addConstantOutput(Attr constant, OutputKind kind = OutputKind::UserOutput);
   void setOutputValue(size_t i, Value* v);
+  void setInputRole(size_t i, InputKind kind, std::string target);
+  void setOutputRole(size_t i, OutputKind kind, std::string target);
 
   // Creates a node before `before` (or at the end). Outputs are created empty; use
   // Node::setOutput.
