@@ -1,0 +1,128 @@
+// Device-side number formats: D16 (bf16/fp16) unpack/round, 16-byte vectors, FP8 clamp+convert,
+// dynamic scale computation. The CPU reference (reference/numerics.h) implements the same
+// rounding bit by bit.
+#ifndef FXFUSE_KERNELS_DEVICE_NUMERIC_CUH_
+#define FXFUSE_KERNELS_DEVICE_NUMERIC_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace fxfuse::kernels::device {
+
+inline constexpr float kFp8Max = 448.0f;
+inline constexpr float kMinScale = 1.0f / (448.0f * 512.0f);
+
+template <typename T>
+struct D16;
+
+template <>
+struct D16<__nv_bfloat16> {
+  using Pair = __nv_bfloat162;
+  static __device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 FromFloat(float v) {
+    return __float2bfloat16_rn(v);
+  }
+  static __device__ __forceinline__ float2 PairToFloat2(Pair p) { return __bfloat1622float2(p); }
+  static __device__ __forceinline__ Pair Float2ToPair(float a, float b) {
+    return __floats2bfloat162_rn(a, b);  // a -> low half
+  }
+};
+
+template <>
+struct D16<__half> {
+  using Pair = __half2;
+  static __device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ __half FromFloat(float v) { return __float2half_rn(v); }
+  static __device__ __forceinline__ float2 PairToFloat2(Pair p) { return __half22float2(p); }
+  static __device__ __forceinline__ Pair Float2ToPair(float a, float b) {
+    return __floats2half2_rn(a, b);  // a -> low half
+  }
+};
+
+// Round an fp32 value to T (RNE) and widen it back: round16() of the semantics doc.
+template <typename T>
+__device__ __forceinline__ float Round16(float v) {
+  return D16<T>::ToFloat(D16<T>::FromFloat(v));
+}
+
+// 8 D16 values in one 16-byte word.
+template <typename T>
+__device__ __forceinline__ void Unpack8(const uint4& raw, float (&out)[8]) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    typename D16<T>::Pair p;
+    static_assert(sizeof(p) == 4, "D16 pair must be 4 bytes");
+    __builtin_memcpy(&p, &words[k], 4);
+    const float2 f = D16<T>::PairToFloat2(p);
+    out[2 * k] = f.x;
+    out[2 * k + 1] = f.y;
+  }
+}
+
+// Rounds 8 fp32 values to T (RNE) and packs them.
+template <typename T>
+__device__ __forceinline__ uint4 Pack8(const float (&in)[8]) {
+  uint32_t words[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const typename D16<T>::Pair p = D16<T>::Float2ToPair(in[2 * k], in[2 * k + 1]);
+    __builtin_memcpy(&words[k], &p, 4);
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// clamp(v, -448, 448) with NaN passed through (torch clamp semantics; comparisons with NaN are
+// false), so fp8() below maps NaN to NaN instead of to ±448.
+__device__ __forceinline__ float ClampToFp8Range(float v) {
+  return v > kFp8Max ? kFp8Max : (v < -kFp8Max ? -kFp8Max : v);
+}
+
+// RNE conversion of an fp32 value (already clamped) to e4m3fn bits.
+__device__ __forceinline__ uint8_t FloatToFp8(float v) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+// Two already-clamped values to two e4m3fn bytes, a in the low byte.
+__device__ __forceinline__ uint32_t FloatPairToFp8x2(float a, float b) {
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
+}
+
+// How a scale is applied: quantized = fp8(clamp(v / s)) or fp8(clamp(v * (1/s))). `factor` is s
+// for division and 1/s (rounded to fp32) for multiplication.
+struct ScaleOp {
+  bool divide;
+  float factor;
+  __device__ __forceinline__ static ScaleOp Make(float scale, bool divide) {
+    return ScaleOp{divide, divide ? scale : 1.0f / scale};
+  }
+  __device__ __forceinline__ float Apply(float v) const { return divide ? v / factor : v * factor; }
+};
+
+// 8 values scaled, clamped and converted to 8 e4m3fn bytes (element 0 in the lowest byte).
+__device__ __forceinline__ uint2 QuantizeToFp8x8(const float (&v)[8], const ScaleOp& op) {
+  float c[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) c[j] = ClampToFp8Range(op.Apply(v[j]));
+  const uint32_t lo = FloatPairToFp8x2(c[0], c[1]) | (FloatPairToFp8x2(c[2], c[3]) << 16);
+  const uint32_t hi = FloatPairToFp8x2(c[4], c[5]) | (FloatPairToFp8x2(c[6], c[7]) << 16);
+  return make_uint2(lo, hi);
+}
+
+__device__ __forceinline__ uint8_t QuantizeToFp8(float v, const ScaleOp& op) {
+  return FloatToFp8(ClampToFp8Range(op.Apply(v)));
+}
+
+// Scale of a dynamic quantization from the absolute maximum a of its values.
+//   floor_eps == false: max(a / 448, MIN_SCALE)   (native forms, vLLM per-token kernel)
+//   floor_eps == true:  max(a, eps) / 448          (vLLM per-token-group kernel)
+__device__ __forceinline__ float DynamicScaleFromAbsMax(float absmax, bool floor_eps, float eps) {
+  return floor_eps ? fmaxf(absmax, eps) / kFp8Max : fmaxf(absmax / kFp8Max, kMinScale);
+}
+
+}  // namespace fxfuse::kernels::device
+
+#endif  // FXFUSE_KERNELS_DEVICE_NUMERIC_CUH_

@@ -1,0 +1,47 @@
+// Host-side launch shapes for the row kernels (one CTA per row). Computed in one place so that
+// a fused kernel and its unfused chain reduce in the same order, and so that the launch-plan
+// printer can show the real numbers.
+#ifndef FXFUSE_KERNELS_INTERNAL_LAUNCH_CONFIG_H_
+#define FXFUSE_KERNELS_INTERNAL_LAUNCH_CONFIG_H_
+
+#include <cstdint>
+
+#include "kernels/status.h"
+#include "kernels/types.h"
+
+namespace fxfuse::kernels::internal {
+
+inline int64_t ResolveStride(int64_t stride, int64_t width) { return stride == 0 ? width : stride; }
+
+inline bool IsAligned(const void* ptr, int bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
+}
+
+// Most threads a CTA of the 16-byte register path may have when each thread keeps
+// `vecs_per_thread` vectors: 1024 for 1 or 2 (64 registers), 512 for 4 or 8 (128 registers).
+// The kernels' __launch_bounds__ use the same numbers.
+inline constexpr int MaxThreadsForVecsPerThread(int vecs_per_thread) {
+  return vecs_per_thread <= 2 ? 1024 : 512;
+}
+// Largest row the 16-byte register path keeps on chip: 512 threads x 8 vectors x 8 elements.
+inline constexpr int64_t kMaxVectorizedHidden = 512 * 8 * 8;
+
+struct RowLaunchConfig {
+  bool vectorized = false;   // 16-byte register path; false: scalar path (streams the row)
+  int vecs_per_thread = 0;   // vectorized only: 1, 2, 4 or 8 sixteen-byte vectors per thread
+  int threads = 0;           // per CTA, a multiple of 32, at most 1024
+};
+
+// `vectorizable`: every pointer 16-byte aligned (8 for FP8), every stride and H multiples of 8.
+// `sm_count`: multiprocessors of the device (the heuristic only needs it to compare with T).
+// Rows of T >= 4 x SMs: 4 vectors per thread (fewer, fuller threads; enough rows in flight);
+// fewer rows: 1 or 2 vectors per thread (more threads per row, shorter per-row latency).
+Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vectorizable,
+                             int sm_count, const LaunchTuning& tuning, RowLaunchConfig* config);
+
+// Multiprocessor count of the current device (cached per device).
+Status CurrentDeviceSmCount(int* sm_count);
+
+}  // namespace fxfuse::kernels::internal
+
+#endif  // FXFUSE_KERNELS_INTERNAL_LAUNCH_CONFIG_H_

@@ -1,0 +1,160 @@
+// SiluAndMul entry point and kernels: silu_and_mul (D16 out) and silu_and_mul_quant (static FP8).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/device/numeric.cuh"
+#include "kernels/device/row_kernels.cuh"
+#include "kernels/internal/semantics.h"
+#include "kernels/silu_and_mul.h"
+
+namespace fxfuse::kernels {
+namespace device {
+
+struct SiluAndMulArgs {
+  int d = 0;                    // output width; input rows are [gate (d) | up (d)]
+  const void* input = nullptr;  // [T, 2d] D16
+  int64_t input_stride = 0;
+  void* output = nullptr;  // [T, d] D16 or e4m3fn bytes
+  int64_t output_stride = 0;
+  const float* scale = nullptr;  // FP8 output: [1]
+  bool divide = false;
+};
+
+// h = round16(round16(silu(g)) * u), silu(g) = g / (1 + expf(-g)) in fp32.
+template <typename T>
+__device__ __forceinline__ float SiluMul(float g, float u) {
+  return Round16<T>(Round16<T>(g / (1.0f + expf(-g))) * u);
+}
+
+// SiLU-and-mul, 16-byte path: one row per CTA, thread t handles vectors c = i * blockDim.x + t
+// of gate and up (all loads issued first). Rounding: h as above; kFp8: q = fp8(clamp(h op s)).
+template <typename T, int kVecs, bool kFp8>
+__global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
+    SiluAndMulVectorized(const SiluAndMulArgs a) {
+  const int64_t row = blockIdx.x;
+  const int num_vecs = a.d >> 3;
+  const T* in_row = static_cast<const T*>(a.input) + row * a.input_stride;
+  const uint4* gate = reinterpret_cast<const uint4*>(in_row);
+  const uint4* up = reinterpret_cast<const uint4*>(in_row + a.d);
+  uint4 g_raw[kVecs];
+  uint4 u_raw[kVecs];
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = i * blockDim.x + threadIdx.x;
+    g_raw[i] = u_raw[i] = make_uint4(0, 0, 0, 0);
+    if (c < num_vecs) {
+      g_raw[i] = gate[c];
+      u_raw[i] = up[c];
+    }
+  }
+  ScaleOp op{false, 1.0f};
+  if constexpr (kFp8) op = ScaleOp::Make(__ldg(a.scale), a.divide);
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = i * blockDim.x + threadIdx.x;
+    if (c >= num_vecs) continue;
+    float g[8];
+    float u[8];
+    Unpack8<T>(g_raw[i], g);
+    Unpack8<T>(u_raw[i], u);
+    float h[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] = SiluMul<T>(g[j], u[j]);
+    if constexpr (kFp8) {
+      reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride)[c] =
+          QuantizeToFp8x8(h, op);
+    } else {
+      reinterpret_cast<uint4*>(static_cast<T*>(a.output) + row * a.output_stride)[c] = Pack8<T>(h);
+    }
+  }
+}
+
+// SiLU-and-mul, scalar path (any d, any alignment): one row per CTA, element loads.
+template <typename T, bool kFp8>
+__global__ void __launch_bounds__(1024) SiluAndMulScalar(const SiluAndMulArgs a) {
+  using Num = D16<T>;
+  const int64_t row = blockIdx.x;
+  const T* in_row = static_cast<const T*>(a.input) + row * a.input_stride;
+  ScaleOp op{false, 1.0f};
+  if constexpr (kFp8) op = ScaleOp::Make(__ldg(a.scale), a.divide);
+  for (int j = threadIdx.x; j < a.d; j += blockDim.x) {
+    const float h = SiluMul<T>(Num::ToFloat(in_row[j]), Num::ToFloat(in_row[a.d + j]));
+    if constexpr (kFp8) {
+      static_cast<uint8_t*>(a.output)[row * a.output_stride + j] = QuantizeToFp8(h, op);
+    } else {
+      static_cast<T*>(a.output)[row * a.output_stride + j] = Num::FromFloat(h);
+    }
+  }
+}
+
+template <typename T, bool kFp8>
+Status LaunchSiluAndMul(int64_t num_tokens, const internal::RowLaunchConfig& config,
+                        const SiluAndMulArgs& args, cudaStream_t stream) {
+  const char* name = kFp8 ? "silu_and_mul_quant" : "silu_and_mul";
+  const dim3 grid(static_cast<unsigned int>(num_tokens));
+  const dim3 block(static_cast<unsigned int>(config.threads));
+  if (!config.vectorized) {
+    SiluAndMulScalar<T, kFp8><<<grid, block, 0, stream>>>(args);
+  } else {
+    switch (config.vecs_per_thread) {
+      case 1:
+        SiluAndMulVectorized<T, 1, kFp8><<<grid, block, 0, stream>>>(args);
+        break;
+      case 2:
+        SiluAndMulVectorized<T, 2, kFp8><<<grid, block, 0, stream>>>(args);
+        break;
+      case 4:
+        SiluAndMulVectorized<T, 4, kFp8><<<grid, block, 0, stream>>>(args);
+        break;
+      case 8:
+        SiluAndMulVectorized<T, 8, kFp8><<<grid, block, 0, stream>>>(args);
+        break;
+      default:
+        return Status::InvalidArgument(std::string(name) + ": unsupported vecs_per_thread " +
+                                       std::to_string(config.vecs_per_thread));
+    }
+  }
+  return CheckLaunch(name);
+}
+
+template <typename T>
+Status LaunchSiluAndMulForOutput(bool fp8, int64_t num_tokens, const internal::RowLaunchConfig& config,
+                                 const SiluAndMulArgs& args, cudaStream_t stream) {
+  return fp8 ? LaunchSiluAndMul<T, true>(num_tokens, config, args, stream)
+             : LaunchSiluAndMul<T, false>(num_tokens, config, args, stream);
+}
+
+}  // namespace device
+
+Status SiluAndMul(const SiluAndMulParams& p, cudaStream_t stream) {
+  FXFUSE_KERNELS_RETURN_IF_ERROR(p.Check());
+  if (p.num_tokens == 0) return Status::Ok();
+  const int64_t d = p.hidden_size;
+  const bool fp8 = p.output_dtype == DType::kFloat8E4M3;
+  device::SiluAndMulArgs a;
+  a.d = static_cast<int>(d);
+  a.input = p.input;
+  a.input_stride = internal::ResolveStride(p.input_row_stride, 2 * d);
+  a.output = p.output;
+  a.output_stride = internal::ResolveStride(p.output_row_stride, d);
+  a.scale = p.scale;
+  a.divide = internal::ScaleDivides(p.scale_application, Fp8ScaleKind::kStaticPerTensor);
+  const bool vectorizable = d % 8 == 0 && device::RowsVectorizable(a.input, a.input_stride, 2) &&
+                            device::RowsVectorizable(a.output, a.output_stride, fp8 ? 1 : 2);
+  int sm_count = 0;
+  FXFUSE_KERNELS_RETURN_IF_ERROR(internal::CurrentDeviceSmCount(&sm_count));
+  internal::RowLaunchConfig config;
+  FXFUSE_KERNELS_RETURN_IF_ERROR(
+      internal::ChooseRowLaunchConfig(p.num_tokens, d, vectorizable, sm_count, p.tuning, &config));
+  switch (p.dtype) {
+    case DType::kBFloat16:
+      return device::LaunchSiluAndMulForOutput<__nv_bfloat16>(fp8, p.num_tokens, config, a, stream);
+    case DType::kFloat16:
+      return device::LaunchSiluAndMulForOutput<__half>(fp8, p.num_tokens, config, a, stream);
+    default:
+      return Status::InvalidArgument(std::string("SiluAndMul: unsupported dtype ") + DTypeName(p.dtype));
+  }
+}
+
+}  // namespace fxfuse::kernels
