@@ -381,7 +381,7 @@ std::unique_ptr<Module> moduleFromProto(const pb::Module& pm, const std::string&
   size_t num_graphs = static_cast<size_t>(pm.graphs_size());
   for (const auto& pg : pm.graphs()) {
     Graph* g = m->addGraph(pg.name().empty() ? "main" : pg.name());
-    std::string gctx = source + " graph " + g->name;
+    std::string gctx = source + ": graph " + g->name;
     std::map<uint32_t, const pb::Value*> decl;
     for (const auto& pv : pg.values()) {
       if (pv.id() == 0) fail("{}: value '{}' has id 0", gctx, pv.name());
@@ -399,7 +399,7 @@ std::unique_ptr<Module> moduleFromProto(const pb::Module& pm, const std::string&
       values[pi.value()] = v;
     }
     for (const auto& pn : pg.nodes()) {
-      std::string nctx = gctx + " node " + pn.name();
+      std::string nctx = gctx + ": node " + (pn.name().empty() ? pn.target() : pn.name());
       if (pn.target().empty()) fail("{}: node has no target", nctx);
       std::vector<Arg> args;
       for (const auto& pa : pn.args())
