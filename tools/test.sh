@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole fxfuse test suite (what CI runs): installs missing Debian packages, runs every
+# Bazel test except those tagged `gpu`, then the importer fuzzers for a bounded time under
+# ASan/UBSan. Prints "N passed, M failed" last; exits non-zero on any failure.
+#
+#   tools/test.sh                 # everything
+#   FXFUSE_FUZZ_SECONDS=0 tools/test.sh   # skip fuzzing
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+FXFUSE_WITH_TORCH=1 tools/install_deps.sh || { echo "install_deps failed"; echo "0 passed, 1 failed"; exit 1; }
+
+log=$(mktemp)
+bazel test //... 2>&1 | tee "$log"
+bazel_rc=${PIPESTATUS[0]}
+# Bazel exit code 4 means "no tests found"; anything but 0 is a failure here.
+passed=$(grep -cE '^//.* PASSED in' "$log" || true)
+failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log" || true)
+if [[ $bazel_rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+
+fuzz_seconds="${FXFUSE_FUZZ_SECONDS:-20}"
+if [[ -x tools/run_fuzzers.sh && "$fuzz_seconds" != 0 ]]; then
+  if tools/run_fuzzers.sh "$fuzz_seconds"; then
+    passed=$((passed + 1)); echo "fuzzers: PASSED"
+  else
+    failed=$((failed + 1)); echo "fuzzers: FAILED"
+  fi
+fi
+rm -f "$log"
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
