@@ -263,6 +263,12 @@ void fillValue(Value* v, const pb::Value& p, const std::string& ctx) {
 
 }  // namespace
 
+// Public entry points for other protobuf schemas that embed SymExpr (proto/fxfuse_plan.proto).
+void symExprToProto(const SymExpr& e, fxfuse::ir::v1::SymExpr* out) { symToProto(e, out); }
+SymExpr symExprFromProto(const fxfuse::ir::v1::SymExpr& p, const std::string& context) {
+  return symFromProto(p, context);
+}
+
 void moduleToProto(Module& m, pb::Module* out) {
   out->set_ir_major(1);
   out->set_ir_minor(0);

@@ -19,4 +19,9 @@ std::string moduleToJson(Module& m);
 std::unique_ptr<Module> moduleFromBinary(const std::string& bytes, const std::string& source);
 std::unique_ptr<Module> moduleFromJson(const std::string& json, const std::string& source);
 
+// SymExpr alone, for other schemas that import fxfuse_ir.proto (the launch plan).
+// `context` names the file/field in error messages.
+void symExprToProto(const SymExpr& e, fxfuse::ir::v1::SymExpr* out);
+SymExpr symExprFromProto(const fxfuse::ir::v1::SymExpr& p, const std::string& context);
+
 }  // namespace fxfuse::ir
