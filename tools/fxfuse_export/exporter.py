@@ -88,6 +88,44 @@ def _is_hop(t):
     return cls is not None and isinstance(t, cls)
 
 
+def _is_packet(t):
+    return isinstance(t, getattr(torch._ops, "OpOverloadPacket", ()))
+
+
+def resolve_overload(target, args=(), kwargs=None):
+    """OpOverload for a node target; an OpOverloadPacket (torch 1.13 records e.g.
+    `aten.sym_size`) is resolved to the first overload whose schema binds the arguments."""
+    if not _is_packet(target):
+        return target if _is_opoverload(target) else None
+    kwargs = kwargs or {}
+    try:
+        names = target.overloads()
+    except Exception:
+        return None
+    for name in names:
+        try:
+            ov = getattr(target, name)
+            sargs = list(ov._schema.arguments)
+        except Exception:
+            continue
+        pos = [a for a in sargs if not getattr(a, "kwarg_only", False)]
+        if len(args) > len(pos):
+            continue
+        snames = {a.name for a in sargs}
+        if any(k not in snames for k in kwargs):
+            continue
+        ok = True
+        for i, a in enumerate(sargs):
+            given = i < len(args) and not getattr(a, "kwarg_only", False) or a.name in kwargs
+            hd = a.has_default_value() if hasattr(a, "has_default_value") else False
+            if not given and not hd:
+                ok = False
+                break
+        if ok:
+            return ov
+    return None
+
+
 def op_name(op):
     """Canonical operator name without the `torch.ops.` prefix: `aten.mm.default`."""
     if _is_opoverload(op):
@@ -109,6 +147,10 @@ def op_name(op):
 
 def node_target_name(n):
     if n.op == "call_function":
+        if _is_packet(n.target):
+            ov = resolve_overload(n.target, n.args, n.kwargs)
+            if ov is not None:
+                return op_name(ov)
         return op_name(n.target)
     if n.op == "call_method":
         return "call_method." + str(n.target)
@@ -185,6 +227,8 @@ def _sym_expr_of(x):
             return node.expr, getattr(node, "shape_env", None)
         except Exception:
             pass
+    if type(x).__name__ in ("PySymInt", "PySymFloat") and hasattr(x, "expr"):  # torch 1.13
+        return x.expr, getattr(x, "shape_env", None)
     gp = getattr(x, "get_pyobj", None)  # torch 1.13 SymIntNode
     if gp is not None:
         try:
@@ -196,7 +240,8 @@ def _sym_expr_of(x):
 
 
 def _is_symbolic(x):
-    return type(x).__name__ in ("SymInt", "SymFloat", "SymBool", "SymIntNode", "SymFloatNode")
+    return type(x).__name__ in ("SymInt", "SymFloat", "SymBool", "SymIntNode", "SymFloatNode",
+                                "PySymInt", "PySymFloat")
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -314,7 +359,12 @@ class _Ctx:
                     ent["max"] = _i64(hi)
             hint = None
             if env is not None:
-                hint = _bound(getattr(env, "var_to_val", {}).get(s))
+                for attr in ("backed_var_to_val", "var_to_val"):
+                    if hint is None and hasattr(env, attr):
+                        try:
+                            hint = _bound(getattr(env, attr).get(s))
+                        except Exception:
+                            pass
                 if hint is None:
                     hint = _bound(getattr(env, "unbacked_var_to_val", {}).get(s))
             if hint is not None:
@@ -389,10 +439,10 @@ def _value_from_example(ctx, vid, name, v):
     elif isinstance(v, bool) or type(v).__name__ in ("SymBool",):
         val["kind"] = "SYM_BOOL"
         val["sym_value"] = ctx.sym(v)
-    elif isinstance(v, int) or type(v).__name__ in ("SymInt", "SymIntNode"):
+    elif isinstance(v, int) or type(v).__name__ in ("SymInt", "SymIntNode", "PySymInt"):
         val["kind"] = "SYM_INT"
         val["sym_value"] = ctx.sym(v)
-    elif isinstance(v, float) or type(v).__name__ in ("SymFloat", "SymFloatNode"):
+    elif isinstance(v, float) or type(v).__name__ in ("SymFloat", "SymFloatNode", "PySymFloat"):
         val["kind"] = "SYM_FLOAT"
         val["sym_value"] = ctx.sym(v)
     else:
@@ -605,7 +655,7 @@ class _GraphConverter:
         return args
 
     # outputs -----------------------------------------------------------------
-    def make_outputs(self, n, example, has_example):
+    def make_outputs(self, n, example, has_example, target=None):
         getitems = {}
         other_users = False
         for u in n.users:
@@ -614,13 +664,17 @@ class _GraphConverter:
             else:
                 other_users = True
         nret = 0
-        if _is_opoverload(n.target):
+        target = n.target if target is None else target
+        if _is_opoverload(target):
             try:
-                nret = len(n.target._schema.returns)
+                nret = len(target._schema.returns)
             except Exception:
                 nret = 0
         multi = (isinstance(example, (tuple, list)) or nret > 1 or
                  (not has_example and getitems and not other_users))
+        if nret == 0 and _is_opoverload(target) and not n.users:
+            self.node_out[n] = ("none",)  # op returns ()
+            return []
         if not multi:
             if example is None and has_example and not n.users:
                 self.node_out[n] = ("none",)
@@ -724,6 +778,8 @@ class _GraphConverter:
                 return  # folded into its producer's outputs
             # getitem on something that is not a folded multi-output: keep as a node
         target = n.target
+        if n.op == "call_function" and _is_packet(target):
+            target = resolve_overload(target, n.args, n.kwargs) or target
         name = node_target_name(n)
         kind = _node_kind(target, name) if n.op == "call_function" else "NODE_KIND_UNSPECIFIED"
         if _is_opoverload(target):
@@ -733,7 +789,7 @@ class _GraphConverter:
         node = {"name": n.name, "target": name, "kind": kind}
         node["args"] = self.encode_args(n, target)
         ex, has = _example(n)
-        node["outputs"] = self.make_outputs(n, ex, has)
+        node["outputs"] = self.make_outputs(n, ex, has, target)
         loc, meta = _loc_and_meta(n, self.with_meta)
         if meta:
             node["meta"] = meta
@@ -846,7 +902,10 @@ def readable_text(gm):
         try:
             parts.append(mod.print_readable(print_output=False, include_stride=True, include_device=True))
         except TypeError:
-            parts.append(mod.print_readable(print_output=False))
+            try:
+                parts.append(mod.print_readable(print_output=False))
+            except TypeError:  # torch 1.13: print_readable() always prints
+                parts.append(mod.code)
     parts.append("\n\n==== str(graph) ====\n" + str(graph))
     return "".join(parts)
 
@@ -933,7 +992,7 @@ def make_fx_program(fn, args, path=None, symbolic=True, functionalize=True, with
     from torch.fx.experimental.proxy_tensor import make_fx
     f = _functionalize()(fn, remove="mutations") if functionalize else fn
     gm = make_fx(f, tracing_mode="symbolic" if symbolic else "fake")(*args)
-    gm.graph.eliminate_dead_code()  # our own traced graph, not the user's
+    _dce_keep_mutations(gm.graph)  # our own traced graph, not the user's
     gm.recompile()
     specs = {}
     if input_kinds:
@@ -945,6 +1004,25 @@ def make_fx_program(fn, args, path=None, symbolic=True, functionalize=True, with
     if path:
         write_module(mod, path, max_bytes=max_bytes)
     return gm, mod
+
+
+def _dce_keep_mutations(graph):
+    """Dead-code elimination that keeps ops which write to an argument (torch 1.13's
+    eliminate_dead_code drops an unused in-place custom op)."""
+    changed = True
+    while changed:
+        changed = False
+        for n in reversed(list(graph.nodes)):
+            if n.op not in ("call_function", "call_method", "call_module") or n.users:
+                continue
+            t = n.target
+            if n.op == "call_function" and _is_packet(t):
+                t = resolve_overload(t, n.args, n.kwargs) or t
+            if n.op != "call_function" or (_is_opoverload(t) and _mutates(t)) or not (
+                    _is_opoverload(t) or _is_getitem(n)):
+                continue
+            graph.erase_node(n)
+            changed = True
 
 
 def make_fx_module(module, args, path=None, symbolic=True, functionalize=True, **kw):
@@ -1054,9 +1132,10 @@ class DumpPass(_PassBase):
         path = write_module(mod, base + ".fxg.json", max_bytes=self.max_bytes)
         txt = None
         if self.write_text:
+            text = readable_text(gm if gm is not None else graph)
             txt = base + ".txt"
             with open(txt, "w") as f:
-                f.write(readable_text(gm if gm is not None else graph))
+                f.write(text)
         if path:
             self.written.append(path)
         if self.on_dump is not None:
