@@ -105,12 +105,11 @@ Status CheckScaleSpec(const char* op, const Fp8ScaleSpec& s, int64_t num_tokens,
   if (s.scale == nullptr) return Invalid(op, "scale.scale is null");
   if (!IsAligned(s.scale, 4)) return Invalid(op, "scale.scale is not 4-byte aligned");
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckScaleApplication(op, s.application));
-  if (s.floor != DynamicScaleFloor::kMinScale && s.floor != DynamicScaleFloor::kAbsMaxEpsilon) {
-    return Invalid(op, "scale.floor is not a DynamicScaleFloor value");
+  if (!(s.min_abs >= 0.0f) || !std::isfinite(s.min_abs)) {
+    return Invalid(op, "scale.min_abs must be finite and >= 0");
   }
-  if (s.floor == DynamicScaleFloor::kAbsMaxEpsilon &&
-      (!(s.absmax_epsilon > 0.0f) || !std::isfinite(s.absmax_epsilon))) {
-    return Invalid(op, "scale.absmax_epsilon must be finite and > 0 with kAbsMaxEpsilon");
+  if (!(s.min_scale >= 0.0f) || !std::isfinite(s.min_scale)) {
+    return Invalid(op, "scale.min_scale must be finite and >= 0");
   }
   if (s.scale_upper_bound != nullptr) {
     if (s.kind != Fp8ScaleKind::kDynamicPerToken) {
@@ -158,12 +157,14 @@ Status RmsNormParams::Check() const {
   const char* op = "RmsNorm";
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckSizes(op, num_tokens, hidden_size));
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckD16(op, "dtype", dtype));
-  if (weight_dtype != dtype) {
+  if (weight != nullptr && weight_dtype != dtype) {
     return Invalid(op, std::string("weight_dtype (") + DTypeName(weight_dtype) +
                            ") must equal dtype (" + DTypeName(dtype) + ")");
   }
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckMatrix(op, "input", input, input_row_stride, hidden_size, 2));
-  FXFUSE_KERNELS_RETURN_IF_ERROR(CheckMatrix(op, "weight", weight, 0, hidden_size, 2));
+  if (weight != nullptr) {
+    FXFUSE_KERNELS_RETURN_IF_ERROR(CheckMatrix(op, "weight", weight, 0, hidden_size, 2));
+  }
   FXFUSE_KERNELS_RETURN_IF_ERROR(
       CheckMatrix(op, "output", output, output_row_stride, hidden_size, 2));
   if (output == input && ResolveStride(output_row_stride, hidden_size) !=
@@ -198,12 +199,14 @@ Status RmsNormQuantFp8Params::Check() const {
   const char* op = "RmsNormQuantFp8";
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckSizes(op, num_tokens, hidden_size));
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckD16(op, "dtype", dtype));
-  if (weight_dtype != dtype) {
+  if (weight != nullptr && weight_dtype != dtype) {
     return Invalid(op, std::string("weight_dtype (") + DTypeName(weight_dtype) +
                            ") must equal dtype (" + DTypeName(dtype) + ")");
   }
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckMatrix(op, "input", input, input_row_stride, hidden_size, 2));
-  FXFUSE_KERNELS_RETURN_IF_ERROR(CheckMatrix(op, "weight", weight, 0, hidden_size, 2));
+  if (weight != nullptr) {
+    FXFUSE_KERNELS_RETURN_IF_ERROR(CheckMatrix(op, "weight", weight, 0, hidden_size, 2));
+  }
   if (residual != nullptr) {
     FXFUSE_KERNELS_RETURN_IF_ERROR(
         CheckMatrix(op, "residual", residual, residual_row_stride, hidden_size, 2));

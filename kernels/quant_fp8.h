@@ -17,8 +17,10 @@ namespace fxfuse::kernels {
 //   q = fp8(clamp(float(x) op s, -448, 448)), op = * (1/s) or / s (see ScaleApplication),
 //   fp8 = round-to-nearest-even to e4m3fn; NaN stays NaN (the clamp passes it through).
 // Dynamic kinds: a = max|x| over the row / tensor / group (per-token: a = min(a, *ub) when
-// scale_upper_bound is given); s = max(a / 448, MIN_SCALE) or max(a, eps) / 448 (see
-// DynamicScaleFloor).
+// scale_upper_bound is given); s = max(max(a, min_abs) / 448, min_scale) in fp32. Floors:
+//   native forms, vLLM per-token kernel:      min_abs 0,     min_scale MIN_SCALE (default)
+//   vLLM per_token_group_fp8_quant kernel:    min_abs 1e-10, min_scale 0
+//   vLLM dynamic_scaled_fp8_quant (no floor): min_abs 0,     min_scale 0 (zero tensor: s = 0)
 struct Fp8ScaleSpec {
   Fp8ScaleKind kind = Fp8ScaleKind::kStaticPerTensor;
   // fp32, device memory. Static per-tensor: [1], read. Dynamic per-token: written at
@@ -32,8 +34,8 @@ struct Fp8ScaleSpec {
   int group_size = 0;                         // per-group only: 64 or 128 (H % g == 0)
   const float* scale_upper_bound = nullptr;   // per-token only, optional [1] fp32 clamp of a
   ScaleApplication application = ScaleApplication::kDefault;
-  DynamicScaleFloor floor = DynamicScaleFloor::kMinScale;
-  float absmax_epsilon = 1e-10f;              // for DynamicScaleFloor::kAbsMaxEpsilon
+  float min_abs = 0.0f;                       // dynamic only: floor of a (>= 0)
+  float min_scale = kFp8MinScale;             // dynamic only: floor of s (>= 0)
 };
 
 struct QuantFp8Params {

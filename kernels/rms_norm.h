@@ -13,6 +13,7 @@ namespace fxfuse::kernels {
 
 // Per row t (reductions in fp32, inv = rsqrtf(sum(s²) / H + eps)):
 //   no residual:   s = float(x);  output = round16(round16(s * inv) * w)
+//                  (no weight: output = round16(s * inv))
 //   with residual: z = round16(x + r) (added in fp32);  residual <- z;
 //                  s = z (kRoundedSum, default, vLLM kernel) or the fp32 sum x + r
 //                  (kUnroundedSum, native torch form);  output = round16(round16(s * inv) * w)
@@ -21,10 +22,10 @@ struct RmsNormParams {
   int64_t num_tokens = 0;                 // T >= 0 (T = 0 launches nothing)
   int64_t hidden_size = 0;                // H >= 1
   DType dtype = DType::kBFloat16;         // of input, residual and output: bf16 or fp16
-  DType weight_dtype = DType::kBFloat16;  // must equal dtype
+  DType weight_dtype = DType::kBFloat16;  // must equal dtype when there is a weight
   const void* input = nullptr;            // [T, H] dtype
   int64_t input_row_stride = 0;           // >= H
-  const void* weight = nullptr;           // [H] weight_dtype, contiguous
+  const void* weight = nullptr;           // optional [H] weight_dtype, contiguous
   void* output = nullptr;                 // [T, H] dtype; may be `input` (in place, same stride)
   int64_t output_row_stride = 0;          // >= H
   void* residual = nullptr;               // optional [T, H] dtype, read then overwritten with z

@@ -25,10 +25,10 @@ struct RmsNormQuantFp8Params {
   int64_t num_tokens = 0;
   int64_t hidden_size = 0;
   DType dtype = DType::kBFloat16;         // input and residual: bf16 or fp16
-  DType weight_dtype = DType::kBFloat16;  // must equal dtype
+  DType weight_dtype = DType::kBFloat16;  // must equal dtype when there is a weight
   const void* input = nullptr;            // [T, H] dtype
   int64_t input_row_stride = 0;
-  const void* weight = nullptr;           // [H] contiguous
+  const void* weight = nullptr;           // optional [H] contiguous; null: no weight multiply
   void* residual = nullptr;               // optional [T, H] dtype, overwritten with round16(x + r)
   int64_t residual_row_stride = 0;
   // kDefault: kRoundedSum for static scales (as fused_add_rms_norm, so the fusion equals the

@@ -43,12 +43,6 @@ enum class ScaleApplication : uint8_t {
   kDivide,                // x / s: vLLM per-token and group kernels, native group form
 };
 
-// The floor that keeps a dynamic scale of an all-zero row/group/tensor finite.
-enum class DynamicScaleFloor : uint8_t {
-  kMinScale,       // s = max(a / 448, kFp8MinScale): native forms, vLLM per-token kernel (default)
-  kAbsMaxEpsilon,  // s = max(a, eps) / 448: vLLM per_token_group_fp8_quant kernel (eps 1e-10)
-};
-
 // What fused residual-add + RMSNorm normalizes (variance and the normalized value alike).
 enum class ResidualVariance : uint8_t {
   // Per kernel, as vLLM: kRoundedSum for RmsNorm (fused_add_rms_norm) and static FP8 fusions

@@ -11,8 +11,8 @@ namespace fxfuse::kernels::device {
 inline void SetFp8ScaleArgs(const Fp8ScaleSpec& s, int64_t hidden_size, RowKernelArgs* a) {
   a->scale = s.scale;
   a->divide = internal::ScaleDivides(s.application, s.kind);
-  a->floor_eps = s.floor == DynamicScaleFloor::kAbsMaxEpsilon;
-  a->absmax_eps = s.absmax_epsilon;
+  a->min_abs = s.min_abs;
+  a->min_scale = s.min_scale;
   a->scale_upper_bound = s.scale_upper_bound;
   a->group_size = s.group_size;
   if (s.kind == Fp8ScaleKind::kDynamicPerGroup) {

@@ -13,7 +13,6 @@
 namespace fxfuse::kernels::device {
 
 inline constexpr float kFp8Max = 448.0f;
-inline constexpr float kMinScale = 1.0f / (448.0f * 512.0f);
 
 template <typename T>
 struct D16;
@@ -116,11 +115,10 @@ __device__ __forceinline__ uint8_t QuantizeToFp8(float v, const ScaleOp& op) {
   return FloatToFp8(ClampToFp8Range(op.Apply(v)));
 }
 
-// Scale of a dynamic quantization from the absolute maximum a of its values.
-//   floor_eps == false: max(a / 448, MIN_SCALE)   (native forms, vLLM per-token kernel)
-//   floor_eps == true:  max(a, eps) / 448          (vLLM per-token-group kernel)
-__device__ __forceinline__ float DynamicScaleFromAbsMax(float absmax, bool floor_eps, float eps) {
-  return floor_eps ? fmaxf(absmax, eps) / kFp8Max : fmaxf(absmax / kFp8Max, kMinScale);
+// Scale of a dynamic quantization from the absolute maximum a of its values:
+// s = max(max(a, min_abs) / 448, min_scale) (fp32 division; see Fp8ScaleSpec).
+__device__ __forceinline__ float DynamicScaleFromAbsMax(float absmax, float min_abs, float min_scale) {
+  return fmaxf(fmaxf(absmax, min_abs) / kFp8Max, min_scale);
 }
 
 }  // namespace fxfuse::kernels::device

@@ -38,7 +38,7 @@ struct RowKernelArgs {
   void* residual = nullptr;     // [T, H] D16, in/out (kResidual only)
   int64_t residual_stride = 0;
   bool residual_unrounded = false;  // normalize the fp32 sum x + r instead of round16(x + r)
-  const void* weight = nullptr;     // [H] D16 (kNorm only)
+  const void* weight = nullptr;     // [H] D16 (kNorm only); null: no weight multiply
   float epsilon = 0.0f;
   void* output = nullptr;  // [T, H] D16 (kD16) or e4m3fn bytes (kFp8*)
   int64_t output_stride = 0;
@@ -48,8 +48,8 @@ struct RowKernelArgs {
   const float* scale_upper_bound = nullptr;  // per-token: optional clamp of the row's max
   int group_size = 0;                        // per-group: 64 or 128
   bool divide = false;     // quantize with v / s (true) or v * (1/s) (false)
-  bool floor_eps = false;  // dynamic scale floor: max(a, eps)/448 (true) or max(a/448, MIN_SCALE)
-  float absmax_eps = 0.0f;
+  float min_abs = 0.0f;    // dynamic scale s = max(max(a, min_abs) / 448, min_scale)
+  float min_scale = 0.0f;
 };
 
 // Dynamic per-tensor, pass 1: raise *scale (zeroed before) to this row's dynamic scale. Scales
@@ -67,6 +67,7 @@ __device__ __forceinline__ void RaiseTensorScale(float* scale, float row_scale) 
 //              s = v (residual_unrounded) or round16(v)
 //   otherwise: s = float(x)
 //   kNorm:     inv = rsqrtf(sum(s^2) / H + eps);  n = round16(round16(s * inv) * float(w))
+//              (no weight: n = round16(s * inv))
 //   otherwise: n = s
 //   kFp8*:     q = fp8(clamp(n * (1/scale) or n / scale, -448, 448)), RNE, NaN kept
 template <typename T, int kVecs, bool kResidual, bool kNorm, RowOutput kOut>
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
     if (c < num_vecs) {
       x_raw[i] = x_row[c];
       if constexpr (kResidual) r_raw[i] = r_row[c];
-      if constexpr (kNorm) w_raw[i] = __ldg(static_cast<const uint4*>(a.weight) + c);
+      if (kNorm && a.weight != nullptr) w_raw[i] = __ldg(static_cast<const uint4*>(a.weight) + c);
     }
   }
 
@@ -125,12 +126,20 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
     __shared__ float sum_partials[32];
     sum_sq = BlockAllReduce(sum_sq, sum_partials, SumOp());
     const float inv = rsqrtf(sum_sq / static_cast<float>(a.hidden) + a.epsilon);
+    if (a.weight != nullptr) {
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i) {
-      float w[8];
-      Unpack8<T>(w_raw[i], w);
+      for (int i = 0; i < kVecs; ++i) {
+        float w[8];
+        Unpack8<T>(w_raw[i], w);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) s[i][j] = Round16<T>(Round16<T>(s[i][j] * inv) * w[j]);
+        for (int j = 0; j < 8; ++j) s[i][j] = Round16<T>(Round16<T>(s[i][j] * inv) * w[j]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s[i][j] = Round16<T>(s[i][j] * inv);
+      }
     }
   }
 
@@ -150,7 +159,7 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
     }
     __shared__ float max_partials[32];
     amax = BlockAllReduce(amax, max_partials, MaxOp());
-    if (threadIdx.x == 0) RaiseTensorScale(a.scale, DynamicScaleFromAbsMax(amax, a.floor_eps, a.absmax_eps));
+    if (threadIdx.x == 0) RaiseTensorScale(a.scale, DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale));
   } else {
     uint2* o_row = reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride);
     if constexpr (kOut == RowOutput::kFp8PerGroup) {
@@ -162,7 +171,7 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
 #pragma unroll
         for (int j = 0; j < 8; ++j) gmax = fmaxf(gmax, fabsf(s[i][j]));
         gmax = LaneGroupAllReduce(gmax, lanes_per_group, MaxOp());
-        const float scale = DynamicScaleFromAbsMax(gmax, a.floor_eps, a.absmax_eps);
+        const float scale = DynamicScaleFromAbsMax(gmax, a.min_abs, a.min_scale);
         if (c < num_vecs) {
           if ((c & (lanes_per_group - 1)) == 0) {
             a.scale[row * a.scale_token_stride + (c / lanes_per_group) * a.scale_group_stride] = scale;
@@ -185,7 +194,7 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
         __shared__ float max_partials[32];
         amax = BlockAllReduce(amax, max_partials, MaxOp());
         if (a.scale_upper_bound != nullptr) amax = fminf(amax, __ldg(a.scale_upper_bound));
-        scale = DynamicScaleFromAbsMax(amax, a.floor_eps, a.absmax_eps);
+        scale = DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale);
         if (threadIdx.x == 0) a.scale[row * a.scale_token_stride] = scale;
       }
       const ScaleOp op = ScaleOp::Make(scale, a.divide);
@@ -240,7 +249,8 @@ __global__ void __launch_bounds__(1024) RowKernelScalar(const RowKernelArgs a) {
   // Normalized value n of element j from its source value.
   const auto normalized = [&](int j, float v) -> float {
     if constexpr (kNorm) {
-      return Round16<T>(Round16<T>(v * inv) * Num::ToFloat(w[j]));
+      const float scaled = Round16<T>(v * inv);
+      return w != nullptr ? Round16<T>(scaled * Num::ToFloat(w[j])) : scaled;
     } else {
       return v;
     }
@@ -260,7 +270,7 @@ __global__ void __launch_bounds__(1024) RowKernelScalar(const RowKernelArgs a) {
         gmax = fmaxf(gmax, fabsf(normalized(j, source(j, sum))));
       }
       gmax = WarpAllReduce(gmax, MaxOp());
-      const float scale = DynamicScaleFromAbsMax(gmax, a.floor_eps, a.absmax_eps);
+      const float scale = DynamicScaleFromAbsMax(gmax, a.min_abs, a.min_scale);
       if (lane == 0) a.scale[row * a.scale_token_stride + k * a.scale_group_stride] = scale;
       const ScaleOp op = ScaleOp::Make(scale, a.divide);
       for (int j = begin + lane; j < end; j += 32) {
@@ -279,7 +289,7 @@ __global__ void __launch_bounds__(1024) RowKernelScalar(const RowKernelArgs a) {
     __shared__ float max_partials[32];
     amax = BlockAllReduce(amax, max_partials, MaxOp());
     if (threadIdx.x == 0) {
-      RaiseTensorScale(a.scale, DynamicScaleFromAbsMax(amax, a.floor_eps, a.absmax_eps));
+      RaiseTensorScale(a.scale, DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale));
     }
   } else {
     ScaleOp op{false, 1.0f};
@@ -294,7 +304,7 @@ __global__ void __launch_bounds__(1024) RowKernelScalar(const RowKernelArgs a) {
       __shared__ float max_partials[32];
       amax = BlockAllReduce(amax, max_partials, MaxOp());
       if (a.scale_upper_bound != nullptr) amax = fminf(amax, __ldg(a.scale_upper_bound));
-      const float scale = DynamicScaleFromAbsMax(amax, a.floor_eps, a.absmax_eps);
+      const float scale = DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale);
       if (threadIdx.x == 0) a.scale[row * a.scale_token_stride] = scale;
       op = ScaleOp::Make(scale, a.divide);
     }

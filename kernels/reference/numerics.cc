@@ -124,11 +124,8 @@ float ClampToFp8Range(float value) {
   return value > kFp8E4m3Max ? kFp8E4m3Max : (value < -kFp8E4m3Max ? -kFp8E4m3Max : value);
 }
 
-float DynamicScaleFromAbsMax(float absmax, DynamicScaleFloor floor, float absmax_epsilon) {
-  if (floor == DynamicScaleFloor::kAbsMaxEpsilon) {
-    return std::fmax(absmax, absmax_epsilon) / kFp8E4m3Max;
-  }
-  return std::fmax(absmax / kFp8E4m3Max, kFp8MinScale);
+float DynamicScaleFromAbsMax(float absmax, float min_abs, float min_scale) {
+  return std::fmax(std::fmax(absmax, min_abs) / kFp8E4m3Max, min_scale);
 }
 
 uint8_t QuantizeToE4m3(float value, float scale, bool divide) {

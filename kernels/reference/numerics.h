@@ -33,9 +33,9 @@ float Round16(float value, DType dtype);
 // clamp(v, -448, 448), NaN passed through (torch clamp semantics).
 float ClampToFp8Range(float value);
 
-// Dynamic FP8 scale of a group of values with absolute maximum `absmax`:
-// max(absmax / 448, MIN_SCALE), or max(absmax, eps) / 448 with kAbsMaxEpsilon.
-float DynamicScaleFromAbsMax(float absmax, DynamicScaleFloor floor, float absmax_epsilon);
+// Dynamic FP8 scale of values with absolute maximum `absmax`:
+// max(max(absmax, min_abs) / 448, min_scale), fp32.
+float DynamicScaleFromAbsMax(float absmax, float min_abs, float min_scale);
 
 // fp8(clamp(v / scale)) when `divide`, else fp8(clamp(v * (1 / scale))).
 uint8_t QuantizeToE4m3(float value, float scale, bool divide);

@@ -39,7 +39,8 @@ void NormalizeRow(const uint16_t* x, uint16_t* residual_row, const uint16_t* wei
   const float inv = RmsInverse(source.data(), h, epsilon);
   n->resize(h);
   for (int64_t j = 0; j < h; ++j) {
-    (*n)[j] = Round16(Round16(source[j] * inv, dtype) * D16BitsToFloat(weight[j], dtype), dtype);
+    const float scaled = Round16(source[j] * inv, dtype);
+    (*n)[j] = weight != nullptr ? Round16(scaled * D16BitsToFloat(weight[j], dtype), dtype) : scaled;
   }
 }
 
@@ -58,7 +59,7 @@ void QuantizeRow(const std::vector<float>& values, int64_t row, const Fp8ScaleSp
       float amax = 0.0f;
       for (float v : values) amax = std::fmax(amax, std::fabs(v));
       if (spec.scale_upper_bound != nullptr) amax = std::fmin(amax, *spec.scale_upper_bound);
-      const float scale = DynamicScaleFromAbsMax(amax, spec.floor, spec.absmax_epsilon);
+      const float scale = DynamicScaleFromAbsMax(amax, spec.min_abs, spec.min_scale);
       spec.scale[row * (spec.token_stride == 0 ? 1 : spec.token_stride)] = scale;
       for (int64_t j = 0; j < h; ++j) out[j] = QuantizeToE4m3(values[j], scale, divide);
       return;
@@ -70,7 +71,7 @@ void QuantizeRow(const std::vector<float>& values, int64_t row, const Fp8ScaleSp
       for (int64_t k = 0; k < h / g; ++k) {
         float amax = 0.0f;
         for (int64_t j = k * g; j < (k + 1) * g; ++j) amax = std::fmax(amax, std::fabs(values[j]));
-        const float scale = DynamicScaleFromAbsMax(amax, spec.floor, spec.absmax_epsilon);
+        const float scale = DynamicScaleFromAbsMax(amax, spec.min_abs, spec.min_scale);
         spec.scale[row * token_stride + k * group_stride] = scale;
         for (int64_t j = k * g; j < (k + 1) * g; ++j) out[j] = QuantizeToE4m3(values[j], scale, divide);
       }
@@ -121,7 +122,7 @@ Status QuantFp8(const QuantFp8Params& p) {
       const uint16_t* x = D16Row(p.input, t, in_stride);
       for (int64_t j = 0; j < h; ++j) amax = std::fmax(amax, std::fabs(D16BitsToFloat(x[j], p.dtype)));
     }
-    tensor_scale = DynamicScaleFromAbsMax(amax, p.scale.floor, p.scale.absmax_epsilon);
+    tensor_scale = DynamicScaleFromAbsMax(amax, p.scale.min_abs, p.scale.min_scale);
     *p.scale.scale = tensor_scale;
   }
   std::vector<float> values(h);

@@ -166,10 +166,11 @@ TEST_CASE("x * (1/s) and x / s can differ by one FP8 step") {
 
 TEST_CASE("dynamic scale floors") {
   CHECK(kFp8MinScale == 1.0f / 229376.0f);
-  CHECK(DynamicScaleFromAbsMax(0.0f, DynamicScaleFloor::kMinScale, 1e-10f) == kFp8MinScale);
-  CHECK(DynamicScaleFromAbsMax(448.0f, DynamicScaleFloor::kMinScale, 1e-10f) == 1.0f);
-  CHECK(DynamicScaleFromAbsMax(0.0f, DynamicScaleFloor::kAbsMaxEpsilon, 1e-10f) == 1e-10f / 448.0f);
-  CHECK(DynamicScaleFromAbsMax(896.0f, DynamicScaleFloor::kAbsMaxEpsilon, 1e-10f) == 2.0f);
+  CHECK(DynamicScaleFromAbsMax(0.0f, 0.0f, kFp8MinScale) == kFp8MinScale);
+  CHECK(DynamicScaleFromAbsMax(448.0f, 0.0f, kFp8MinScale) == 1.0f);
+  CHECK(DynamicScaleFromAbsMax(0.0f, 1e-10f, 0.0f) == 1e-10f / 448.0f);
+  CHECK(DynamicScaleFromAbsMax(896.0f, 1e-10f, 0.0f) == 2.0f);
+  CHECK(DynamicScaleFromAbsMax(0.0f, 0.0f, 0.0f) == 0.0f);  // vLLM per-tensor kernel: no floor
 }
 
 TEST_CASE("ulp and step distances") {

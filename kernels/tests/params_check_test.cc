@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "kernels/internal/launch_config.h"
@@ -65,8 +66,9 @@ TEST_CASE("RmsNormParams::Check") {
   p.input = reinterpret_cast<const char*>(g_in) + 1;
   CHECK(Mentions(p.Check(), "aligned"));
   p = ValidRmsNorm();
-  p.weight = nullptr;
-  CHECK(Mentions(p.Check(), "weight is null"));
+  p.weight = nullptr;  // optional
+  p.weight_dtype = DType::kFloat16;
+  CHECK(p.Check().ok());
   p = ValidRmsNorm();
   p.residual = g_in;
   CHECK(Mentions(p.Check(), "alias"));
@@ -120,9 +122,11 @@ TEST_CASE("QuantFp8Params::Check") {
   p.scale.group_stride = 3;
   CHECK(Mentions(p.Check(), "column-major"));
   p = ValidQuant(Fp8ScaleKind::kDynamicPerToken);
-  p.scale.floor = DynamicScaleFloor::kAbsMaxEpsilon;
-  p.scale.absmax_epsilon = 0.0f;
-  CHECK(Mentions(p.Check(), "absmax_epsilon"));
+  p.scale.min_abs = -1.0f;
+  CHECK(Mentions(p.Check(), "min_abs"));
+  p.scale.min_abs = 0.0f;
+  p.scale.min_scale = std::numeric_limits<float>::infinity();
+  CHECK(Mentions(p.Check(), "min_scale"));
   p = ValidQuant(Fp8ScaleKind::kStaticPerTensor);
   p.output_row_stride = 4095;
   CHECK(Mentions(p.Check(), "output row stride"));

@@ -186,7 +186,8 @@ TEST_CASE("per-group FP8: row- and column-major scales, floors") {
   REQUIRE(QuantFp8(p).ok());
   CHECK(scales == std::vector<float>({1.0f, 4.0f / 448.0f, kFp8MinScale, 2.0f}));
 
-  p.scale.floor = DynamicScaleFloor::kAbsMaxEpsilon;  // vLLM group kernel floor
+  p.scale.min_abs = 1e-10f;  // vLLM group kernel floor
+  p.scale.min_scale = 0.0f;
   REQUIRE(QuantFp8(p).ok());
   CHECK(scales[2] == 1e-10f / 448.0f);
 }
