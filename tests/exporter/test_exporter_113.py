@@ -423,6 +423,31 @@ def test_protobuf_strict_parse():
     expect(len(back.graphs[0].nodes) == len(m["graphs"][0]["nodes"]))
 
 
+def _apply_body(body, x):  # stands in for a higher-order op taking a subgraph
+    return body(x)
+
+
+@test
+def test_subgraph_get_attr():
+    need_torch()
+    sub = torch.fx.symbolic_trace(torch.nn.ReLU())
+    root = torch.nn.Module()
+    root.body = sub
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    b = g.get_attr("body")
+    y = g.call_function(_apply_body, (b, x))
+    g.output(y)
+    gm = torch.fx.GraphModule(root, g)
+    m = fe.graph_to_module(gm, "DYNAMO")
+    conforms(m)
+    expect(len(m["graphs"]) == 2, len(m["graphs"]))
+    call = m["graphs"][0]["nodes"][0]
+    expect(call["args"][0] == {"name": "body", "value": {"graph": 1}}, call["args"])
+    expect(m["graphs"][1]["name"] == "body" and len(m["graphs"][1]["inputs"]) == 1)
+    expect(fe.op_histogram(gm) == fe.module_histogram(m), (fe.op_histogram(gm), fe.module_histogram(m)))
+
+
 # ------------------------------------------------------------------------------- fixture tests
 
 @test
