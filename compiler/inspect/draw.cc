@@ -525,10 +525,10 @@ void checkSize(size_t n, const DrawOptions& opts) {
 }  // namespace
 
 std::string graphToDot(const Graph& g, const DrawOptions& opts) {
-  Picture p(g, opts, "g", nullptr, false);
+  Picture p(g, opts, "g", opts.diff, opts.diff_side_a);
   checkSize(p.drawn(), opts);
   std::string out = header(opts.title);
-  if (opts.legend) out += legend(false, hasUnapplied(opts));
+  if (opts.legend) out += legend(opts.diff != nullptr, hasUnapplied(opts));
   p.emit(out);
   out += "}\n";
   return out;

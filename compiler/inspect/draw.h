@@ -47,6 +47,10 @@ struct DrawOptions {
   std::vector<SiteNote> notes;  // unapplied ones are marked on the picture
   // Refuse (FxError) pictures with more drawn nodes than this; 0 = no limit.
   size_t max_nodes = 2500;
+  // Highlight the nodes of this diff's regions: removed ones when drawing its graph A
+  // (`diff_side_a`), new ones when drawing its graph B.
+  const GraphDiff* diff = nullptr;
+  bool diff_side_a = false;
 };
 
 std::string graphToDot(const ir::Graph& g, const DrawOptions& opts);
