@@ -71,32 +71,26 @@ float HalfBitsToFloat(uint16_t bits) {
 }
 
 uint8_t FloatToE4m3Bits(float value, bool saturate) {
-  if (std::isnan(value)) return 0x7F;
-  const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
-  const double magnitude = std::fabs(static_cast<double>(value));
-  if (std::isinf(value)) return saturate ? static_cast<uint8_t>(sign | 0x7E) : 0x7F;
-  uint32_t code;
-  if (magnitude < 0.015625) {
-    // Below 2^-6: subnormal, in units of 2^-9; 8 units is the smallest normal (code 0x08).
-    code = RoundHalfEven(magnitude * 512.0);
-  } else {
-    int exponent;
-    std::frexp(magnitude, &exponent);  // magnitude = f * 2^exponent, f in [0.5, 1)
-    const int unbiased = exponent - 1;  // magnitude in [2^unbiased, 2^(unbiased+1))
-    const double steps = std::ldexp(magnitude, 3 - unbiased) - 8.0;  // mantissa in 1/8 steps
-    uint32_t mantissa = RoundHalfEven(steps);
-    int biased = unbiased + 7;
-    if (mantissa == 8) {
-      mantissa = 0;
-      ++biased;
-    }
-    // S.1111.111 is NaN: the largest finite value is S.1111.110 = 448.
-    if (biased > 15 || (biased == 15 && mantissa == 7)) {
-      return saturate ? static_cast<uint8_t>(sign | 0x7E) : 0x7F;
-    }
-    code = (static_cast<uint32_t>(biased) << 3) | mantissa;
+  const uint32_t bits = FloatBits(value);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) return 0x7F;  // NaN
+  const uint8_t overflow = saturate ? static_cast<uint8_t>(sign | 0x7E) : 0x7F;
+  if (magnitude < 0x3C800000u) {
+    // Below 2^-6: subnormal, in units of 2^-9 (exact in double); 8 units is the smallest
+    // normal, whose code 0x08 follows on from the subnormals.
+    const double units = static_cast<double>(BitsToFloat(magnitude)) * 512.0;
+    return static_cast<uint8_t>(sign | RoundHalfEven(units));
   }
-  return static_cast<uint8_t>(sign | code);
+  if (magnitude >= 0x7F800000u) return overflow;  // inf
+  // Normal: keep 3 of the 23 mantissa bits, round half to even (a carry moves into the
+  // exponent), rebias the exponent (127 -> 7).
+  const uint32_t rounded = magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u);
+  const int biased = static_cast<int>(rounded >> 23) - 127 + 7;
+  const uint32_t mantissa = (rounded >> 20) & 7u;
+  // S.1111.111 is NaN: the largest finite value is S.1111.110 = 448.
+  if (biased > 15 || (biased == 15 && mantissa == 7)) return overflow;
+  return static_cast<uint8_t>(sign | (static_cast<uint32_t>(biased) << 3) | mantissa);
 }
 
 float E4m3BitsToFloat(uint8_t bits) {

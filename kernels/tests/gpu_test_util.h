@@ -82,19 +82,49 @@ class DeviceBuffer {
 inline constexpr uint16_t kPoison16 = 0xFFFF;
 inline constexpr uint8_t kPoison8 = 0xFF;
 
+// 65536 standard normal samples, drawn once; RandomD16 picks from them with a fast generator
+// seeded per check (std::normal_distribution is too slow for tens of millions of values).
+inline const std::vector<float>& NormalTable() {
+  static const std::vector<float> table = [] {
+    std::mt19937_64 rng(12345);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> t(65536);
+    for (auto& v : t) v = dist(rng);
+    return t;
+  }();
+  return table;
+}
+
+// xorshift64*: cheap per-element randomness from a per-check seed.
+inline uint64_t NextRandom(uint64_t& state) {
+  state ^= state >> 12;
+  state ^= state << 25;
+  state ^= state >> 27;
+  return state * 0x2545F4914F6CDD1DULL;
+}
+
 // D16 bits of normal(0, stddev) samples, rounded to `dtype`.
 inline std::vector<uint16_t> RandomD16(size_t count, DType dtype, float stddev, std::mt19937_64& rng) {
-  std::normal_distribution<float> dist(0.0f, stddev);
+  const std::vector<float>& table = NormalTable();
+  uint64_t state = rng() | 1;
   std::vector<uint16_t> out(count);
-  for (auto& v : out) v = reference::FloatToD16Bits(dist(rng), dtype);
+  for (auto& v : out) {
+    const uint64_t r = NextRandom(state);
+    // Table sample times a random factor in [1, 1 + 2^-8) so values do not repeat exactly.
+    const float jitter = 1.0f + static_cast<float>(r >> 56) * (1.0f / 65536.0f);
+    v = reference::FloatToD16Bits(table[r & 0xFFFF] * jitter * stddev, dtype);
+  }
   return out;
 }
 
 inline std::vector<uint16_t> RandomUniformD16(size_t count, DType dtype, float lo, float hi,
                                               std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> dist(lo, hi);
+  uint64_t state = rng() | 1;
   std::vector<uint16_t> out(count);
-  for (auto& v : out) v = reference::FloatToD16Bits(dist(rng), dtype);
+  for (auto& v : out) {
+    const float u = static_cast<float>(NextRandom(state) >> 40) * (1.0f / 16777216.0f);
+    v = reference::FloatToD16Bits(lo + (hi - lo) * u, dtype);
+  }
   return out;
 }
 
