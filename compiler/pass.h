@@ -27,6 +27,7 @@ struct Decision {
   std::string node;     // anchor node name
   bool applied = false;
   std::string reason;   // why not (first failing condition), or a note when applied
+  std::string sources;  // applied: the original nodes the new node stands for (comma-separated)
 };
 
 class PassContext {
@@ -45,11 +46,14 @@ class PassContext {
     d.pass = pass_name_;
     decisions_.push_back(std::move(d));
   }
-  void applied(const std::string& pattern, const std::string& node, std::string note = {}) {
-    record(Decision{"", pattern, node, true, std::move(note)});
+  // `created` is the node the rewrite made; its `fused_from` meta lists the source nodes.
+  void applied(const std::string& pattern, const ir::Node* created, std::string note = {}) {
+    auto it = created->meta.find("fused_from");
+    record(Decision{"", pattern, created->name, true, std::move(note),
+                    it == created->meta.end() ? std::string() : it->second});
   }
   void rejected(const std::string& pattern, const std::string& node, std::string reason) {
-    record(Decision{"", pattern, node, false, std::move(reason)});
+    record(Decision{"", pattern, node, false, std::move(reason), {}});
   }
 
   // Used by the pipeline.
@@ -87,5 +91,9 @@ struct PassInfo {
   std::string summary;
   std::unique_ptr<Pass> (*create)();
 };
+
+// Every registered pass (passes/all_passes.cc), and lookup by name.
+const std::vector<PassInfo>& allPasses();
+const PassInfo* findPass(const std::string& name);
 
 }  // namespace fxfuse::compiler

@@ -340,8 +340,8 @@ const char* const kBuiltinSchemas[] = {
     "fxfuse::fused_add_rms_norm_quant(Tensor input, Tensor residual, Tensor? weight, float epsilon, Tensor? scale, str kind, int group_size=0, bool column_major_scales=False, Tensor? scale_ub=None, bool variance_of_rounded_sum=True, ScalarType? norm_dtype=None, bool divide=False, float min_abs=0.0, float min_scale=4.359654017857143e-06, bool scale_ue8m0=False) -> (Tensor q, Tensor residual_out, Tensor scale_out)",
     "fxfuse::silu_and_mul_quant(Tensor input, Tensor scale, Tensor? up=None) -> Tensor",
     "fxfuse::attention_quant(Tensor query, Tensor key, Tensor value, Tensor output_scale, Tensor? attn_mask=None, bool is_causal=False, float? scale=None, bool enable_gqa=False, str layout='bhsd', str layer_name='') -> Tensor",
-    "fxfuse::all_reduce_rms_norm(Tensor input, Tensor? residual, Tensor? weight, float epsilon, int world_size, str group_name='', bool variance_of_rounded_sum=False, ScalarType? norm_dtype=None) -> (Tensor out, Tensor residual_out)",
-    "fxfuse::all_reduce_rms_norm_quant(Tensor input, Tensor? residual, Tensor? weight, float epsilon, Tensor scale, int world_size, str group_name='', bool variance_of_rounded_sum=False, ScalarType? norm_dtype=None, bool divide=False) -> (Tensor q, Tensor residual_out)",
+    "fxfuse::all_reduce_rms_norm(Tensor input, Tensor? residual, Tensor? weight, float epsilon, int world_size, str group_name='', bool variance_of_rounded_sum=False, ScalarType? norm_dtype=None, int max_token_num=0) -> (Tensor out, Tensor residual_out)",
+    "fxfuse::all_reduce_rms_norm_quant(Tensor input, Tensor? residual, Tensor? weight, float epsilon, Tensor scale, int world_size, str group_name='', bool variance_of_rounded_sum=False, ScalarType? norm_dtype=None, bool divide=False, int max_token_num=0) -> (Tensor q, Tensor residual_out)",
 };
 
 }  // namespace

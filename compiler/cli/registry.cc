@@ -1,10 +1,15 @@
 #include "compiler/cli/registry.h"
 
+#include "compiler/cli/compile.h"
+#include "compiler/inspect/commands.h"
+
 namespace fxfuse::cli {
 
 void registerExtraCommands(CLI::App& app, int& exit_code) {
-  (void)app;
-  (void)exit_code;
+  registerCompile(app, exit_code);
+  registerExplain(app, exit_code);
+  fxfuse::inspect::registerDiff(app, exit_code);
+  fxfuse::inspect::registerDraw(app, exit_code);
 }
 
 }  // namespace fxfuse::cli

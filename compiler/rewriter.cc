@@ -1,0 +1,97 @@
+#include "compiler/rewriter.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace fxfuse::compiler {
+
+ir::Node* Rewriter::create(const std::string& target, std::vector<ir::Arg> args, const std::vector<Out>& outs,
+                           ir::Node* before, const std::vector<ir::Node*>& sources, const std::string& name_hint) {
+  ir::NodeKind kind = target.rfind("fxfuse.", 0) == 0       ? ir::NodeKind::Fxfuse
+                      : target.rfind("higher_order.", 0) == 0 ? ir::NodeKind::Hop
+                                                              : ir::NodeKind::Op;
+  ir::Node* n = g_.createNode(target, kind, std::move(args), outs.size(), before, name_hint);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].present()) continue;
+    ir::Value* v = n->setOutput(i, ir::ValueKind::Tensor);
+    if (outs[i].replaces) {
+      const ir::Value* old = outs[i].replaces;
+      v->kind = old->kind;
+      v->type = old->type;
+      v->sym = old->sym;
+      v->name = old->name;
+    }
+    if (outs[i].type) {
+      v->kind = ir::ValueKind::Tensor;
+      v->type = *outs[i].type;
+    }
+  }
+  std::string fused;
+  for (ir::Node* s : sources) {
+    if (!s) continue;
+    if (n->loc.empty() && !s->loc.empty()) n->loc = s->loc;
+    auto it = s->meta.find("fused_from");
+    std::string name = it != s->meta.end() ? it->second : s->name;
+    fused += (fused.empty() ? "" : ",") + name;
+  }
+  if (!sources.empty()) n->meta["fused_from"] = fused;
+  // Keep the stack trace of the last source (the anchor) for diagnostics.
+  for (auto it = sources.rbegin(); it != sources.rend(); ++it) {
+    if (!*it) continue;
+    auto st = (*it)->meta.find("stack_trace");
+    if (st != (*it)->meta.end()) {
+      n->meta["stack_trace"] = st->second;
+      break;
+    }
+  }
+  inserted_ = true;
+  return n;
+}
+
+void Rewriter::replaceOutputs(ir::Node* n, const std::vector<Out>& outs) {
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (outs[i].replaces && n->output(i)) outs[i].replaces->replaceAllUsesWith(n->output(i));
+}
+
+void Rewriter::replace(ir::Value* from, ir::Value* to) {
+  from->replaceAllUsesWith(to);
+  inserted_ = true;  // a use may now precede its definition
+}
+
+size_t Rewriter::eraseDead(const std::vector<ir::Node*>& candidates) {
+  std::vector<ir::Node*> work(candidates.begin(), candidates.end());
+  std::unordered_set<ir::Node*> erased;
+  size_t count = 0;
+  while (!work.empty()) {
+    ir::Node* n = work.back();
+    work.pop_back();
+    if (!n || erased.count(n) || n->graph() != &g_) continue;
+    if (n->hasUsers() || ir::hasSideEffects(*n)) continue;
+    std::vector<ir::Node*> producers;
+    for (ir::Value* v : n->operands())
+      if (v->producer()) producers.push_back(v->producer());
+    g_.erase(n);
+    erased.insert(n);
+    ++count;
+    for (ir::Node* p : producers)
+      if (!erased.count(p)) work.push_back(p);
+  }
+  return count;
+}
+
+void Rewriter::finish() {
+  if (inserted_) g_.topoSort();
+  inserted_ = false;
+}
+
+ir::Node* latestOf(ir::Graph& g, const std::vector<ir::Node*>& nodes) {
+  std::unordered_set<const ir::Node*> want;
+  for (ir::Node* n : nodes)
+    if (n) want.insert(n);
+  ir::Node* last = nullptr;
+  for (auto& np : g.nodes())
+    if (want.count(np.get())) last = np.get();
+  return last;
+}
+
+}  // namespace fxfuse::compiler
