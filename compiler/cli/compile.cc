@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "compiler/default_graph.h"
+#include "compiler/inspect/html_report.h"  // --html (issue #8)
+#include "compiler/inspect/module_util.h"
 #include "compiler/pipeline.h"
 #include "compiler/report.h"
 #include "ir/fxg.h"
@@ -103,11 +105,13 @@ void registerCompile(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("compile", "Canonicalize and fuse a graph; write it and a report");
   static CommonFlags flags;
   static std::string out, report, dump_dir;
+  static std::string html;  // --html: inspection report hook (compiler/inspect/html_report.h)
   static std::vector<std::string> print_after;
   static bool quiet = false, list = false;
   flags.add(cmd, /*input_required=*/false);
   cmd->add_option("-o,--output", out, "output graph: .fxg, .pb, .json, or - for .fxg on stdout");
   cmd->add_option("--report", report, "write the JSON report (docs/report.md) to this file (- for stdout)");
+  cmd->add_option("--html", html, "write a self-contained HTML report (passes, sites, diff, pictures) to this file");
   cmd->add_option("--dump-dir", dump_dir, "write the graph after every pass as DIR/NN.after.PASS.fxg");
   cmd->add_option("--print-after", print_after, "print the graph to stderr after these passes (or 'all')")
       ->delimiter(',');
@@ -130,6 +134,7 @@ void registerCompile(CLI::App& app, int& exit_code) {
     opts.print_after = print_after;
     opts.print_stream = &std::cerr;
     opts.dump_dir = dump_dir;
+    std::unique_ptr<ir::Module> before = html.empty() ? nullptr : inspect::cloneModule(*m);
     auto result = compiler::compileModule(*m, opts);
     auto t1 = Clock::now();
     if (!out.empty()) {
@@ -149,6 +154,18 @@ void registerCompile(CLI::App& app, int& exit_code) {
       std::string text = compiler::reportJson(result, opts, rc).dump(2) + "\n";
       if (report == "-") std::fputs(text.c_str(), stdout);
       else ir::writeFileAtomic(report, text);
+    }
+    if (!html.empty()) {
+      inspect::HtmlReportInput hi;
+      hi.input_path = rc.input;
+      hi.output_path = rc.output;
+      hi.before = before.get();
+      hi.after = m.get();
+      hi.result = &result;
+      hi.options = &opts;
+      hi.load_ms = rc.load_ms;
+      hi.write_ms = rc.write_ms;
+      inspect::writeHtmlReport(html, hi);
     }
     if (!quiet) {
       std::string s = compiler::humanSummary(result, opts, rc);
