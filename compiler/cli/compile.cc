@@ -14,6 +14,7 @@
 #include "compiler/default_graph.h"
 #include "compiler/inspect/html_report.h"  // --html (issue #8)
 #include "compiler/inspect/module_util.h"
+#include "compiler/lowering/lowering.h"  // --emit=plan|plan-text (issue #7)
 #include "compiler/pipeline.h"
 #include "compiler/report.h"
 #include "ir/fxg.h"
@@ -106,11 +107,14 @@ void registerCompile(CLI::App& app, int& exit_code) {
   static CommonFlags flags;
   static std::string out, report, dump_dir;
   static std::string html;  // --html: inspection report hook (compiler/inspect/html_report.h)
+  static std::string emit = "graph";  // --emit: launch plans (issue #7, compiler/lowering/)
   static std::vector<std::string> print_after;
   static bool quiet = false, list = false;
   flags.add(cmd, /*input_required=*/false);
   cmd->add_option("-o,--output", out, "output graph: .fxg, .pb, .json, or - for .fxg on stdout");
   cmd->add_option("--report", report, "write the JSON report (docs/report.md) to this file (- for stdout)");
+  cmd->add_option("--emit", emit, "what -o writes: graph (default), plan (binary launch plan), plan-text")
+      ->check(CLI::IsMember({"graph", "plan", "plan-text"}));
   cmd->add_option("--html", html, "write a self-contained HTML report (passes, sites, diff, pictures) to this file");
   cmd->add_option("--dump-dir", dump_dir, "write the graph after every pass as DIR/NN.after.PASS.fxg");
   cmd->add_option("--print-after", print_after, "print the graph to stderr after these passes (or 'all')")
@@ -137,7 +141,19 @@ void registerCompile(CLI::App& app, int& exit_code) {
     std::unique_ptr<ir::Module> before = html.empty() ? nullptr : inspect::cloneModule(*m);
     auto result = compiler::compileModule(*m, opts);
     auto t1 = Clock::now();
-    if (!out.empty()) {
+    // --emit=plan|plan-text (issue #7): lower the compiled graph and write the launch plan.
+    if (emit != "graph") {
+      if (out.empty()) fail("--emit={} needs -o PLAN (- prints the text form)", emit);
+      lowering::LowerOptions lo;
+      lo.world_size = flags.world_size;
+      lo.source = rc.input;
+      auto plan = lowering::lowerModule(*m, lo);
+      std::string bytes = emit == "plan-text" || out == "-" ? lowering::planToText(plan) : lowering::planToBinary(plan);
+      if (out == "-") std::fputs(bytes.c_str(), stdout);
+      else ir::writeFileAtomic(out, bytes);
+      rc.output = out == "-" ? "<stdout>" : out;
+    }
+    if (!out.empty() && emit == "graph") {
       m->producer.stage = ir::Stage::FxfuseCompiled;
       if (out == "-") {
         std::fputs(ir::printFxg(*m).c_str(), stdout);

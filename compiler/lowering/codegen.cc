@@ -1,0 +1,742 @@
+#include "compiler/lowering/codegen.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "ir/status.h"
+
+namespace fxfuse::lowering {
+
+using ir::DType;
+using ir::SymExpr;
+
+std::string computeType(DType t) {
+  switch (t) {
+    case DType::F64: return "double";
+    case DType::F32: case DType::F16: case DType::BF16: case DType::F8E4M3FN: case DType::F8E5M2:
+      return "float";
+    case DType::Bool: return "bool";
+    case DType::I64: case DType::I32: case DType::I16: case DType::I8: case DType::U8:
+      return "long long";
+    default:
+      fail("generated code: dtype {} is not supported", ir::dtypeName(t));
+  }
+}
+
+namespace {
+
+const char* storeType(DType t) {
+  switch (t) {
+    case DType::F64: return "double";
+    case DType::F32: return "float";
+    case DType::F16: case DType::BF16: return "unsigned short";
+    case DType::F8E4M3FN: case DType::F8E5M2: case DType::U8: case DType::Bool: return "unsigned char";
+    case DType::I64: return "long long";
+    case DType::I32: return "int";
+    case DType::I16: return "short";
+    case DType::I8: return "signed char";
+    default: fail("generated code: dtype {} cannot be stored", ir::dtypeName(t));
+  }
+}
+
+std::string suffix(DType t) {
+  std::string n(ir::dtypeName(t));
+  return n;
+}
+
+}  // namespace
+
+const std::string& generatedPrelude() {
+  static const std::string p = R"CUDA(// fxfuse generated kernel (compiler/lowering/codegen.cc)
+#define FX_INF __int_as_float(0x7f800000)
+#define FX_NAN __int_as_float(0x7fc00000)
+__device__ __forceinline__ float fx_ld_bf16(unsigned short b) { return __uint_as_float(((unsigned)b) << 16); }
+__device__ __forceinline__ unsigned short fx_st_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+__device__ __forceinline__ float fx_ld_f16(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ unsigned short fx_st_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float fx_ld_f8e4m3fn(unsigned char b) {
+  unsigned s = (b >> 7) & 1u, e = (b >> 3) & 15u, m = b & 7u;
+  float v;
+  if (e == 15u && m == 7u) v = FX_NAN;
+  else if (e == 0u) v = (float)m * 0.001953125f;
+  else v = __uint_as_float(((e + 120u) << 23) | (m << 20));
+  return s ? -v : v;
+}
+// torch's float -> float8_e4m3fn: round to nearest even, NaN above the largest finite value.
+__device__ __forceinline__ unsigned char fx_st_f8e4m3fn(float f) {
+  if (f != f) return 0x7f;
+  if (fabsf(f) > 464.0f) return f < 0.0f ? 0xff : 0x7f;
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+  return (unsigned char)(r & 0xffu);
+}
+__device__ __forceinline__ float fx_ld_f8e5m2(unsigned char b) { return fx_ld_f16((unsigned short)(((unsigned)b) << 8)); }
+__device__ __forceinline__ unsigned char fx_st_f8e5m2(float f) {
+  unsigned short r;
+  asm("cvt.rn.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+  return (unsigned char)(r & 0xffu);
+}
+__device__ __forceinline__ float fx_r_f32(float x) { return x; }
+__device__ __forceinline__ float fx_r_bf16(float x) { return fx_ld_bf16(fx_st_bf16(x)); }
+__device__ __forceinline__ float fx_r_f16(float x) { return fx_ld_f16(fx_st_f16(x)); }
+__device__ __forceinline__ float fx_r_f8e4m3fn(float x) { return fx_ld_f8e4m3fn(fx_st_f8e4m3fn(x)); }
+__device__ __forceinline__ float fx_r_f8e5m2(float x) { return fx_ld_f8e5m2(fx_st_f8e5m2(x)); }
+__device__ __forceinline__ double fx_r_f64(double x) { return x; }
+__device__ __forceinline__ long long fx_r_i64(long long x) { return x; }
+__device__ __forceinline__ long long fx_r_i32(long long x) { return (long long)(int)x; }
+__device__ __forceinline__ long long fx_r_i16(long long x) { return (long long)(short)x; }
+__device__ __forceinline__ long long fx_r_i8(long long x) { return (long long)(signed char)x; }
+__device__ __forceinline__ long long fx_r_u8(long long x) { return (long long)(unsigned char)x; }
+__device__ __forceinline__ bool fx_r_b8(bool x) { return x; }
+template <class T> __device__ __forceinline__ T fx_maxp(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
+template <class T> __device__ __forceinline__ T fx_minp(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
+__device__ __forceinline__ float fx_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double fx_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ long long fx_wrap(long long i, long long n) { return i < 0 ? i + n : i; }
+__device__ __forceinline__ long long fx_floordiv(long long a, long long b) { long long q = a / b; return ((a % b != 0) && ((a < 0) != (b < 0))) ? q - 1 : q; }
+struct FxSum { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
+struct FxMax { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return fx_maxp(a, b); } };
+struct FxMin { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return fx_minp(a, b); } };
+// Block-wide reduction; every thread gets the result. blockDim.x is a multiple of 32.
+template <class T, class Op> __device__ __forceinline__ T fx_block_reduce(T v, Op op) {
+  __shared__ unsigned long long fx_sh_raw[32];
+  T* sh = reinterpret_cast<T*>(fx_sh_raw);
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  T r = sh[0];
+  for (int k = 1; k < nw; ++k) r = op(r, sh[k]);
+  return r;
+}
+)CUDA";
+  return p;
+}
+
+std::string sourceHash(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+bool broadcastsTo(const std::vector<SymExpr>& from, const std::vector<SymExpr>& to) {
+  if (from.size() > to.size()) return false;
+  size_t off = to.size() - from.size();
+  for (size_t k = 0; k < from.size(); ++k) {
+    const SymExpr& a = from[k];
+    if (a.isInt() && a.intValue() == 1) continue;
+    if (a != to[k + off]) return false;
+  }
+  return true;
+}
+
+SymExpr numelOf(const std::vector<SymExpr>& shape) {
+  SymExpr n = SymExpr::integer(1);
+  for (const auto& d : shape) n = n * d;
+  return n;
+}
+
+int Codegen::addMem(const MemTensor& t) {
+  mems_.push_back(t);
+  return static_cast<int>(mems_.size()) - 1;
+}
+
+int Codegen::add(GNode n) {
+  for (int i : n.in)
+    if (i < 0 || i >= static_cast<int>(nodes_.size())) fail("codegen: bad operand {} of {}", i, n.op);
+  nodes_.push_back(std::move(n));
+  return static_cast<int>(nodes_.size()) - 1;
+}
+
+int64_t Codegen::cost(int i) const {
+  std::map<int, int64_t> memo;
+  std::function<int64_t(int)> rec = [&](int k) -> int64_t {
+    auto it = memo.find(k);
+    if (it != memo.end()) return it->second;
+    const GNode& n = nodes_[static_cast<size_t>(k)];
+    int64_t c = 1;
+    if (n.op != "load" && n.op != "reduce")
+      for (int a : n.in) c = std::min<int64_t>(c + rec(a), int64_t{1} << 40);
+    if (n.op == "cumsum") c *= 64;
+    memo[k] = c;
+    return c;
+  };
+  return rec(i);
+}
+
+// ---------------------------------------------------------------------------------- emitter
+
+namespace {
+
+std::string floatLit(double v, bool dbl) {
+  if (std::isnan(v)) return dbl ? "(double)FX_NAN" : "FX_NAN";
+  if (std::isinf(v)) return std::string(v < 0 ? "-" : "") + (dbl ? "(double)FX_INF" : "FX_INF");
+  char buf[64];
+  if (dbl) {
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(static_cast<float>(v)));
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  if (!dbl) s += "f";
+  return "(" + s + ")";
+}
+
+class Emitter {
+ public:
+  Emitter(const Codegen& cg) : cg_(cg) {}
+
+  std::string sx(const SymExpr& e) {
+    if (e.isInt()) return "(" + std::to_string(e.intValue()) + "LL)";
+    std::string key = e.str();
+    auto it = int_index_.find(key);
+    if (it == int_index_.end()) {
+      it = int_index_.emplace(key, static_cast<int>(int_args_.size())).first;
+      int_args_.push_back(e);
+    }
+    return "c.e" + std::to_string(it->second);
+  }
+  int ptr(int tref) {
+    for (size_t k = 0; k < tensor_args_.size(); ++k)
+      if (tensor_args_[k] == tref) return static_cast<int>(k);
+    tensor_args_.push_back(tref);
+    return static_cast<int>(tensor_args_.size()) - 1;
+  }
+
+  // Index vector for operand `in_shape` of an elementwise node of shape `out_shape` indexed by `i`.
+  std::string bcastIndex(std::ostringstream& o, const std::string& var, const std::vector<SymExpr>& in_shape,
+                         const std::vector<SymExpr>& out_shape, const std::string& i) {
+    size_t ri = in_shape.size(), ro = out_shape.size();
+    if (ri > ro) fail("codegen: operand of rank {} broadcast to rank {}", ri, ro);
+    o << "  long long " << var << "[" << std::max<size_t>(ri, 1) << "];";
+    if (ri == 0) o << " " << var << "[0] = 0;";
+    for (size_t k = 0; k < ri; ++k) {
+      const SymExpr& a = in_shape[k];
+      const SymExpr& b = out_shape[k + ro - ri];
+      bool zero = a.isInt() && a.intValue() == 1 && !(b.isInt() && b.intValue() == 1);
+      o << " " << var << "[" << k << "] = " << (zero ? std::string("0") : i + "[" + std::to_string(k + ro - ri) + "]")
+        << ";";
+    }
+    o << "\n";
+    return var;
+  }
+
+  // Linear remap: index `i` over `from` (row-major) to an index over `to` (same numel).
+  void linearIndex(std::ostringstream& o, const std::string& var, const std::vector<SymExpr>& from,
+                   const std::vector<SymExpr>& to, const std::string& i) {
+    o << "  long long " << var << "[" << std::max<size_t>(to.size(), 1) << "]; { long long t = 0;";
+    for (size_t k = 0; k < from.size(); ++k) o << " t = t * " << sx(from[k]) << " + " << i << "[" << k << "];";
+    if (to.empty()) o << " " << var << "[0] = 0;";
+    for (size_t k = to.size(); k-- > 0;) {
+      if (k > 0)
+        o << " " << var << "[" << k << "] = t % " << sx(to[k]) << "; t /= " << sx(to[k]) << ";";
+      else
+        o << " " << var << "[0] = t;";
+    }
+    o << " }\n";
+  }
+
+  std::string call(int id, const std::string& idx) { return "fx_n" + std::to_string(id) + "(c, " + idx + ")"; }
+
+  // Value of operand `a` converted to C type `ct`.
+  std::string conv(const std::string& expr, DType from, const std::string& ct) {
+    std::string f = computeType(from);
+    if (f == ct) return expr;
+    if (ct == "bool") return "((" + expr + ") != 0)";
+    return "((" + ct + ")(" + expr + "))";
+  }
+
+  std::string round(DType t, const std::string& expr) { return "fx_r_" + suffix(t) + "(" + expr + ")"; }
+
+  void emitNode(int id) {
+    if (emitted_.count(id)) return;
+    const GNode& n = cg_.node(id);
+    for (int a : n.in) emitNode(a);
+    emitted_.insert(id);
+    std::ostringstream o;
+    const std::string ct = computeType(n.dtype);
+    o << "__device__ __forceinline__ " << ct << " fx_n" << id << "(const FxCtx& c, const long long* i) {";
+    if (!n.origin.empty()) o << "  // " << n.origin;
+    o << "\n";
+    auto in = [&](size_t k) -> const GNode& { return cg_.node(n.in.at(k)); };
+    auto bc = [&](size_t k) {
+      std::string var = "j" + std::to_string(k);
+      bcastIndex(o, var, in(k).shape, n.shape, "i");
+      return call(n.in[k], var);
+    };
+    if (n.op == "load") {
+      const MemTensor& m = cg_.mem(n.mem);
+      int p = ptr(m.tref);
+      o << "  long long off = " << sx(m.offset);
+      for (size_t k = 0; k < m.shape.size(); ++k) o << " + i[" << k << "] * " << sx(m.stride[k]);
+      o << ";\n";
+      std::string raw = "((const " + std::string(storeType(m.dtype)) + "*)c.p" + std::to_string(p) + ")[off]";
+      std::string v;
+      switch (m.dtype) {
+        case DType::BF16: v = "fx_ld_bf16(" + raw + ")"; break;
+        case DType::F16: v = "fx_ld_f16(" + raw + ")"; break;
+        case DType::F8E4M3FN: v = "fx_ld_f8e4m3fn(" + raw + ")"; break;
+        case DType::F8E5M2: v = "fx_ld_f8e5m2(" + raw + ")"; break;
+        case DType::Bool: v = "(" + raw + " != 0)"; break;
+        default: v = "(" + computeType(m.dtype) + ")" + raw; break;
+      }
+      o << "  return " << conv(v, m.dtype, ct) << ";\n";
+    } else if (n.op == "const" && !n.sv.empty()) {
+      o << "  return " << conv(sx(n.sv[0]), DType::I64, ct) << ";\n";
+    } else if (n.op == "const") {
+      if (ct == "float" || ct == "double")
+        o << "  return " << round(n.dtype, floatLit(n.f.at(0), ct == "double")) << ";\n";
+      else if (ct == "bool")
+        o << "  return " << (n.f.at(0) != 0 ? "true" : "false") << ";\n";
+      else
+        o << "  return " << round(n.dtype, std::to_string(static_cast<long long>(n.f.at(0))) + "LL") << ";\n";
+    } else if (n.op == "unary") {
+      std::string a = bc(0);
+      const std::string& f = n.s;
+      std::string t = ct == "bool" ? computeType(in(0).dtype) : ct;
+      if (f == "not") {
+        o << "  return !(" << conv(a, in(0).dtype, "bool") << ");\n";
+      } else {
+        std::string x = conv(a, in(0).dtype, t);
+        bool d = t == "double";
+        std::string e;
+        auto fn = [&](const char* fl, const char* db) { return std::string(d ? db : fl) + "(" + x + ")"; };
+        if (f == "neg") e = "-(" + x + ")";
+        else if (f == "abs") e = t == "long long" ? "llabs(" + x + ")" : fn("fabsf", "fabs");
+        else if (f == "exp") e = fn("expf", "exp");
+        else if (f == "log") e = fn("logf", "log");
+        else if (f == "sqrt") e = fn("sqrtf", "sqrt");
+        else if (f == "rsqrt") e = d ? "(1.0 / sqrt(" + x + "))" : "(1.0f / sqrtf(" + x + "))";
+        else if (f == "reciprocal") e = d ? "(1.0 / (" + x + "))" : "(1.0f / (" + x + "))";
+        else if (f == "sin") e = fn("sinf", "sin");
+        else if (f == "cos") e = fn("cosf", "cos");
+        else if (f == "tanh") e = fn("tanhf", "tanh");
+        else if (f == "erf") e = fn("erff", "erf");
+        else if (f == "floor") e = fn("floorf", "floor");
+        else if (f == "ceil") e = fn("ceilf", "ceil");
+        else if (f == "round") e = fn("rintf", "rint");
+        else if (f == "sigmoid") e = "fx_sigmoid(" + x + ")";
+        else if (f == "silu") e = "((" + x + ") * fx_sigmoid(" + x + "))";
+        else if (f == "relu") e = "fx_maxp(" + x + ", (" + t + ")0)";
+        else if (f == "gelu") e = d ? "(0.5 * (" + x + ") * (1.0 + erf((" + x + ") * 0.70710678118654752)))"
+                                    : "(0.5f * (" + x + ") * (1.0f + erff((" + x + ") * 0.70710678118654752f)))";
+        else if (f == "gelu_tanh")
+          e = "(0.5f * (" + x + ") * (1.0f + tanhf(0.79788456080286536f * ((" + x + ") + 0.044715f * (" + x +
+              ") * (" + x + ") * (" + x + ")))))";
+        else if (f == "bnot") e = ct == "bool" ? "!(" + x + ")" : "~(" + x + ")";
+        else if (f == "sign") e = "(" + t + ")(((" + x + ") > 0) - ((" + x + ") < 0))";
+        else fail("codegen: unknown unary op {}", f);
+        o << "  return " << round(n.dtype, conv(e, n.dtype == DType::Bool ? in(0).dtype : n.dtype, ct)) << ";\n";
+      }
+    } else if (n.op == "binary") {
+      std::string a = bc(0), b = bc(1);
+      const std::string& f = n.s;
+      bool cmp = f == "eq" || f == "ne" || f == "lt" || f == "le" || f == "gt" || f == "ge";
+      bool logic = f == "and" || f == "or";
+      std::string t;
+      if (cmp) {
+        DType x = in(0).dtype, y = in(1).dtype;
+        t = (x == DType::F64 || y == DType::F64) ? "double"
+            : (ir::isFloating(x) || ir::isFloating(y)) ? "float"
+            : (x == DType::Bool && y == DType::Bool) ? "bool" : "long long";
+      } else if (logic) {
+        t = "bool";
+      } else {
+        t = ct;
+      }
+      std::string x = conv(a, in(0).dtype, t), y = conv(b, in(1).dtype, t);
+      std::string e;
+      if (f == "add") e = x + " + " + y;
+      else if (f == "sub") e = x + " - " + y;
+      else if (f == "mul") e = x + " * " + y;
+      else if (f == "div") e = x + " / " + y;
+      else if (f == "div_trunc") e = t == "long long" ? x + " / " + y : (t == "double" ? "trunc(" : "truncf(") + x + " / " + y + ")";
+      else if (f == "div_floor") e = t == "long long" ? "fx_floordiv(" + x + ", " + y + ")" : (t == "double" ? "floor(" : "floorf(") + x + " / " + y + ")";
+      else if (f == "pow") e = t == "double" ? "pow(" + x + ", " + y + ")" : t == "float" ? "powf(" + x + ", " + y + ")" : "(long long)pow((double)" + x + ", (double)" + y + ")";
+      else if (f == "max") e = "fx_maxp(" + x + ", " + y + ")";
+      else if (f == "min") e = "fx_minp(" + x + ", " + y + ")";
+      else if (f == "eq") e = x + " == " + y;
+      else if (f == "ne") e = x + " != " + y;
+      else if (f == "lt") e = x + " < " + y;
+      else if (f == "le") e = x + " <= " + y;
+      else if (f == "gt") e = x + " > " + y;
+      else if (f == "ge") e = x + " >= " + y;
+      else if (f == "and") e = x + " && " + y;
+      else if (f == "or") e = x + " || " + y;
+      else if (f == "band") e = x + " & " + y;
+      else if (f == "bor") e = x + " | " + y;
+      else if (f == "bxor") e = x + " ^ " + y;
+      else fail("codegen: unknown binary op {}", f);
+      DType rt = (cmp || logic) ? DType::Bool : n.dtype;
+      o << "  return " << round(n.dtype, conv("(" + e + ")", rt, ct)) << ";\n";
+    } else if (n.op == "cast") {
+      std::string a = bc(0);
+      DType from = in(0).dtype;
+      std::string e = conv(a, from, ct);
+      if (ct == "long long" && computeType(from) != "long long" && computeType(from) != "bool")
+        e = "((long long)(" + a + "))";
+      o << "  return " << round(n.dtype, e) << ";\n";
+    } else if (n.op == "where") {
+      std::string p = bc(0), a = bc(1), b = bc(2);
+      o << "  return " << round(n.dtype, conv(p, in(0).dtype, "bool") + " ? " + conv(a, in(1).dtype, ct) + " : " +
+                                             conv(b, in(2).dtype, ct))
+        << ";\n";
+    } else if (n.op == "clamp") {
+      std::string x = conv(bc(0), in(0).dtype, ct);
+      std::string e = x;
+      bool d = ct == "double";
+      if (n.iv.at(0)) e = "fx_maxp(" + e + ", (" + ct + ")" + (ct == "long long" ? std::to_string(static_cast<long long>(n.f.at(0))) : floatLit(n.f.at(0), d)) + ")";
+      if (n.iv.at(1)) e = "fx_minp(" + e + ", (" + ct + ")" + (ct == "long long" ? std::to_string(static_cast<long long>(n.f.at(1))) : floatLit(n.f.at(1), d)) + ")";
+      o << "  return " << round(n.dtype, e) << ";\n";
+    } else if (n.op == "remap") {
+      const GNode& src = in(0);
+      size_t ri = src.shape.size();
+      o << "  long long j[" << std::max<size_t>(ri, 1) << "]; j[0] = 0;\n";
+      if (n.s == "reshape") {
+        std::ostringstream tmp;
+        linearIndex(o, "jr", n.shape, src.shape, "i");
+        for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = jr[" << k << "];\n";
+      } else if (n.s == "permute") {
+        for (size_t k = 0; k < n.iv.size(); ++k) o << "  j[" << n.iv[k] << "] = i[" << k << "];\n";
+      } else if (n.s == "slice") {
+        for (size_t k = 0; k < ri; ++k)
+          o << "  j[" << k << "] = " << (static_cast<int64_t>(k) == n.iv[0] ? sx(n.sv[0]) + " + i[" + std::to_string(k) + "] * " + sx(n.sv[1]) : "i[" + std::to_string(k) + "]") << ";\n";
+      } else if (n.s == "select") {
+        size_t d = static_cast<size_t>(n.iv[0]);
+        for (size_t k = 0, q = 0; k < ri; ++k)
+          o << "  j[" << k << "] = " << (k == d ? sx(n.sv[0]) : "i[" + std::to_string(q++) + "]") << ";\n";
+      } else if (n.s == "unsqueeze") {
+        size_t d = static_cast<size_t>(n.iv[0]);
+        for (size_t k = 0, q = 0; q < n.shape.size(); ++q) {
+          if (q == d) continue;
+          o << "  j[" << k++ << "] = i[" << q << "];\n";
+        }
+      } else if (n.s == "squeeze") {
+        std::set<int64_t> dims(n.iv.begin(), n.iv.end());
+        for (size_t k = 0, q = 0; k < ri; ++k)
+          o << "  j[" << k << "] = " << (dims.count(static_cast<int64_t>(k)) ? std::string("0") : "i[" + std::to_string(q++) + "]") << ";\n";
+      } else if (n.s == "expand") {
+        bcastIndex(o, "jb", src.shape, n.shape, "i");
+        for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = jb[" << k << "];\n";
+      } else {
+        fail("codegen: unknown remap {}", n.s);
+      }
+      o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
+    } else if (n.op == "cat") {
+      size_t d = static_cast<size_t>(n.iv[0]);
+      size_t r = n.shape.size();
+      o << "  long long j[" << r << "];";
+      for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
+      o << "\n  long long p = i[" << d << "];\n";
+      SymExpr start = SymExpr::integer(0);
+      for (size_t k = 0; k < n.in.size(); ++k) {
+        const GNode& s = in(k);
+        SymExpr sz = s.shape.size() == r ? s.shape[d] : SymExpr::integer(0);
+        if (sz.isInt() && sz.intValue() == 0) continue;
+        SymExpr end = start + sz;
+        o << "  if (p < " << sx(end) << ") { j[" << d << "] = p - " << sx(start) << "; return "
+          << conv(call(n.in[k], "j"), s.dtype, ct) << "; }\n";
+        start = end;
+      }
+      o << "  return (" << ct << ")0;\n";
+    } else if (n.op == "pad") {
+      const GNode& src = in(0);
+      size_t r = n.shape.size();
+      o << "  long long j[" << std::max<size_t>(r, 1) << "]; j[0] = 0;";
+      for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
+      o << "\n";
+      for (size_t p = 0; p * 2 < n.sv.size(); ++p) {
+        size_t dim = r - 1 - p;
+        o << "  j[" << dim << "] = i[" << dim << "] - " << sx(n.sv[2 * p]) << "; if (j[" << dim << "] < 0 || j[" << dim
+          << "] >= " << sx(src.shape[dim]) << ") return " << round(n.dtype, "(" + ct + ")" + floatLit(n.f.at(0), true)) << ";\n";
+      }
+      o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
+    } else if (n.op == "iota") {
+      o << "  return " << round(n.dtype, "(" + ct + ")(" + floatLit(n.f.at(0), true) + " + " + floatLit(n.f.at(1), true) +
+                                             " * (double)i[" + std::to_string(n.iv.at(0)) + "])")
+        << ";\n";
+    } else if (n.op == "gather") {
+      const GNode& src = in(0);
+      const GNode& idx = in(1);
+      int64_t kind = n.iv.at(1);
+      size_t rs = src.shape.size();
+      o << "  long long j[" << std::max<size_t>(rs, 1) << "]; j[0] = 0;\n";
+      if (kind == 2) {  // embedding: out = idx.shape + [H]
+        size_t ri = idx.shape.size();
+        o << "  long long q[" << std::max<size_t>(ri, 1) << "]; q[0] = 0;";
+        for (size_t k = 0; k < ri; ++k) o << " q[" << k << "] = i[" << k << "];";
+        o << "\n  j[0] = " << conv(call(n.in[1], "q"), idx.dtype, "long long") << "; j[1] = i[" << ri << "];\n";
+      } else {
+        size_t d = static_cast<size_t>(n.iv.at(0));
+        for (size_t k = 0; k < rs; ++k) o << "  j[" << k << "] = i[" << k << "];\n";
+        if (kind == 1) {
+          o << "  long long q[1]; q[0] = i[" << d << "];\n";
+          o << "  j[" << d << "] = fx_wrap(" << conv(call(n.in[1], "q"), idx.dtype, "long long") << ", " << sx(src.shape[d]) << ");\n";
+        } else {
+          o << "  j[" << d << "] = fx_wrap(" << conv(call(n.in[1], "i"), idx.dtype, "long long") << ", " << sx(src.shape[d]) << ");\n";
+        }
+      }
+      o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
+    } else if (n.op == "index") {
+      const GNode& src = in(0);
+      size_t d0 = static_cast<size_t>(n.iv.at(0));
+      size_t m = n.in.size() - 1;
+      size_t nb = n.shape.size() + m - src.shape.size();
+      std::vector<SymExpr> bshape(n.shape.begin() + static_cast<long>(d0), n.shape.begin() + static_cast<long>(d0 + nb));
+      size_t rs = src.shape.size();
+      o << "  long long j[" << std::max<size_t>(rs, 1) << "]; j[0] = 0;\n";
+      for (size_t k = 0; k < d0; ++k) o << "  j[" << k << "] = i[" << k << "];\n";
+      o << "  long long ib[" << std::max<size_t>(nb, 1) << "]; ib[0] = 0;";
+      for (size_t k = 0; k < nb; ++k) o << " ib[" << k << "] = i[" << d0 + k << "];";
+      o << "\n";
+      for (size_t t = 0; t < m; ++t) {
+        std::string var = "q" + std::to_string(t);
+        bcastIndex(o, var, in(1 + t).shape, bshape, "ib");
+        o << "  j[" << d0 + t << "] = fx_wrap(" << conv(call(n.in[1 + t], var), in(1 + t).dtype, "long long") << ", "
+          << sx(src.shape[d0 + t]) << ");\n";
+      }
+      for (size_t k = d0 + m; k < rs; ++k) o << "  j[" << k << "] = i[" << k - m + nb << "];\n";
+      o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
+    } else if (n.op == "tri") {
+      size_t r = n.shape.size();
+      std::string a = bc(0);
+      o << "  long long dd = i[" << r - 1 << "] - i[" << r - 2 << "];\n";
+      o << "  bool keep = " << (n.iv.at(0) ? "dd >= " : "dd <= ") << sx(n.sv.at(0)) << ";\n";
+      o << "  return keep ? " << conv(a, in(0).dtype, ct) << " : (" << ct << ")0;\n";
+    } else if (n.op == "slice_scatter") {
+      size_t d = static_cast<size_t>(n.iv.at(0));
+      size_t r = n.shape.size();
+      o << "  long long p = i[" << d << "] - " << sx(n.sv[0]) << ";\n";
+      o << "  if (p >= 0 && i[" << d << "] < " << sx(n.sv[1]) << " && p % " << sx(n.sv[2]) << " == 0) {\n";
+      o << "    long long j[" << r << "];";
+      for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
+      o << " j[" << d << "] = p / " << sx(n.sv[2]) << ";\n";
+      o << "    return " << conv(call(n.in[1], "j"), in(1).dtype, ct) << ";\n  }\n";
+      o << "  return " << conv(call(n.in[0], "i"), in(0).dtype, ct) << ";\n";
+    } else if (n.op == "cumsum") {
+      size_t d = static_cast<size_t>(n.iv.at(0));
+      size_t r = n.shape.size();
+      std::string acc = ct == "long long" || ct == "bool" ? "long long" : ct;
+      o << "  long long j[" << std::max<size_t>(r, 1) << "]; j[0] = 0;";
+      for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
+      o << "\n  " << acc << " s = 0;\n  for (long long k = 0; k <= i[" << d << "]; ++k) { j[" << d << "] = k; s = fx_r_"
+        << suffix(n.dtype) << "(s + " << conv(call(n.in[0], "j"), in(0).dtype, acc) << "); }\n";
+      o << "  return " << round(n.dtype, "s") << ";\n";
+    } else if (n.op == "reduce") {
+      o << "  return c.r" << id << ";\n";
+    } else {
+      fail("codegen: unknown op {}", n.op);
+    }
+    o << "}\n";
+    funcs_ << o.str();
+  }
+
+  const Codegen& cg_;
+  std::ostringstream funcs_;
+  std::set<int> emitted_;
+  std::vector<SymExpr> int_args_;
+  std::map<std::string, int> int_index_;
+  std::vector<int> tensor_args_;
+};
+
+std::string accType(const GNode& red, const GNode& src) {
+  std::string s = computeType(src.dtype);
+  if (red.s == "sum" || red.s == "mean") {
+    if (s == "bool") return "long long";
+    return s;
+  }
+  return s == "bool" ? "long long" : s;
+}
+
+std::string initVal(const std::string& kind, const std::string& acc) {
+  if (kind == "sum" || kind == "mean") return "(" + acc + ")0";
+  bool mx = kind == "max";
+  if (acc == "float") return mx ? "-FX_INF" : "FX_INF";
+  if (acc == "double") return mx ? "-(double)FX_INF" : "(double)FX_INF";
+  return mx ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL";
+}
+
+}  // namespace
+
+KernelSource Codegen::emit(const std::string& name, const std::vector<int>& members,
+                           const std::vector<SymExpr>& domain, int kred, const std::vector<StoredOutput>& outputs) const {
+  Emitter em(*this);
+  KernelSource ks;
+  ks.name = name;
+  ks.kind = kred > 0 ? "row" : "pointwise";
+  // Reductions reachable from the outputs, in creation (topological) order.
+  std::vector<int> reductions;
+  {
+    std::set<int> seen;
+    std::vector<int> stack;
+    for (const auto& so : outputs) stack.push_back(so.gnode);
+    while (!stack.empty()) {
+      int k = stack.back();
+      stack.pop_back();
+      if (!seen.insert(k).second) continue;
+      const GNode& g = node(k);
+      if (g.op == "reduce") reductions.push_back(k);
+      for (int a : g.in) stack.push_back(a);
+    }
+    std::sort(reductions.begin(), reductions.end());
+    if (kred == 0 && !reductions.empty()) fail("codegen: reduction in a pointwise kernel ({})", node(reductions[0]).origin);
+  }
+  for (const auto& so : outputs) em.emitNode(so.gnode);
+  for (int r : reductions) em.emitNode(node(r).in.at(0));
+  for (int m : members) {
+    if (!node(m).origin.empty()) {
+      bool seen = false;
+      for (const auto& s : ks.nodes) seen = seen || s == node(m).origin;
+      if (!seen) ks.nodes.push_back(node(m).origin);
+    }
+  }
+  // Output pointers get parameter slots after the inputs the functions use.
+  std::vector<int> out_ptr;
+  for (const auto& so : outputs) out_ptr.push_back(em.ptr(so.dest.tref));
+
+  const size_t R = domain.size();
+  std::ostringstream body;
+  auto unravel = [&](std::ostringstream& o, const std::string& lin, size_t from, size_t to, const std::string& var) {
+    o << "    { long long t = " << lin << ";";
+    for (size_t k = to; k-- > from;) {
+      if (k > from)
+        o << " " << var << "[" << k << "] = t % " << em.sx(domain[k]) << "; t /= " << em.sx(domain[k]) << ";";
+      else
+        o << " " << var << "[" << k << "] = t;";
+    }
+    o << " }\n";
+  };
+  auto stores = [&](std::ostringstream& o) {
+    for (size_t q = 0; q < outputs.size(); ++q) {
+      const StoredOutput& so = outputs[q];
+      const GNode& g = node(so.gnode);
+      std::ostringstream blk;
+      std::string var = "s" + std::to_string(q);
+      if (broadcastsTo(g.shape, domain))
+        em.bcastIndex(blk, var, g.shape, domain, "d");
+      else
+        em.linearIndex(blk, var, domain, g.shape, "d");
+      o << "    {" << blk.str();
+      o << "      long long off = " << em.sx(so.dest.offset);
+      for (size_t k = 0; k < so.dest.shape.size(); ++k) o << " + " << var << "[" << k << "] * " << em.sx(so.dest.stride[k]);
+      o << ";\n";
+      std::string v = em.call(so.gnode, var);
+      std::string st;
+      std::string ptr = "((" + std::string(storeType(so.dest.dtype)) + "*)c.p" + std::to_string(out_ptr[q]) + ")[off]";
+      switch (so.dest.dtype) {
+        case DType::BF16: st = "fx_st_bf16(" + v + ")"; break;
+        case DType::F16: st = "fx_st_f16(" + v + ")"; break;
+        case DType::F8E4M3FN: st = "fx_st_f8e4m3fn(" + v + ")"; break;
+        case DType::F8E5M2: st = "fx_st_f8e5m2(" + v + ")"; break;
+        case DType::Bool: st = "(unsigned char)(" + v + " ? 1 : 0)"; break;
+        default: st = "(" + std::string(storeType(so.dest.dtype)) + ")(" + v + ")"; break;
+      }
+      o << "      " << ptr << " = " << st << ";\n    }\n";
+    }
+  };
+  SymExpr n_all = numelOf(domain);
+  if (kred == 0) {
+    body << "  const long long n = " << em.sx(n_all) << ";\n";
+    body << "  for (long long lin = (long long)blockIdx.x * blockDim.x + threadIdx.x; lin < n; lin += (long long)gridDim.x * blockDim.x) {\n";
+    body << "    long long d[" << std::max<size_t>(R, 1) << "]; d[0] = 0;\n";
+    if (R > 0) unravel(body, "lin", 0, R, "d");
+    stores(body);
+    body << "  }\n";
+  } else {
+    size_t lead = R - static_cast<size_t>(kred);
+    std::vector<SymExpr> rows_shape(domain.begin(), domain.begin() + static_cast<long>(lead));
+    std::vector<SymExpr> cols_shape(domain.begin() + static_cast<long>(lead), domain.end());
+    body << "  const long long rows = " << em.sx(numelOf(rows_shape)) << ", cols = " << em.sx(numelOf(cols_shape)) << ";\n";
+    body << "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+    body << "    long long d[" << std::max<size_t>(R, 1) << "]; d[0] = 0;\n";
+    if (lead > 0) unravel(body, "row", 0, lead, "d");
+    for (int r : reductions) {
+      const GNode& red = node(r);
+      const GNode& src = node(red.in.at(0));
+      std::string acc = accType(red, src);
+      std::string op = red.s == "max" ? "FxMax()" : red.s == "min" ? "FxMin()" : "FxSum()";
+      std::string comb = red.s == "max" ? "fx_maxp(a, v)" : red.s == "min" ? "fx_minp(a, v)" : "a + v";
+      body << "    { " << acc << " a = " << initVal(red.s, acc) << ";\n";
+      body << "      for (long long col = threadIdx.x; col < cols; col += blockDim.x) {\n";
+      std::ostringstream un;
+      unravel(un, "col", lead, R, "d");
+      body << "  " << un.str();
+      body << "        " << acc << " v = " << em.conv(em.call(red.in[0], "d"), src.dtype, acc) << "; a = " << comb << ";\n";
+      body << "      }\n";
+      body << "      a = fx_block_reduce(a, " << op << ");\n";
+      std::string res = red.s == "mean" ? "(a / (" + acc + ")cols)" : "a";
+      body << "      c.r" << r << " = " << em.round(red.dtype, em.conv(res, red.s == "mean" || red.s == "sum" ? (acc == "long long" ? DType::I64 : acc == "double" ? DType::F64 : DType::F32) : src.dtype, computeType(red.dtype))) << ";\n";
+      body << "    }\n";
+    }
+    body << "    for (long long col = threadIdx.x; col < cols; col += blockDim.x) {\n";
+    std::ostringstream un;
+    unravel(un, "col", lead, R, "d");
+    body << un.str();
+    stores(body);
+    body << "    }\n";
+    body << "    __syncthreads();\n";
+    body << "  }\n";
+  }
+
+  std::ostringstream src;
+  src << generatedPrelude();
+  src << "struct FxCtx {\n";
+  for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << "  void* p" << k << ";\n";
+  // Int args are registered while emitting the body, so the struct lists them afterwards.
+  std::ostringstream ctx_tail;
+  for (int r : reductions) ctx_tail << "  " << computeType(node(r).dtype) << " r" << r << ";\n";
+  std::string funcs = em.funcs_.str();
+  std::string body_s = body.str();
+  for (size_t k = 0; k < em.int_args_.size(); ++k) src << "  long long e" << k << ";\n";
+  src << ctx_tail.str() << "};\n";
+  src << funcs;
+  int threads = 256;
+  if (kred > 0) {
+    size_t lead = R - static_cast<size_t>(kred);
+    std::vector<SymExpr> cols_shape(domain.begin() + static_cast<long>(lead), domain.end());
+    SymExpr cols = numelOf(cols_shape);
+    if (cols.isInt()) {
+      int64_t cv = cols.intValue();
+      threads = cv <= 32 ? 32 : cv <= 64 ? 64 : cv <= 128 ? 128 : cv <= 2048 ? 256 : 512;
+    }
+  }
+  src << "extern \"C\" __global__ void __launch_bounds__(" << threads << ") " << name << "(";
+  for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << (k ? ", " : "") << "void* p" << k;
+  for (size_t k = 0; k < em.int_args_.size(); ++k)
+    src << (k || !em.tensor_args_.empty() ? ", " : "") << "long long e" << k;
+  src << ") {\n  FxCtx c;\n";
+  for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << "  c.p" << k << " = p" << k << ";\n";
+  for (size_t k = 0; k < em.int_args_.size(); ++k) src << "  c.e" << k << " = e" << k << ";\n";
+  src << body_s << "}\n";
+  ks.source = src.str();
+  ks.tensor_args = em.tensor_args_;
+  ks.int_args = em.int_args_;
+  ks.block = {SymExpr::integer(threads), SymExpr::integer(1), SymExpr::integer(1)};
+  if (kred == 0) {
+    SymExpr blocks = SymExpr::apply(SymExpr::Kind::CeilDiv, {n_all, SymExpr::integer(threads)});
+    ks.grid = {SymExpr::apply(SymExpr::Kind::Min, {blocks, SymExpr::integer(132 * 16)}), SymExpr::integer(1),
+               SymExpr::integer(1)};
+  } else {
+    size_t lead = R - static_cast<size_t>(kred);
+    std::vector<SymExpr> rows_shape(domain.begin(), domain.begin() + static_cast<long>(lead));
+    ks.grid = {SymExpr::apply(SymExpr::Kind::Min, {numelOf(rows_shape), SymExpr::integer(2147483647)}),
+               SymExpr::integer(1), SymExpr::integer(1)};
+  }
+  return ks;
+}
+
+}  // namespace fxfuse::lowering

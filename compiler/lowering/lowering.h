@@ -1,0 +1,64 @@
+// Lowering: a compiled graph (fxfuse canonical/fused ops plus whatever ATen remains) to a
+// launch plan (proto/fxfuse_plan.proto). docs/plans.md describes the result.
+//
+// Every node becomes a step or an alias:
+//   * fxfuse canonical and fused ops -> the kernel families of kernels/ (lib.*) when their
+//     contract covers the dtypes and layouts, else generated code computing the same math;
+//   * mm / addmm / linear / bmm / matmul / _scaled_mm -> cuBLASLt matmul steps;
+//   * views -> TensorRefs on the same buffer with new strides (no copy) where the layout
+//     allows, else index remaps inside generated kernels;
+//   * attention (fxfuse.attention[_quant], SDPA and its variants) -> rt.attention;
+//   * all_reduce -> identity at world size 1, an NCCL collective step otherwise;
+//   * everything else -> generated CUDA C++ (codegen.h), chains fused into one kernel each.
+// Then the memory planner assigns arena offsets by liveness.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "ir/graph.h"
+#include "proto/fxfuse_plan.pb.h"
+
+namespace fxfuse::lowering {
+
+struct LowerOptions {
+  int world_size = 1;
+  int64_t alignment = 256;
+  // Use kernels/ for fxfuse ops where their contract fits (false: generated code only).
+  bool library_kernels = true;
+  // Fuse generated ops into groups (false: one kernel per op; for debugging).
+  bool fuse = true;
+  std::string source;  // recorded in the plan
+};
+
+struct LowerStats {
+  int64_t steps = 0;
+  int64_t launches = 0;     // kernel launches + matmuls + collectives (what a replay runs)
+  int64_t library = 0;
+  int64_t generated = 0;
+  int64_t matmuls = 0;
+  int64_t attention = 0;
+  int64_t collectives = 0;
+  int64_t copies = 0;
+  int64_t aliases = 0;      // view nodes that became TensorRefs without a step
+  int64_t fused_nodes = 0;  // graph nodes inside generated kernels
+};
+
+fxfuse::plan::v1::Plan lowerModule(ir::Module& m, const LowerOptions& opts, LowerStats* stats = nullptr);
+
+// Reading and writing plans: `.txt` / `.pbtxt` = protobuf text, anything else binary.
+// Errors are FxErrors naming the file.
+void savePlan(const fxfuse::plan::v1::Plan& p, const std::string& path);
+fxfuse::plan::v1::Plan loadPlan(const std::string& path);
+fxfuse::plan::v1::Plan parsePlan(const std::string& bytes, bool text, const std::string& source);
+std::string planToText(const fxfuse::plan::v1::Plan& p);
+std::string planToBinary(const fxfuse::plan::v1::Plan& p);
+
+// One line per step, plus the arena report (used by `fxfuse run --describe` and tests).
+std::string describePlan(const fxfuse::plan::v1::Plan& p);
+
+fxfuse::plan::v1::DType toPlanDType(ir::DType t);
+ir::DType fromPlanDType(fxfuse::plan::v1::DType t);
+
+}  // namespace fxfuse::lowering

@@ -1,0 +1,123 @@
+// Reading, writing and describing launch plans.
+#include <google/protobuf/text_format.h>
+
+#include <fmt/format.h>
+
+#include "compiler/lowering/lowering.h"
+#include "ir/io.h"
+#include "ir/proto_io.h"
+#include "ir/status.h"
+
+namespace fxfuse::lowering {
+
+namespace pb = fxfuse::plan::v1;
+
+namespace {
+bool isTextPath(const std::string& path) {
+  auto ends = [&](const std::string& s) { return path.size() >= s.size() && path.compare(path.size() - s.size(), s.size(), s) == 0; };
+  return ends(".txt") || ends(".pbtxt") || ends(".textproto");
+}
+}  // namespace
+
+std::string planToText(const pb::Plan& p) {
+  std::string out;
+  google::protobuf::TextFormat::Printer printer;
+  printer.SetUseUtf8StringEscaping(true);
+  if (!printer.PrintToString(p, &out)) fail("cannot print the plan as text");
+  return out;
+}
+
+std::string planToBinary(const pb::Plan& p) {
+  std::string out;
+  if (!p.SerializeToString(&out)) fail("cannot serialize the plan");
+  return out;
+}
+
+void savePlan(const pb::Plan& p, const std::string& path) {
+  ir::writeFileAtomic(path, isTextPath(path) ? planToText(p) : planToBinary(p));
+}
+
+pb::Plan parsePlan(const std::string& bytes, bool text, const std::string& source) {
+  pb::Plan p;
+  bool ok = text ? google::protobuf::TextFormat::ParseFromString(bytes, &p) : p.ParseFromString(bytes);
+  if (!ok) fail("{}: not a valid fxfuse launch plan ({} form)", source, text ? "text" : "binary");
+  if (p.plan_major() != 1) fail("{}: plan version {} is not supported (expected 1)", source, p.plan_major());
+  // Structural checks so the runtime can index without bounds surprises.
+  auto tensorOk = [&](int t) { return t >= 0 && t < p.tensors_size(); };
+  for (const auto& t : p.tensors())
+    if (t.buffer() < 0 || t.buffer() >= p.buffers_size() || t.shape_size() != t.stride_size())
+      fail("{}: tensor {} is malformed", source, t.id());
+  for (int i = 0; i < p.tensors_size(); ++i)
+    if (p.tensors(i).id() != i) fail("{}: tensor ids must be dense", source);
+  for (const auto& b : p.buffers())
+    if (b.kind() == pb::INPUT && (b.input() < 0 || b.input() >= p.inputs_size()))
+      fail("{}: buffer {} names input {} out of range", source, b.id(), b.input());
+  for (int i = 0; i < p.steps_size(); ++i) {
+    const auto& s = p.steps(i);
+    std::string where = fmt::format("{}: step {}", source, i);
+    if (s.has_kernel()) {
+      for (const auto& a : s.kernel().args())
+        if (a.v_case() == pb::KernelArg::kTensor && !tensorOk(a.tensor())) fail("{}: bad tensor argument", where);
+      if (s.kernel().kernel().rfind("gen.", 0) == 0 &&
+          (s.kernel().generated() < 0 || s.kernel().generated() >= p.kernels_size()))
+        fail("{}: generated kernel index out of range", where);
+    } else if (s.has_matmul()) {
+      const auto& m = s.matmul();
+      for (int t : {m.a(), m.b(), m.d()})
+        if (!tensorOk(t)) fail("{}: bad matmul operand", where);
+      for (int t : {m.c(), m.bias(), m.scale_a(), m.scale_b()})
+        if (t != -1 && !tensorOk(t)) fail("{}: bad matmul operand", where);
+    } else if (s.has_copy()) {
+      if (!tensorOk(s.copy().src()) || !tensorOk(s.copy().dst())) fail("{}: bad copy operand", where);
+    } else if (s.has_memset()) {
+      if (!tensorOk(s.memset().dst())) fail("{}: bad memset operand", where);
+    } else if (s.has_collective()) {
+      if (!tensorOk(s.collective().input()) || !tensorOk(s.collective().output()))
+        fail("{}: bad collective operand", where);
+    } else {
+      fail("{}: empty step", where);
+    }
+  }
+  for (const auto& o : p.outputs())
+    if (!o.is_symint() && !tensorOk(o.tensor())) fail("{}: output '{}' has no tensor", source, o.name());
+  return p;
+}
+
+pb::Plan loadPlan(const std::string& path) {
+  return parsePlan(ir::readFile(path), isTextPath(path), path);
+}
+
+std::string describePlan(const pb::Plan& p) {
+  std::string out;
+  auto sx = [&](const fxfuse::ir::v1::SymExpr& e) { return ir::symExprFromProto(e, "plan").str(); };
+  int launches = 0;
+  for (int i = 0; i < p.steps_size(); ++i) {
+    const auto& s = p.steps(i);
+    std::string what;
+    if (s.has_kernel()) {
+      what = s.kernel().kernel();
+      ++launches;
+    } else if (s.has_matmul()) {
+      const auto& m = s.matmul();
+      what = fmt::format("matmul m={} n={} k={}{}", sx(m.m()), sx(m.n()), sx(m.k()),
+                         m.scale_mode() == pb::SCALE_PER_TENSOR ? " fp8" : "");
+      ++launches;
+    } else if (s.has_collective()) {
+      what = "collective " + s.collective().op();
+      ++launches;
+    } else if (s.has_copy()) {
+      what = "copy " + sx(s.copy().bytes()) + " bytes";
+    } else if (s.has_memset()) {
+      what = "memset";
+    }
+    std::string nodes;
+    for (const auto& n : s.nodes()) nodes += (nodes.empty() ? "" : ",") + n;
+    out += fmt::format("step {:3} {:<36} {}\n", i, what, nodes);
+  }
+  out += fmt::format("launches {}\n", launches);
+  out += fmt::format("arena peak {} bytes (no reuse {}) at the symbols' hints; peak = {}\n",
+                     p.arena().peak_bytes_at_hint(), p.arena().no_reuse_bytes_at_hint(), sx(p.arena().peak_bytes()));
+  return out;
+}
+
+}  // namespace fxfuse::lowering
