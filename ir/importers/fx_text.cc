@@ -289,8 +289,8 @@ class ExprParser {
     int s = make(Ex::K::Slice, {}, start);
     std::vector<int> parts{a};
     while (eatOp(":")) parts.push_back(part());
-    for (int p : parts)
-      if (p >= 0) arena_[s].kids.push_back(p);
+    if (parts.size() > 3) error("malformed slice");
+    arena_[s].kids = parts;  // -1 for an omitted part
     finish(s);
     return s;
   }
@@ -498,6 +498,7 @@ class Importer {
   Attr numberAttr(std::string_view tok, bool negate, int line) const;
   std::optional<Attr> dottedConstant(GraphCtx& c, std::string_view dotted, int line);
   Attr callConstant(GraphCtx& c, int ex, int line);
+  Attr sliceAttr(GraphCtx& c, const std::vector<int>& parts, int line);
   bool dottedName(int ex, std::string& out) const;
   bool referencesValues(GraphCtx& c, int ex) const;
   std::string opTarget(const std::vector<std::string_view>& parts, int line) const;
@@ -872,7 +873,7 @@ bool Importer::referencesValues(GraphCtx& c, int ex) const {
   }
   if (x.k == Ex::K::Attr) return false;  // dotted constants, `self.x`
   for (int k : x.kids)
-    if (referencesValues(c, k)) return true;
+    if (k >= 0 && referencesValues(c, k)) return true;
   return false;
 }
 
@@ -962,9 +963,21 @@ Attr Importer::callConstant(GraphCtx& c, int ex, int line) {
     }
   }
   if (callee == "torch.Size" && pos.size() == 1 && kws.empty()) return toAttr(c, pos[0], line);
+  if (callee == "slice" && kws.empty() && !pos.empty() && pos.size() <= 3) {
+    std::vector<int> parts = pos;
+    if (parts.size() == 1) parts.insert(parts.begin(), -1);  // slice(stop)
+    return sliceAttr(c, parts, line);
+  }
   if (referencesValues(c, ex)) err(line, "nested call '" + excerpt(raw(ex)) + "' in an argument is not supported");
-  if (callee == "slice") return Attr::ofOpaque("slice", std::string(raw(ex)));
   return Attr::ofOpaque("python", std::string(raw(ex)));
+}
+
+// A slice `a:b:c` / `slice(a, b, c)`: the list [opaque("slice"), start, stop, step] so that
+// values used as bounds keep their def-use links.
+Attr Importer::sliceAttr(GraphCtx& c, const std::vector<int>& parts, int line) {
+  std::vector<Attr> items{Attr::ofOpaque("slice", "slice")};
+  for (size_t i = 0; i < 3; ++i) items.push_back(i < parts.size() && parts[i] >= 0 ? toAttr(c, parts[i], line) : Attr::none());
+  return Attr::ofList(std::move(items));
 }
 
 Attr Importer::bindingAttr(GraphCtx& c, std::string_view name, Binding& b, int line) {
@@ -1047,10 +1060,13 @@ Attr Importer::toAttr(GraphCtx& c, int ex, int line) {
     }
     case Ex::K::Call: return callConstant(c, ex, line);
     case Ex::K::Ellipsis: return Attr::ofOpaque("ellipsis", "...");
-    case Ex::K::Slice:
+    case Ex::K::Slice: {
+      std::vector<int> parts(x.kids.begin(), x.kids.end());
+      return sliceAttr(c, parts, line);
+    }
     case Ex::K::Dict:
       if (referencesValues(c, ex)) err(line, "values inside '" + excerpt(raw(ex)) + "' are not supported");
-      return Attr::ofOpaque(x.k == Ex::K::Slice ? "slice" : "dict", std::string(raw(ex)));
+      return Attr::ofOpaque("dict", std::string(raw(ex)));
     default: err(line, "unsupported expression '" + excerpt(raw(ex)) + "' in an argument");
   }
 }
@@ -1104,6 +1120,32 @@ int Importer::expectedOutputs(Node* n) {
   } else if (n->kind == NodeKind::Op) {
     if (const OpSchema* s = lookupSchema(m_->op_schemas, n->target, &schema_cache_))
       want = static_cast<int>(s->returns.size());
+    // List-returning views whose length the arguments tell.
+    auto dimSize = [&](const char* dim_arg, int64_t default_dim) -> std::optional<int64_t> {
+      Value* self = n->input("self", 0);
+      if (!self || self->kind != ValueKind::Tensor) return std::nullopt;
+      const Attr* d = n->arg(dim_arg);
+      int64_t dim = d ? d->asInt().value_or(INT64_MIN) : default_dim;
+      int64_t rank = static_cast<int64_t>(self->type.rank());
+      if (dim < 0 && dim != INT64_MIN) dim += rank;
+      if (dim < 0 || dim >= rank || !self->type.shape[static_cast<size_t>(dim)].isInt()) return std::nullopt;
+      return self->type.shape[static_cast<size_t>(dim)].intValue();
+    };
+    const std::string& t = n->target;
+    if (t == "aten.split_with_sizes.default") {
+      const Attr* sizes = n->arg("split_sizes");
+      if (sizes && sizes->kind == Attr::Kind::List) want = static_cast<int>(sizes->list.size());
+    } else if (t == "aten.unbind.int") {
+      if (auto len = dimSize("dim", 0)) want = static_cast<int>(std::min<int64_t>(*len, kMaxOutputIndex));
+    } else if (t == "aten.split.Tensor" || t == "aten.chunk.default") {
+      const Attr* a = n->arg(t == "aten.split.Tensor" ? "split_size" : "chunks");
+      auto len = dimSize("dim", 0);
+      auto k = a ? a->asInt() : std::nullopt;
+      if (len && k && *k > 0) {
+        int64_t split = t == "aten.split.Tensor" ? *k : (*len + *k - 1) / *k;
+        if (split > 0) want = static_cast<int>(std::min<int64_t>(std::max<int64_t>(1, (*len + split - 1) / split), kMaxOutputIndex));
+      }
+    }
   }
   return want;
 }
@@ -1571,6 +1613,17 @@ void Importer::statement(GraphCtx& c, const LogicalLine& l, uint32_t b, uint32_t
     if (t == "=" && depth == 0) eqs.push_back(i);
   }
   arena_.clear();
+  if (eqs.empty() && e - b >= 3 && toks[b].k == TK::Name && lx_->text(toks[b + 1]) == ":") {
+    // `x: "f32[3, 8]"`: an annotation of an existing name (ep.module() prints its inputs so).
+    std::string storage;
+    const TypeInfo& ti = annotation(annotationText(b + 2, e, storage, line), line);
+    auto it = c.names.find(lx_->text(toks[b]));
+    if (it == c.names.end() || it->second.k != Binding::K::Value || !it->second.v->isGraphInput())
+      err(line, "annotation of unknown input '" + std::string(lx_->text(toks[b])) + "'");
+    setValueType(it->second.v, &ti);
+    it->second.annotated = ti.shaped;
+    return;
+  }
   if (eqs.empty()) {
     // An expression statement: a call whose result is not kept.
     ExprParser p(*lx_, b, e, arena_, path_, line);
@@ -1677,7 +1730,7 @@ void Importer::guessProducer() {
   p.tool = "fx-readable-text";
   p.source_path = path_;
   p.source_schema = bare_def_ ? "python_code" : "print_readable";
-  bool dynamo = false, prims = false, af1 = false, af2 = false, functional = true, non_core = false;
+  bool dynamo = false, prims = false, af1 = false, functional = true, non_core = false, inductor_decomp = false;
   for (const auto& g : m_->graphs()) {
     for (const auto& in : g->inputs())
       if (startsWith(in.value->name, "l_") || startsWith(in.value->name, "L_")) dynamo = true;
@@ -1689,15 +1742,16 @@ void Importer::guessProducer() {
         dynamo = true;
       if (startsWith(t, "prims.")) prims = true;
       if (t == "higher_order.auto_functionalized") af1 = true;
-      if (t == "higher_order.auto_functionalized_v2") af2 = true;
+      if (t == "aten.empty.memory_format" || t == "aten.reshape.default") inductor_decomp = true;
       if (t == "aten.linear.default" || t == "aten.scaled_dot_product_attention.default" ||
           t == "aten.matmul.default" || t == "aten.dropout.default")
         non_core = true;
       if (n.kind != NodeKind::Op) continue;
       if (const OpSchema* s = lookupSchema(m_->op_schemas, t, &schema_cache_)) {
         if (!s->mutableArgs().empty()) functional = false;
-      } else if (n.numOutputs() == 0) {
-        functional = false;  // an unknown op whose result nobody reads: called for its effect
+      } else if (n.numOutputs() == 0 && std::count(t.begin(), t.end(), '.') == 2 && !startsWith(t, "call_") &&
+                 !startsWith(t, "torch.") && !startsWith(t, "builtins.")) {
+        functional = false;  // an unknown operator whose result nobody reads: called for its effect
       }
       if (hasSideEffects(n) && n.numOutputs() > 0 && startsWith(t, "aten.") && t != "aten._assert_scalar.default" &&
           t != "aten._assert_tensor_metadata.default" && t != "aten.sym_constrain_range_for_size.default" &&
@@ -1708,17 +1762,26 @@ void Importer::guessProducer() {
   p.functional = functional && !dynamo;
   std::string_view base = path_;
   if (auto slash = base.rfind('/'); slash != std::string_view::npos) base = base.substr(slash + 1);
+  auto named = [&](std::string_view w) { return base.find(w) != std::string_view::npos; };
   std::string_view cls = classes_.empty() ? std::string_view{} : std::string_view(classes_[0].name);
-  if (dynamo) {
+  if (dynamo || named("computation_graph")) {
     p.stage = Stage::Dynamo;
-  } else if (startsWith(base, "fx_graph_transformed")) {
+  } else if (named("fx_graph_transformed")) {
     p.stage = Stage::PostGradPost;
-  } else if (startsWith(base, "fx_graph_readable") || prims || af1) {
+  } else if (named("post_grad_pre") || named("fx_graph_readable")) {
     p.stage = Stage::PostGradPre;
+  } else if (named("post_grad")) {
+    p.stage = Stage::PostGradPost;
+  } else if (named("core_aten")) {
+    p.stage = Stage::ExportCoreAten;
+  } else if (named("train_ir")) {
+    p.stage = Stage::ExportTrainIr;
   } else if (cls == "<lambda>") {
-    p.stage = Stage::AotForward;
+    // AOT graphs; Inductor's decompositions (prims, empty.memory_format) and
+    // auto_functionalized v1 (what vLLM configures) mark the post-grad stage.
+    p.stage = (prims || af1 || inductor_decomp) ? Stage::PostGradPre : Stage::AotForward;
   } else if (cls == "GraphModule") {
-    p.stage = (!functional || non_core) ? Stage::ExportTrainIr : af2 ? Stage::ExportCoreAten : Stage::Unspecified;
+    p.stage = (!functional || non_core) ? Stage::ExportTrainIr : Stage::ExportCoreAten;
   }
   if (!cls.empty()) m_->metadata["fx_text.module_class"] = std::string(cls);
   m_->metadata["fx_text.shapes"] = !tensor_annotations_ ? "none"
