@@ -1,11 +1,13 @@
 // canonicalize-activation: SiLU-and-mul -> fxfuse.silu_and_mul. Anchored at every `mul`:
 //
 //   h = silu(G) | cast(div(f32(G), add(exp(neg(f32(G))), 1)), dtype(G))
+//       | cast(mul(f32(G), sigmoid(f32(G))), dtype(G))     (computed in f32; the sigmoid
+//         form differs from the div form only by the f32 accuracy of exp/sigmoid)
 //   out = mul(h, U)
 //   G = slice(x, -1, 0, d), U = slice(x, -1, d, end), last(x) == 2d  -> silu_and_mul(x)
 //   otherwise, shape(G) == shape(U)                                   -> silu_and_mul(G, up=U)
 //
-// `sigmoid(x) * x` is not rewritten: it rounds differently from silu.
+// `sigmoid(x) * x` computed in a 16-bit dtype is not rewritten: it rounds twice.
 #include <fmt/format.h>
 
 #include "compiler/match.h"
@@ -53,6 +55,28 @@ ir::Value* matchSilu(ir::Value* h, std::vector<ir::Node*>* nodes, std::string* w
   m::MatchState st2;
   if (core.match(h, st2) && gf->type.dtype == ir::DType::F32) {
     nodes->insert(nodes->end(), {ng, ex, ad, dv});
+    return gf;
+  }
+  // torch's decomposition of silu: f32(x) * sigmoid(f32(x)), then cast (core ATen).
+  ir::Node *sg = nullptr, *ml = nullptr;
+  gf = nullptr;
+  auto sig = m::Op("aten.mul.Tensor", {{"self", m::Any(&gf)},
+                                       {"other", m::Op("aten.sigmoid.default", {{"self", m::Same(&gf)}}).node(&sg)}})
+                 .commutative()
+                 .node(&ml);
+  m::MatchState st3;
+  cast = nullptr;
+  if (m::Cast(sig, std::nullopt, &to).node(&cast).match(h, st3) && gf->type.dtype == ir::DType::F32) {
+    g = compiler::stripWidening(gf);
+    if (g->type.dtype != to) return nullptr;
+    nodes->insert(nodes->end(), {sg, ml, cast});
+    if (gf->producer() && gf != g) nodes->push_back(gf->producer());
+    return g;
+  }
+  m::MatchState st4;
+  gf = nullptr;
+  if (sig.match(h, st4) && gf->type.dtype == ir::DType::F32 && h->type.dtype == ir::DType::F32) {
+    nodes->insert(nodes->end(), {sg, ml});
     return gf;
   }
   return nullptr;
