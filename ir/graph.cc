@@ -277,6 +277,7 @@ std::string Graph::uniqueNodeName(const std::string& base) {
   // name_counts_ holds every name in use (value 1) and, under "#base", the next suffix.
   if (name_counts_.empty())
     for (const auto& n : nodes_) name_counts_[n->name] = 1;
+  if (name_counts_.emplace(base, 1).second) return base;
   std::string candidate = base;
   int& next = name_counts_["#" + base];
   while (name_counts_.count(candidate)) candidate = base + "_" + std::to_string(++next);

@@ -30,11 +30,18 @@ std::string readFile(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) fail("{}: cannot open: no such file", path);
   if (S_ISDIR(st.st_mode)) fail("{}: is a directory", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open for reading", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("{}: cannot open for reading", path);
+  // One allocation, with kReadPadding spare bytes after the data so JSON can be parsed in
+  // place (simdjson reads up to 64 bytes past the end).
+  std::string out;
+  size_t size = static_cast<size_t>(st.st_size);
+  out.resize(size + kReadPadding, '\0');
+  size_t got = size ? std::fread(out.data(), 1, size, f) : 0;
+  std::fclose(f);
+  if (got != size) fail("{}: read failed", path);
+  out.resize(size);  // capacity (and the zeroed padding) stays
+  return out;
 }
 
 void writeFileAtomic(const std::string& path, const std::string& data) {
@@ -69,7 +76,7 @@ std::unique_ptr<Module> loadModule(const std::string& path) {
     size_t probe = std::min<size_t>(bytes.size(), 4096);
     std::string head = bytes.substr(0, probe);
     if (head.find("\"graph_module\"") != std::string::npos || bytes.find("\"graph_module\"") != std::string::npos) {
-      m = importExportJson(bytes, path, "");
+      m = importExportJson(bytes, path, "", /*padded=*/true);
     } else {
       m = moduleFromJson(bytes, path);
     }

@@ -16,6 +16,9 @@ namespace fxfuse::ir {
 std::unique_ptr<Module> loadModule(const std::string& path);
 // Writes atomically (temporary file + rename) so a failure never leaves a partial file.
 void saveModule(Module& m, const std::string& path);
+// Reads a whole file. The returned string keeps at least kReadPadding zeroed bytes of
+// capacity after its end (for in-place JSON parsing).
+constexpr size_t kReadPadding = 64;
 std::string readFile(const std::string& path);
 void writeFileAtomic(const std::string& path, const std::string& data);
 

@@ -65,6 +65,23 @@ const char* fnName(Kind k) {
 SymExpr::SymExpr() : SymExpr(integer(0)) {}
 
 SymExpr SymExpr::integer(int64_t v) {
+  // Sizes and strides are mostly small constants: share their nodes.
+  constexpr int64_t kLo = -64, kHi = 8192;
+  if (v >= kLo && v <= kHi) {
+    static const std::vector<SymExpr>* cache = [] {
+      auto* c = new std::vector<SymExpr>();
+      c->reserve(static_cast<size_t>(kHi - kLo + 1));
+      for (int64_t i = kLo; i <= kHi; ++i) {
+        auto rep = std::make_shared<Rep>();
+        rep->kind = Kind::Int;
+        rep->i = i;
+        rep->hash = mix(1, std::hash<int64_t>()(i));
+        c->push_back(SymExpr(rep));
+      }
+      return c;
+    }();
+    return (*cache)[static_cast<size_t>(v - kLo)];
+  }
   auto rep = std::make_shared<Rep>();
   rep->kind = Kind::Int;
   rep->i = v;

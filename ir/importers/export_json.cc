@@ -32,12 +32,19 @@ std::string stripTorchOps(std::string_view t) {
   return std::string(t);
 }
 
+// Where in the input we are, for error messages; the string is only built on error.
+struct Ctx {
+  std::string where;  // "file: member" or "file: member: subgraph g"
+  std::string node;   // current node name, empty outside nodes
+  std::string str() const { return node.empty() ? where : where + ": node " + node; }
+};
+
 // A JSON element with the context needed for one-line errors.
 class J {
  public:
-  J(dom::element e, const std::string* ctx) : e_(e), ctx_(ctx) {}
+  J(dom::element e, const Ctx* ctx) : e_(e), ctx_(ctx) {}
 
-  [[noreturn]] void error(const std::string& what) const { fail("{}: {}", *ctx_, what); }
+  [[noreturn]] void error(const std::string& what) const { fail("{}: {}", ctx_->str(), what); }
 
   bool isNull() const { return e_.is_null(); }
   bool isObject() const { return e_.is_object(); }
@@ -129,20 +136,26 @@ class J {
 
  private:
   dom::element e_;
-  const std::string* ctx_;
+  const Ctx* ctx_;
 };
 
 class ExportImporter {
  public:
   ExportImporter(const std::string& path, const std::string& member) : path_(path), member_(member) {
     base_ctx_ = member.empty() ? path : path + ": " + member;
-    ctx_ = base_ctx_;
+    ctx_.where = base_ctx_;
   }
 
-  std::unique_ptr<Module> run(std::string_view json) {
-    simdjson::padded_string padded(json);
+  std::unique_ptr<Module> run(std::string_view json, bool padded) {
     dom::element doc;
-    auto err = parser_.parse(padded).get(doc);
+    simdjson::error_code err;
+    simdjson::padded_string copy;
+    if (padded) {
+      err = parser_.parse(reinterpret_cast<const uint8_t*>(json.data()), json.size(), false).get(doc);
+    } else {
+      copy = simdjson::padded_string(json);
+      err = parser_.parse(copy).get(doc);
+    }
     if (err) fail("{}: malformed JSON: {}", base_ctx_, simdjson::error_message(err));
     J root(doc, &ctx_);
     if (!root.isObject()) fail("{}: not a torch.export program (top level is not an object)", base_ctx_);
@@ -195,11 +208,26 @@ class ExportImporter {
   }
 
  private:
+  // Name → JSON element of one of the graph's value tables. simdjson's DOM key lookup is
+  // a linear scan, so each table is indexed once.
+  using Index = std::unordered_map<std::string_view, dom::element>;
+
   struct Scope {
     J graph;
     std::unordered_map<std::string, Value*> values;
-    std::optional<J> tensor_values, sym_int_values, sym_bool_values, sym_float_values, custom_obj_values;
+    Index tensor_values, sym_int_values, sym_bool_values, sym_float_values;
+    bool has_tensor_values = false;
   };
+
+  Index indexTable(const std::optional<J>& table) {
+    Index idx;
+    if (!table) return idx;
+    dom::object o;
+    if (table->raw().get(o) != simdjson::SUCCESS) fail("{}: value table is not an object", ctx_.str());
+    idx.reserve(o.size());
+    for (auto kv : o) idx.emplace(kv.key, kv.value);
+    return idx;
+  }
 
   SymExpr symFromJson(const J& s) {
     // SymInt union: {"as_int": N} | {"as_expr": {"expr_str": ..., "hint": {...}}}
@@ -207,8 +235,13 @@ class ExportImporter {
     if (k == "as_int") return SymExpr::integer(v.integer());
     if (k == "as_expr") {
       std::string_view text = v.at("expr_str").str();
-      SymExpr e = parseSymExpr(text, ctx_);
-      noteSymbols(e);
+      auto cached = expr_cache_.find(text);
+      if (cached == expr_cache_.end()) {
+        SymExpr parsed = parseSymExpr(text, ctx_.str());
+        noteSymbols(parsed);
+        cached = expr_cache_.emplace(text, parsed).first;
+      }
+      SymExpr e = cached->second;
       if (e.isSym()) {
         if (auto h = v.opt("hint")) {
           auto [hk, hv] = h->unionKey();
@@ -263,24 +296,19 @@ class ExportImporter {
     v->kind = kind;
     switch (kind) {
       case ValueKind::Tensor: {
-        if (!sc.tensor_values) fail("{}: no tensor_values table for tensor '{}'", ctx_, name);
-        dom::object o;
-        if (sc.tensor_values->raw().get(o) != simdjson::SUCCESS) fail("{}: tensor_values is not an object", ctx_);
-        dom::element meta;
-        if (o.at_key(name).get(meta) != simdjson::SUCCESS) fail("{}: tensor '{}' has no entry in tensor_values", ctx_, name);
-        tensorMeta(J(meta, &ctx_), v->type);
+        if (!sc.has_tensor_values) fail("{}: no tensor_values table for tensor '{}'", ctx_.str(), name);
+        auto it = sc.tensor_values.find(name);
+        if (it == sc.tensor_values.end()) fail("{}: tensor '{}' has no entry in tensor_values", ctx_.str(), name);
+        tensorMeta(J(it->second, &ctx_), v->type);
         break;
       }
       case ValueKind::SymInt:
       case ValueKind::SymBool:
       case ValueKind::SymFloat: {
-        const auto& table = kind == ValueKind::SymInt ? sc.sym_int_values : kind == ValueKind::SymBool ? sc.sym_bool_values
-                                                                                                       : sc.sym_float_values;
-        if (!table) break;
-        dom::object o;
-        dom::element e;
-        if (table->raw().get(o) == simdjson::SUCCESS && o.at_key(name).get(e) == simdjson::SUCCESS && !e.is_null())
-          v->sym = symFromJson(J(e, &ctx_));
+        const Index& table = kind == ValueKind::SymInt ? sc.sym_int_values : kind == ValueKind::SymBool ? sc.sym_bool_values
+                                                                                                        : sc.sym_float_values;
+        auto it = table.find(name);
+        if (it != table.end() && !it->second.is_null()) v->sym = symFromJson(J(it->second, &ctx_));
         break;
       }
       case ValueKind::Opaque:
@@ -291,7 +319,7 @@ class ExportImporter {
 
   Value* lookup(Scope& sc, std::string_view name, const char* what) {
     auto it = sc.values.find(std::string(name));
-    if (it == sc.values.end()) fail("{}: reference to undefined {} '{}'", ctx_, what, std::string(name));
+    if (it == sc.values.end()) fail("{}: reference to undefined {} '{}'", ctx_.str(), what, std::string(name));
     return it->second;
   }
 
@@ -393,8 +421,8 @@ class ExportImporter {
       std::string name(v.at("name").str());
       Graph* sub = module_->addGraph(name);
       int index = static_cast<int>(module_->graphs().size()) - 1;
-      std::string saved = ctx_;
-      ctx_ = base_ctx_ + ": subgraph " + name;
+      Ctx saved = ctx_;
+      ctx_ = Ctx{base_ctx_ + ": subgraph " + name, ""};
       importGraph(v.at("graph"), sub, depth + 1);
       ctx_ = saved;
       return Attr::ofGraph(index);
@@ -450,8 +478,10 @@ class ExportImporter {
   }
 
   void importGraph(const J& graph, Graph* g, int depth) {
-    Scope sc{graph, {}, graph.opt("tensor_values"), graph.opt("sym_int_values"), graph.opt("sym_bool_values"),
-             graph.opt("sym_float_values"), graph.opt("custom_obj_values")};
+    Scope sc{graph, {}, indexTable(graph.opt("tensor_values")), indexTable(graph.opt("sym_int_values")),
+             indexTable(graph.opt("sym_bool_values")), indexTable(graph.opt("sym_float_values")),
+             graph.opt("tensor_values").has_value()};
+    sc.values.reserve(sc.tensor_values.size() + sc.sym_int_values.size() + 16);
     for (const J& in : graph.at("inputs").array()) {
       std::vector<std::pair<ValueKind, std::string>> slots;
       auto [k, v] = in.unionKey();
@@ -464,7 +494,7 @@ class ExportImporter {
       defineOutputs(sc, in, nullptr, slots);
       for (const auto& [kind, name] : slots) {
         if (name.empty()) continue;
-        if (sc.values.count(name)) fail("{}: graph input '{}' defined twice", ctx_, name);
+        if (sc.values.count(name)) fail("{}: graph input '{}' defined twice", ctx_.str(), name);
         Value* val = g->addInput(kind, name);
         describe(sc, val, kind, name);
         sc.values[name] = val;
@@ -473,8 +503,7 @@ class ExportImporter {
     for (const J& node : graph.at("nodes").array()) {
       std::string target = stripTorchOps(node.at("target").str());
       std::string name = node.opt("name") ? std::string(node.at("name").str()) : std::string();
-      std::string saved = ctx_;
-      ctx_ = saved + ": node " + (name.empty() ? target : name);
+      ctx_.node = name.empty() ? target : name;
       std::vector<Arg> args;
       for (const J& na : node.at("inputs").array()) {
         Arg a;
@@ -502,7 +531,7 @@ class ExportImporter {
       for (size_t i = 0; i < slots.size(); ++i) {
         const auto& [vk, vname] = slots[i];
         if (vname.empty()) continue;
-        if (sc.values.count(vname)) fail("{}: value '{}' defined twice", ctx_, vname);
+        if (sc.values.count(vname)) fail("{}: value '{}' defined twice", ctx_.str(), vname);
         Value* v = n->setOutput(i, vk);
         describe(sc, v, vk, vname);
         sc.values[vname] = v;
@@ -516,7 +545,7 @@ class ExportImporter {
         auto it = n->meta.find("stack_trace");
         if (it != n->meta.end()) n->loc = locationFromStackTrace(it->second);
       }
-      ctx_ = saved;
+      ctx_.node.clear();
     }
     for (const J& out : graph.at("outputs").array()) {
       auto [k, v] = out.unionKey();
@@ -634,8 +663,16 @@ class ExportImporter {
     module_->producer.stage = (functional && !non_core) ? Stage::ExportCoreAten : Stage::ExportTrainIr;
   }
 
-  std::string path_, member_, base_ctx_, ctx_;
-  dom::parser parser_;
+  std::string path_, member_, base_ctx_;
+  Ctx ctx_;
+  // One parser per thread, reused across imports: its buffers (several times the input
+  // size) are allocated once instead of page-faulted in for every file.
+  static dom::parser& threadParser() {
+    thread_local dom::parser parser;
+    return parser;
+  }
+  dom::parser& parser_ = threadParser();
+  std::unordered_map<std::string_view, SymExpr> expr_cache_;  // views into the parsed document
   std::unique_ptr<Module> module_;
 };
 
@@ -681,8 +718,9 @@ class ZipReader {
     if (st.size > kMaxMemberBytes) fail("{}: {}: member too large ({} bytes)", path_, member, st.size);
     zip_file_t* f = zip_fopen(za_, member.c_str(), 0);
     if (!f) fail("{}: {}: cannot open member ({})", path_, member, zip_strerror(za_));
-    std::string out(static_cast<size_t>(st.size), '\0');
-    zip_int64_t got = out.empty() ? 0 : zip_fread(f, out.data(), st.size);
+    std::string out(static_cast<size_t>(st.size) + 64, '\0');  // 64 bytes of parse padding
+    zip_int64_t got = st.size == 0 ? 0 : zip_fread(f, out.data(), st.size);
+    out.resize(static_cast<size_t>(st.size));
     bool ok = got == static_cast<zip_int64_t>(st.size);
     std::string msg = ok ? "" : (got < 0 ? zip_file_strerror(f) : "truncated member");
     zip_fclose(f);
@@ -703,8 +741,9 @@ bool endsWith(const std::string& s, std::string_view suffix) {
 
 }  // namespace
 
-std::unique_ptr<Module> importExportJson(std::string_view json, const std::string& path, const std::string& member) {
-  return ExportImporter(path, member).run(json);
+std::unique_ptr<Module> importExportJson(std::string_view json, const std::string& path, const std::string& member,
+                                         bool padded) {
+  return ExportImporter(path, member).run(json, padded);
 }
 
 std::unique_ptr<Module> importExportArchive(const std::string& bytes, const std::string& path) {
@@ -733,7 +772,7 @@ std::unique_ptr<Module> importExportArchive(const std::string& bytes, const std:
              : "zip archive is not a torch.export archive (no models/model.json or serialized_exported_program.json)");
   }
   std::string json = zip.read(model_member);
-  auto m = importExportJson(json, path, model_member);
+  auto m = importExportJson(json, path, model_member, /*padded=*/true);
   // Weight metadata (payloads stay in the archive; fxfuse reads them lazily).
   if (!root.empty()) {
     std::string stem = model_member.substr(model_member.rfind('/') + 1);
@@ -746,8 +785,8 @@ std::unique_ptr<Module> importExportArchive(const std::string& bytes, const std:
       std::string text = zip.read(cfg);
       simdjson::dom::parser p;
       simdjson::dom::element doc;
-      std::string ctx = path + ": " + cfg;
-      if (p.parse(simdjson::padded_string(text)).get(doc)) fail("{}: malformed JSON", ctx);
+      Ctx ctx{path + ": " + cfg, ""};
+      if (p.parse(simdjson::padded_string(text)).get(doc)) fail("{}: malformed JSON", ctx.where);
       J root_j(doc, &ctx);
       if (auto c = root_j.opt("config")) {
         for (auto& [fqn, meta] : c->items()) {

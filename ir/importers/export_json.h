@@ -17,7 +17,10 @@ namespace fxfuse::ir {
 
 // `path` names the file in error messages; `json` is the ExportedProgram JSON text.
 // `member` names the zip member it came from ("" for a bare JSON file).
-std::unique_ptr<Module> importExportJson(std::string_view json, const std::string& path, const std::string& member);
+// `padded`: the caller guarantees 64 readable bytes after json.end() (ir::readFile does),
+// so the text is parsed in place without a copy.
+std::unique_ptr<Module> importExportJson(std::string_view json, const std::string& path, const std::string& member,
+                                         bool padded = false);
 
 // Reads a .pt2 / legacy zip archive from memory.
 std::unique_ptr<Module> importExportArchive(const std::string& bytes, const std::string& path);

@@ -81,7 +81,7 @@ def main():
                     "IR with def-use links and canonical symbolic sizes) against Python's `json.loads` alone on the "
                     "same `model.json` bytes, already in memory. Medians of %d runs after one warm-up, same machine, "
                     "same run.\n\n" % args.runs)
-            o.write(f"Command:\n\n```\nbazel build -c opt //tools/bench:bench_import && {cmd}\n```\n\n")
+            o.write(f"Command:\n\n```\nbazel build //tools/bench:bench_import && {cmd}\n```\n\n")
             o.write(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.\n\n")
             o.write(table + "\n")
 
