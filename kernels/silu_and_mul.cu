@@ -1,6 +1,7 @@
 // SiluAndMul entry point and kernels: silu_and_mul (D16 out) and silu_and_mul_quant (static FP8).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <string>
 
 #include "kernels/device/numeric.cuh"
@@ -12,6 +13,7 @@ namespace fxfuse::kernels {
 namespace device {
 
 struct SiluAndMulArgs {
+  int64_t num_rows = 0;         // T
   int d = 0;                    // output width; input rows are [gate (d) | up (d)]
   const void* input = nullptr;  // [T, 2d] D16
   int64_t input_stride = 0;
@@ -24,48 +26,63 @@ struct SiluAndMulArgs {
 // h = round16(round16(silu(g)) * u), silu(g) = g / (1 + expf(-g)) in fp32.
 template <typename T>
 __device__ __forceinline__ float SiluMul(float g, float u) {
-  return Round16<T>(Round16<T>(g / (1.0f + expf(-g))) * u);
+  return Round16<T>(Round16<T>(__fdiv_rn(g, 1.0f + expf(-g))) * u);
 }
 
-// SiLU-and-mul, 16-byte path: one row per CTA, thread t handles vectors c = i * blockDim.x + t
-// of gate and up (all loads issued first). Rounding: h as above; kFp8: q = fp8(clamp(h op s)).
-template <typename T, int kVecs, bool kFp8>
-__global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
-    SiluAndMulVectorized(const SiluAndMulArgs a) {
-  const int64_t row = blockIdx.x;
-  const int num_vecs = a.d >> 3;
+template <typename T, int kVecs>
+__device__ __forceinline__ void LoadGateUp(const SiluAndMulArgs& a, int64_t row, int num_vecs, uint4 (&g)[kVecs],
+                                           uint4 (&u)[kVecs]) {
+  const bool valid_row = row < a.num_rows;
   const T* in_row = static_cast<const T*>(a.input) + row * a.input_stride;
   const uint4* gate = reinterpret_cast<const uint4*>(in_row);
   const uint4* up = reinterpret_cast<const uint4*>(in_row + a.d);
-  uint4 g_raw[kVecs];
-  uint4 u_raw[kVecs];
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int c = i * blockDim.x + threadIdx.x;
-    g_raw[i] = u_raw[i] = make_uint4(0, 0, 0, 0);
-    if (c < num_vecs) {
-      g_raw[i] = gate[c];
-      u_raw[i] = up[c];
+    g[i] = u[i] = make_uint4(0, 0, 0, 0);
+    if (valid_row && c < num_vecs) {
+      g[i] = gate[c];
+      u[i] = up[c];
     }
   }
+}
+
+// SiLU-and-mul, 16-byte path. Each CTA walks rows blockIdx.x, blockIdx.x + gridDim.x, ... and
+// loads the next row's gate and up while it computes and stores the current one; thread t
+// handles vectors c = i * blockDim.x + t. Rounding: h as above; kFp8: q = fp8(clamp(h op s)).
+template <typename T, int kVecs, bool kFp8>
+__global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
+    SiluAndMulVectorized(const SiluAndMulArgs a) {
+  const int num_vecs = a.d >> 3;
   ScaleOp op{false, 1.0f};
   if constexpr (kFp8) op = ScaleOp::Make(__ldg(a.scale), a.divide);
+  uint4 g_next[kVecs], u_next[kVecs];
+  int64_t row = blockIdx.x;
+  LoadGateUp<T, kVecs>(a, row, num_vecs, g_next, u_next);
+  for (; row < a.num_rows; row += gridDim.x) {
+    uint4 g_raw[kVecs], u_raw[kVecs];
 #pragma unroll
-  for (int i = 0; i < kVecs; ++i) {
-    const int c = i * blockDim.x + threadIdx.x;
-    if (c >= num_vecs) continue;
-    float g[8];
-    float u[8];
-    Unpack8<T>(g_raw[i], g);
-    Unpack8<T>(u_raw[i], u);
-    float h[8];
+    for (int i = 0; i < kVecs; ++i) {
+      g_raw[i] = g_next[i];
+      u_raw[i] = u_next[i];
+    }
+    LoadGateUp<T, kVecs>(a, row + gridDim.x, num_vecs, g_next, u_next);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) h[j] = SiluMul<T>(g[j], u[j]);
-    if constexpr (kFp8) {
-      reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride)[c] =
-          QuantizeToFp8x8(h, op);
-    } else {
-      reinterpret_cast<uint4*>(static_cast<T*>(a.output) + row * a.output_stride)[c] = Pack8<T>(h);
+    for (int i = 0; i < kVecs; ++i) {
+      const int c = i * blockDim.x + threadIdx.x;
+      if (c >= num_vecs) continue;
+      float g[8];
+      float u[8];
+      Unpack8<T>(g_raw[i], g);
+      Unpack8<T>(u_raw[i], u);
+      float h[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) h[j] = SiluMul<T>(g[j], u[j]);
+      if constexpr (kFp8) {
+        reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride)[c] = QuantizeToFp8x8(h, op);
+      } else {
+        reinterpret_cast<uint4*>(static_cast<T*>(a.output) + row * a.output_stride)[c] = Pack8<T>(h);
+      }
     }
   }
 }
@@ -88,32 +105,42 @@ __global__ void __launch_bounds__(1024) SiluAndMulScalar(const SiluAndMulArgs a)
   }
 }
 
+template <typename T, int kVecs, bool kFp8>
+Status LaunchSiluVectorized(const SiluAndMulArgs& args, int threads, int sm_count, cudaStream_t stream) {
+  static std::atomic<int> occupancy_cache[33] = {};
+  const auto kernel = SiluAndMulVectorized<T, kVecs, kFp8>;
+  unsigned int grid = 0;
+  FXFUSE_KERNELS_RETURN_IF_ERROR(PersistentGrid(kernel, args.num_rows, threads, 0, sm_count, occupancy_cache, &grid));
+  kernel<<<grid, threads, 0, stream>>>(args);
+  return Status::Ok();
+}
+
 template <typename T, bool kFp8>
 Status LaunchSiluAndMul(int64_t num_tokens, const internal::RowLaunchConfig& config,
                         const SiluAndMulArgs& args, cudaStream_t stream) {
   const char* name = kFp8 ? "silu_and_mul_quant" : "silu_and_mul";
-  const dim3 grid(static_cast<unsigned int>(num_tokens));
-  const dim3 block(static_cast<unsigned int>(config.threads));
+  const int threads = config.threads;
   if (!config.vectorized) {
-    SiluAndMulScalar<T, kFp8><<<grid, block, 0, stream>>>(args);
+    SiluAndMulScalar<T, kFp8><<<static_cast<unsigned int>(num_tokens), threads, 0, stream>>>(args);
   } else {
-    switch (config.vecs_per_thread) {
-      case 1:
-        SiluAndMulVectorized<T, 1, kFp8><<<grid, block, 0, stream>>>(args);
-        break;
-      case 2:
-        SiluAndMulVectorized<T, 2, kFp8><<<grid, block, 0, stream>>>(args);
-        break;
-      case 4:
-        SiluAndMulVectorized<T, 4, kFp8><<<grid, block, 0, stream>>>(args);
-        break;
-      case 8:
-        SiluAndMulVectorized<T, 8, kFp8><<<grid, block, 0, stream>>>(args);
-        break;
-      default:
-        return Status::InvalidArgument(std::string(name) + ": unsupported vecs_per_thread " +
-                                       std::to_string(config.vecs_per_thread));
-    }
+    const Status status = [&]() -> Status {
+      switch (config.vecs_per_thread) {
+        case 1:
+          return LaunchSiluVectorized<T, 1, kFp8>(args, threads, config.sm_count, stream);
+        case 2:
+          return LaunchSiluVectorized<T, 2, kFp8>(args, threads, config.sm_count, stream);
+        case 4:
+          return LaunchSiluVectorized<T, 4, kFp8>(args, threads, config.sm_count, stream);
+        case 8:
+          return LaunchSiluVectorized<T, 8, kFp8>(args, threads, config.sm_count, stream);
+        default:
+          return Status::InvalidArgument(std::string(name) + ": unsupported vecs_per_thread " +
+                                         std::to_string(config.vecs_per_thread));
+      }
+    }();
+    if (!status.ok()) return status.code() == StatusCode::kInvalidArgument
+                                 ? status
+                                 : Status::CudaError(std::string(name) + ": " + status.message());
   }
   return CheckLaunch(name);
 }
@@ -133,6 +160,7 @@ Status SiluAndMul(const SiluAndMulParams& p, cudaStream_t stream) {
   const int64_t d = p.hidden_size;
   const bool fp8 = p.output_dtype == DType::kFloat8E4M3;
   device::SiluAndMulArgs a;
+  a.num_rows = p.num_tokens;
   a.d = static_cast<int>(d);
   a.input = p.input;
   a.input_stride = internal::ResolveStride(p.input_row_stride, 2 * d);

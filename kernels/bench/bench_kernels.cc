@@ -56,7 +56,8 @@ struct Options {
   std::vector<std::string> kernels;  // empty: all
   int reps = 100;
   int warmup = 10;
-  bool sweep = false;    // also time every vecs_per_thread at the large sizes
+  bool sweep = false;    // also time every vecs_per_thread (tuning of the launch heuristic)
+  bool table = true;     // the main table (--no-table: sweep only)
   bool profile = false;  // few runs, no copy/empty measurements (for ncu)
 };
 
@@ -245,7 +246,8 @@ Timing TimeLaunches(const std::function<Status(int)>& launch, int warmup, int re
   std::vector<float> ms;
   for (int done = 0; done < reps;) {
     const int n = std::min(kBatch, reps - done);
-    BENCH_CHECK(LaunchSpinKernel(400000, stream));  // ~200 us at 1.98 GHz
+    // ~1 ms at 1.98 GHz: longer than the host needs to enqueue the batch (~40 us per call).
+    BENCH_CHECK(LaunchSpinKernel(2000000, stream));
     for (int i = 0; i < n; ++i) {
       BENCH_CHECK_CUDA(cudaEventRecord(start[i], stream));
       BENCH_CHECK(launch(warmup + done + i));
@@ -367,6 +369,8 @@ int Main(int argc, char** argv) {
       opt.reps = 30;
     } else if (a == "--sweep") {
       opt.sweep = true;
+    } else if (a == "--no-table") {
+      opt.table = false;
     } else if (a == "--profile") {
       opt.profile = true;
       opt.reps = 3;
@@ -397,7 +401,7 @@ int Main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
   result["command"] = cmd;
   result["method"] =
-      "CUDA events around each call, calls enqueued in batches of 25 behind a ~200 us spin kernel; "
+      "CUDA events around each call, calls enqueued in batches of 25 behind a ~1 ms spin kernel; "
       "warm-up calls first; median of the timed calls; inputs rotated over >= 3x L2 of buffer sets; "
       "random normal(0, 2) bf16 data, weights uniform [0.5, 1.5); bandwidth = bytes that must move / median.";
 
@@ -419,6 +423,7 @@ int Main(int argc, char** argv) {
   }
   json cases = json::array();
   std::printf("%-40s %7s %6s %10s %9s %7s\n", "kernel", "T", "H", "median_us", "GB/s", "copy%");
+  if (!opt.table) selected.clear();
   for (const KernelSpec& k : selected) {
     for (int64_t h : opt.hidden) {
       for (int64_t t : opt.tokens) {
@@ -437,13 +442,14 @@ int Main(int argc, char** argv) {
 
   if (opt.sweep) {
     json sweep = json::array();
-    const std::vector<std::string> sweep_kernels = {
-        "rms_norm", "fused_add_rms_norm", "rms_norm_quant_fp8_static", "fused_add_rms_norm_quant_fp8_static",
-        "fused_add_rms_norm_quant_fp8_per_token", "fused_add_rms_norm_quant_fp8_group128",
-        "silu_and_mul_quant_fp8_static"};
+    std::vector<std::string> sweep_kernels;
+    for (const KernelSpec& k : AllKernels()) {
+      if (k.name != "quant_fp8_per_tensor" && k.name != "silu_and_mul") sweep_kernels.push_back(k.name);
+    }
+    if (!opt.kernels.empty()) sweep_kernels = opt.kernels;
     for (const std::string& k : sweep_kernels) {
-      for (int64_t h : {4096, 5120, 8192}) {
-        for (int64_t t : {256, 2048, 8192, 32768}) {
+      for (int64_t h : opt.hidden) {
+        for (int64_t t : opt.tokens) {
           std::printf("sweep %-38s T=%6lld H=%5lld:", k.c_str(), static_cast<long long>(t), static_cast<long long>(h));
           for (int vecs : {1, 2, 4, 8}) {
             LaunchTuning tuning;

@@ -62,6 +62,12 @@ __device__ __forceinline__ void Unpack8(const uint4& raw, float (&out)[8]) {
   }
 }
 
+// Makes the compiler forget what it knows about `v` (no code is emitted): values unpacked from
+// `v` before this point cannot be reused after it, so they need not stay in registers.
+__device__ __forceinline__ void OpaqueRegisters(uint4& v) {
+  asm volatile("" : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w));
+}
+
 // Rounds 8 fp32 values to T (RNE) and packs them.
 template <typename T>
 __device__ __forceinline__ uint4 Pack8(const float (&in)[8]) {
@@ -102,10 +108,16 @@ struct ScaleOp {
 };
 
 // 8 values scaled, clamped and converted to 8 e4m3fn bytes (element 0 in the lowest byte).
+// (One uniform branch around the 8 divisions or multiplications: a select would compute both.)
 __device__ __forceinline__ uint2 QuantizeToFp8x8(const float (&v)[8], const ScaleOp& op) {
   float c[8];
+  if (op.divide) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j) c[j] = ClampToFp8Range(op.Apply(v[j]));
+    for (int j = 0; j < 8; ++j) c[j] = ClampToFp8Range(__fdiv_rn(v[j], op.factor));
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) c[j] = ClampToFp8Range(__fmul_rn(v[j], op.factor));
+  }
   const uint32_t lo = FloatPairToFp8x2(c[0], c[1]) | (FloatPairToFp8x2(c[2], c[3]) << 16);
   const uint32_t hi = FloatPairToFp8x2(c[4], c[5]) | (FloatPairToFp8x2(c[6], c[7]) << 16);
   return make_uint2(lo, hi);

@@ -1,15 +1,17 @@
-// Row kernels: one CTA per row of [T, H] for RMSNorm (with optional residual add) and FP8
-// quantization, fused or not. Two paths compute the same math:
+// Row kernels: one CTA handles a row of [T, H] at a time, for RMSNorm (with optional residual
+// add) and FP8 quantization, fused or not. Two paths compute the same math:
 //   RowKernelVectorized: 16-byte loads/stores, the whole row kept in registers between the
-//     reduction(s) and the output pass (each input byte read once);
-//   RowKernelScalar: element loads, any H and alignment; the row is streamed two or three times
-//     (the later passes mostly hit L2).
+//     reduction(s) and the output pass (each input byte read once), following rows prefetched
+//     into shared memory with cp.async;
+//   RowKernelScalar: element loads, any H and alignment, one row per CTA; the row is streamed
+//     two or three times (the later passes mostly hit L2).
 // Included only by the .cu files that instantiate the variants they launch.
 #ifndef FXFUSE_KERNELS_DEVICE_ROW_KERNELS_CUH_
 #define FXFUSE_KERNELS_DEVICE_ROW_KERNELS_CUH_
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -32,6 +34,7 @@ enum class RowOutput {
 
 // Everything a row kernel reads; strides in elements. Passed by value (kernel parameter space).
 struct RowKernelArgs {
+  int64_t num_rows = 0;  // T
   int hidden = 0;
   const void* input = nullptr;  // [T, H] D16
   int64_t input_stride = 0;
@@ -50,6 +53,7 @@ struct RowKernelArgs {
   bool divide = false;     // quantize with v / s (true) or v * (1/s) (false)
   float min_abs = 0.0f;    // dynamic scale s = max(max(a, min_abs) / 448, min_scale)
   float min_scale = 0.0f;
+  int stages = 1;          // vectorized path: rows in shared memory (the current + prefetched)
 };
 
 // Dynamic per-tensor, pass 1: raise *scale (zeroed before) to this row's dynamic scale. Scales
@@ -60,8 +64,36 @@ __device__ __forceinline__ void RaiseTensorScale(float* scale, float row_scale) 
   if (bits > *reinterpret_cast<volatile unsigned int*>(target)) atomicMax(target, bits);
 }
 
-// Row kernel, 16-byte path. One row per CTA; thread t owns vectors c = i * blockDim.x + t
-// (i < kVecs) of 8 elements each, so a group of g elements is g/8 consecutive lanes.
+// Asynchronous 16-byte global -> shared copies (sm_80+ cp.async, L2 only) and their groups.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommitGroup() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most `pending` (0, 1 or 2) of this thread's newest groups are in flight.
+__device__ __forceinline__ void CpAsyncWaitGroups(int pending) {
+  if (pending >= 2) {
+    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+  } else if (pending == 1) {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  } else {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  }
+}
+
+// Shared memory of the 16-byte row kernel: `stages` slots, each holding the row's input (and
+// residual) vectors, thread t's vector i at [i * blockDim.x + t] (conflict-free, and private to
+// the thread: the pipeline needs no barrier).
+inline int64_t RowStageBytes(int vecs_per_thread, int threads, bool residual) {
+  return int64_t{16} * vecs_per_thread * threads * (residual ? 2 : 1);
+}
+
+// Row kernel, 16-byte path. Each CTA walks rows blockIdx.x, blockIdx.x + gridDim.x, ... (the
+// grid is at most the CTAs resident on the device). Rows are copied global -> shared with
+// cp.async `a.stages - 1` rows ahead of the one being reduced and written, so loads are always
+// in flight. Thread t owns vectors c = i * blockDim.x + t (i < kVecs) of 8 elements; a group of
+// g elements is g/8 consecutive lanes. The current row is held in registers as packed D16, the
+// weight too (loaded once per CTA).
 // Rounding points (s: source value of an element):
 //   kResidual: v = float(x) + float(r) (fp32); residual <- round16(v);
 //              s = v (residual_unrounded) or round16(v)
@@ -70,138 +102,207 @@ __device__ __forceinline__ void RaiseTensorScale(float* scale, float row_scale) 
 //              (no weight: n = round16(s * inv))
 //   otherwise: n = s
 //   kFp8*:     q = fp8(clamp(n * (1/scale) or n / scale, -448, 448)), RNE, NaN kept
+// The per-row arithmetic and reduction order depend only on blockDim.x and kVecs, never on the
+// grid or the pipeline depth, so a fused kernel equals its unfused chain bit for bit.
 template <typename T, int kVecs, bool kResidual, bool kNorm, RowOutput kOut>
 __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
     RowKernelVectorized(const RowKernelArgs a) {
   static_assert(kNorm || !kResidual, "a residual add is only fused with a normalization");
-  const int64_t row = blockIdx.x;
+  extern __shared__ uint4 row_stages[];
+  constexpr int kArrays = kResidual ? 2 : 1;
   const int num_vecs = a.hidden >> 3;
-  const uint4* x_row =
-      reinterpret_cast<const uint4*>(static_cast<const T*>(a.input) + row * a.input_stride);
-  uint4* r_row = nullptr;
-  if constexpr (kResidual) {
-    r_row = reinterpret_cast<uint4*>(static_cast<T*>(a.residual) + row * a.residual_stride);
-  }
-
-  // Issue every load of the row before using any of it.
-  uint4 x_raw[kVecs];
-  uint4 r_raw[kVecs];
+  const int stages = a.stages;
+  const int array_stride = kVecs * blockDim.x;  // uint4 per array per stage
+  const bool has_weight = kNorm && a.weight != nullptr;
+  const bool unrounded = kResidual && a.residual_unrounded;
   uint4 w_raw[kVecs];
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int c = i * blockDim.x + threadIdx.x;
-    x_raw[i] = r_raw[i] = w_raw[i] = make_uint4(0, 0, 0, 0);
-    if (c < num_vecs) {
-      x_raw[i] = x_row[c];
-      if constexpr (kResidual) r_raw[i] = r_row[c];
-      if (kNorm && a.weight != nullptr) w_raw[i] = __ldg(static_cast<const uint4*>(a.weight) + c);
-    }
+    w_raw[i] = (has_weight && c < num_vecs) ? __ldg(static_cast<const uint4*>(a.weight) + c) : make_uint4(0, 0, 0, 0);
   }
-
-  // Residual add (written back at once) and source values; out-of-row slots hold zeros.
-  float s[kVecs][8];
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kVecs; ++i) {
-    Unpack8<T>(x_raw[i], s[i]);
-    if constexpr (kResidual) {
-      const int c = i * blockDim.x + threadIdx.x;
-      float r[8];
-      Unpack8<T>(r_raw[i], r);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) s[i][j] += r[j];
-      if (c < num_vecs) r_row[c] = Pack8<T>(s[i]);
-      if (!a.residual_unrounded) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) s[i][j] = Round16<T>(s[i][j]);
+  // Copies this thread's vectors of `row` into stage `stage` (one commit group, maybe empty).
+  const auto prefetch = [&](int64_t row, int stage) {
+    if (row < a.num_rows) {
+      const uint4* x_row = reinterpret_cast<const uint4*>(static_cast<const T*>(a.input) + row * a.input_stride);
+      const uint4* r_row = nullptr;
+      if constexpr (kResidual) {
+        r_row = reinterpret_cast<const uint4*>(static_cast<const T*>(a.residual) + row * a.residual_stride);
       }
-    }
-    if constexpr (kNorm) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) sum_sq += s[i][j] * s[i][j];
-    }
-  }
-
-  if constexpr (kNorm) {
-    __shared__ float sum_partials[32];
-    sum_sq = BlockAllReduce(sum_sq, sum_partials, SumOp());
-    const float inv = rsqrtf(sum_sq / static_cast<float>(a.hidden) + a.epsilon);
-    if (a.weight != nullptr) {
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i) {
-        float w[8];
-        Unpack8<T>(w_raw[i], w);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) s[i][j] = Round16<T>(Round16<T>(s[i][j] * inv) * w[j]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) s[i][j] = Round16<T>(s[i][j] * inv);
-      }
-    }
-  }
-
-  if constexpr (kOut == RowOutput::kD16) {
-    uint4* o_row = reinterpret_cast<uint4*>(static_cast<T*>(a.output) + row * a.output_stride);
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i) {
-      const int c = i * blockDim.x + threadIdx.x;
-      if (c < num_vecs) o_row[c] = Pack8<T>(s[i]);
-    }
-  } else if constexpr (kOut == RowOutput::kTensorAbsMax) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(s[i][j]));
-    }
-    __shared__ float max_partials[32];
-    amax = BlockAllReduce(amax, max_partials, MaxOp());
-    if (threadIdx.x == 0) RaiseTensorScale(a.scale, DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale));
-  } else {
-    uint2* o_row = reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride);
-    if constexpr (kOut == RowOutput::kFp8PerGroup) {
-      const int lanes_per_group = a.group_size >> 3;
+      uint4* slot = row_stages + stage * kArrays * array_stride + threadIdx.x;
 #pragma unroll
       for (int i = 0; i < kVecs; ++i) {
         const int c = i * blockDim.x + threadIdx.x;
-        float gmax = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) gmax = fmaxf(gmax, fabsf(s[i][j]));
-        gmax = LaneGroupAllReduce(gmax, lanes_per_group, MaxOp());
-        const float scale = DynamicScaleFromAbsMax(gmax, a.min_abs, a.min_scale);
         if (c < num_vecs) {
-          if ((c & (lanes_per_group - 1)) == 0) {
-            a.scale[row * a.scale_token_stride + (c / lanes_per_group) * a.scale_group_stride] = scale;
-          }
-          o_row[c] = QuantizeToFp8x8(s[i], ScaleOp::Make(scale, a.divide));
+          CpAsync16(slot + i * blockDim.x, x_row + c);
+          if constexpr (kResidual) CpAsync16(slot + array_stride + i * blockDim.x, r_row + c);
         }
       }
+    }
+    CpAsyncCommitGroup();
+  };
+  // Partial sums of the reductions, double-buffered: a warp can only reach the next row's
+  // reduction after every warp passed this row's barrier, i.e. finished reading this buffer.
+  __shared__ float sum_partials[2][32];
+  __shared__ float max_partials[2][32];
+
+  for (int k = 0; k < stages - 1; ++k) prefetch(blockIdx.x + static_cast<int64_t>(k) * gridDim.x, k);
+  int stage = 0;
+  for (int64_t row = blockIdx.x, parity = 0; row < a.num_rows; row += gridDim.x, parity ^= 1) {
+    // Refill the slot the previous row used (its values are in registers already), then wait
+    // for this row's copies.
+    prefetch(row + static_cast<int64_t>(stages - 1) * gridDim.x, (stage + stages - 1) % stages);
+    CpAsyncWaitGroups(stages - 1);
+    uint4 x[kVecs], r[kVecs];
+    {
+      const uint4* slot = row_stages + stage * kArrays * array_stride + threadIdx.x;
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) {
+        const int c = i * blockDim.x + threadIdx.x;
+        x[i] = r[i] = make_uint4(0, 0, 0, 0);
+        if (c < num_vecs) {
+          x[i] = slot[i * blockDim.x];
+          if constexpr (kResidual) r[i] = slot[array_stride + i * blockDim.x];
+        }
+      }
+    }
+    stage = stage + 1 == stages ? 0 : stage + 1;
+
+    // Residual add (written back at once); x becomes round16(v) unless the unrounded sum is
+    // normalized (then v is recomputed from x and r, identically, when needed).
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      float v[8];
+      Unpack8<T>(x[i], v);
+      if constexpr (kResidual) {
+        const int c = i * blockDim.x + threadIdx.x;
+        float rf[8];
+        Unpack8<T>(r[i], rf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] += rf[j];
+        const uint4 z = Pack8<T>(v);
+        if (c < num_vecs) {
+          reinterpret_cast<uint4*>(static_cast<T*>(a.residual) + row * a.residual_stride)[c] = z;
+        }
+        if (!unrounded) {
+          x[i] = z;
+          Unpack8<T>(z, v);
+        }
+      }
+      if constexpr (kNorm) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+      }
+    }
+    float inv = 1.0f;
+    if constexpr (kNorm) {
+      sum_sq = BlockAllReduce(sum_sq, sum_partials[parity], SumOp());
+      inv = rsqrtf(sum_sq / static_cast<float>(a.hidden) + a.epsilon);
+      // Keep the row packed across the reduction (unpack again below) rather than as floats.
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) {
+        OpaqueRegisters(x[i]);
+        if (unrounded) OpaqueRegisters(r[i]);
+      }
+    }
+    // n of vector i.
+    const auto normalized = [&](int i, float (&n)[8]) {
+      Unpack8<T>(x[i], n);
+      if (unrounded) {
+        float rf[8];
+        Unpack8<T>(r[i], rf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) n[j] += rf[j];
+      }
+      if constexpr (kNorm) {
+        if (has_weight) {
+          float w[8];
+          Unpack8<T>(w_raw[i], w);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) n[j] = Round16<T>(Round16<T>(n[j] * inv) * w[j]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) n[j] = Round16<T>(n[j] * inv);
+        }
+      }
+    };
+
+    if constexpr (kOut == RowOutput::kD16) {
+      uint4* o_row = reinterpret_cast<uint4*>(static_cast<T*>(a.output) + row * a.output_stride);
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) {
+        const int c = i * blockDim.x + threadIdx.x;
+        float n[8];
+        normalized(i, n);
+        if (c < num_vecs) o_row[c] = Pack8<T>(n);
+      }
+    } else if constexpr (kOut == RowOutput::kTensorAbsMax) {
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) {
+        float n[8];
+        normalized(i, n);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(n[j]));
+      }
+      amax = BlockAllReduce(amax, max_partials[parity], MaxOp());
+      if (threadIdx.x == 0) RaiseTensorScale(a.scale, DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale));
     } else {
-      float scale;
-      if constexpr (kOut == RowOutput::kFp8Static) {
-        scale = __ldg(a.scale);
+      uint2* o_row = reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride);
+      if constexpr (kOut == RowOutput::kFp8PerGroup) {
+        const int lanes_per_group = a.group_size >> 3;
+#pragma unroll
+        for (int i = 0; i < kVecs; ++i) {
+          const int c = i * blockDim.x + threadIdx.x;
+          float n[8];
+          normalized(i, n);
+          float gmax = 0.0f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) gmax = fmaxf(gmax, fabsf(n[j]));
+          gmax = LaneGroupAllReduce(gmax, lanes_per_group, MaxOp());
+          const float scale = DynamicScaleFromAbsMax(gmax, a.min_abs, a.min_scale);
+          if (c < num_vecs) {
+            if ((c & (lanes_per_group - 1)) == 0) {
+              a.scale[row * a.scale_token_stride + (c / lanes_per_group) * a.scale_group_stride] = scale;
+            }
+            o_row[c] = QuantizeToFp8x8(n, ScaleOp::Make(scale, a.divide));
+          }
+        }
+      } else if constexpr (kOut == RowOutput::kFp8Static) {
+        const ScaleOp op = ScaleOp::Make(__ldg(a.scale), a.divide);
+#pragma unroll
+        for (int i = 0; i < kVecs; ++i) {
+          const int c = i * blockDim.x + threadIdx.x;
+          float n[8];
+          normalized(i, n);
+          if (c < num_vecs) o_row[c] = QuantizeToFp8x8(n, op);
+        }
       } else {
         static_assert(kOut == RowOutput::kFp8PerToken, "unhandled RowOutput");
+        // Pass 1: n (D16-exact, kept packed in x) and its absolute maximum.
         float amax = 0.0f;
 #pragma unroll
         for (int i = 0; i < kVecs; ++i) {
+          float n[8];
+          normalized(i, n);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(s[i][j]));
+          for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(n[j]));
+          if constexpr (kNorm) x[i] = Pack8<T>(n);
         }
-        __shared__ float max_partials[32];
-        amax = BlockAllReduce(amax, max_partials, MaxOp());
+        amax = BlockAllReduce(amax, max_partials[parity], MaxOp());
         if (a.scale_upper_bound != nullptr) amax = fminf(amax, __ldg(a.scale_upper_bound));
-        scale = DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale);
+        const float scale = DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale);
         if (threadIdx.x == 0) a.scale[row * a.scale_token_stride] = scale;
-      }
-      const ScaleOp op = ScaleOp::Make(scale, a.divide);
+        const ScaleOp op = ScaleOp::Make(scale, a.divide);
+        // Pass 2: quantize n.
 #pragma unroll
-      for (int i = 0; i < kVecs; ++i) {
-        const int c = i * blockDim.x + threadIdx.x;
-        if (c < num_vecs) o_row[c] = QuantizeToFp8x8(s[i], op);
+        for (int i = 0; i < kVecs; ++i) {
+          const int c = i * blockDim.x + threadIdx.x;
+          float n[8];
+          Unpack8<T>(x[i], n);
+          if (c < num_vecs) o_row[c] = QuantizeToFp8x8(n, op);
+        }
       }
     }
   }
@@ -332,32 +433,105 @@ inline Status CheckLaunch(const char* kernel) {
   return Status::Ok();
 }
 
+// Host: CTAs of `kernel` with `threads` threads and `smem_bytes` of dynamic shared memory that
+// fit on one multiprocessor (cached per kernel and block size, which determines the shared
+// memory; every device of a process is assumed to be the same model).
+template <typename Kernel>
+Status ResidentCtasPerSm(Kernel kernel, int threads, int smem_bytes, std::atomic<int> (&cache)[33], int* per_sm) {
+  const int slot = threads / 32;
+  int value = cache[slot].load(std::memory_order_relaxed);
+  if (value == 0) {
+    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&value, kernel, threads, smem_bytes);
+    if (err != cudaSuccess) {
+      return Status::CudaError(std::string("cudaOccupancyMaxActiveBlocksPerMultiprocessor: ") +
+                               cudaGetErrorString(err));
+    }
+    value = value < 1 ? 1 : value;
+    cache[slot].store(value, std::memory_order_relaxed);
+  }
+  *per_sm = value;
+  return Status::Ok();
+}
+
+// Host: grid of a persistent row kernel: one CTA per row while the rows fit on the device at
+// once, else as many CTAs as are resident, each taking an equal share of the rows.
+template <typename Kernel>
+Status PersistentGrid(Kernel kernel, int64_t num_rows, int threads, int smem_bytes, int sm_count,
+                      std::atomic<int> (&cache)[33], unsigned int* grid) {
+  if (num_rows <= sm_count) {
+    *grid = static_cast<unsigned int>(num_rows);
+    return Status::Ok();
+  }
+  int per_sm = 0;
+  FXFUSE_KERNELS_RETURN_IF_ERROR(ResidentCtasPerSm(kernel, threads, smem_bytes, cache, &per_sm));
+  const int64_t resident = static_cast<int64_t>(per_sm) * sm_count;
+  const int64_t rows_per_cta = (num_rows + resident - 1) / resident;
+  *grid = static_cast<unsigned int>((num_rows + rows_per_cta - 1) / rows_per_cta);
+  return Status::Ok();
+}
+
+// Host: pipeline depth of the 16-byte row kernel: up to 3 rows in shared memory while a CTA
+// stays within about half the multiprocessor's shared memory (at least two CTAs fit), at least 1.
+inline int RowStages(int64_t stage_bytes) {
+  constexpr int64_t kBudget = 110 * 1024;
+  int stages = static_cast<int>(kBudget / stage_bytes);
+  if (stages > 3) stages = 3;
+  if (stages < 1) stages = 1;
+  return stages;
+}
+
+template <typename T, int kVecs, bool kResidual, bool kNorm, RowOutput kOut>
+Status LaunchRowKernelVectorized(RowKernelArgs args, int threads, int sm_count, cudaStream_t stream) {
+  static std::atomic<int> occupancy_cache[33] = {};
+  static std::atomic<int64_t> smem_limit_set{0};
+  const auto kernel = RowKernelVectorized<T, kVecs, kResidual, kNorm, kOut>;
+  const int64_t stage_bytes = RowStageBytes(kVecs, threads, kResidual);
+  args.stages = RowStages(stage_bytes);
+  const int64_t smem = stage_bytes * args.stages;
+  if (smem > 48 * 1024 && smem > smem_limit_set.load(std::memory_order_relaxed)) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) {
+      return Status::CudaError(std::string("cudaFuncSetAttribute(MaxDynamicSharedMemorySize, ") +
+                               std::to_string(smem) + "): " + cudaGetErrorString(err));
+    }
+    smem_limit_set.store(smem, std::memory_order_relaxed);
+  }
+  unsigned int grid = 0;
+  FXFUSE_KERNELS_RETURN_IF_ERROR(
+      PersistentGrid(kernel, args.num_rows, threads, static_cast<int>(smem), sm_count, occupancy_cache, &grid));
+  kernel<<<grid, threads, static_cast<size_t>(smem), stream>>>(args);
+  return Status::Ok();
+}
+
 // Host: launches the row kernel variant chosen by `config` over `num_tokens` rows.
 template <typename T, bool kResidual, bool kNorm, RowOutput kOut>
 Status LaunchRowKernel(const char* name, int64_t num_tokens, const internal::RowLaunchConfig& config,
-                       const RowKernelArgs& args, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned int>(num_tokens));
-  const dim3 block(static_cast<unsigned int>(config.threads));
+                       const RowKernelArgs& in_args, cudaStream_t stream) {
+  RowKernelArgs args = in_args;
+  args.num_rows = num_tokens;
+  const int threads = config.threads;
   if (!config.vectorized) {
-    RowKernelScalar<T, kResidual, kNorm, kOut><<<grid, block, 0, stream>>>(args);
+    RowKernelScalar<T, kResidual, kNorm, kOut><<<static_cast<unsigned int>(num_tokens), threads, 0, stream>>>(args);
   } else {
-    switch (config.vecs_per_thread) {
-      case 1:
-        RowKernelVectorized<T, 1, kResidual, kNorm, kOut><<<grid, block, 0, stream>>>(args);
-        break;
-      case 2:
-        RowKernelVectorized<T, 2, kResidual, kNorm, kOut><<<grid, block, 0, stream>>>(args);
-        break;
-      case 4:
-        RowKernelVectorized<T, 4, kResidual, kNorm, kOut><<<grid, block, 0, stream>>>(args);
-        break;
-      case 8:
-        RowKernelVectorized<T, 8, kResidual, kNorm, kOut><<<grid, block, 0, stream>>>(args);
-        break;
-      default:
-        return Status::InvalidArgument(std::string(name) + ": unsupported vecs_per_thread " +
-                                       std::to_string(config.vecs_per_thread));
-    }
+    const Status status = [&]() -> Status {
+      switch (config.vecs_per_thread) {
+        case 1:
+          return LaunchRowKernelVectorized<T, 1, kResidual, kNorm, kOut>(args, threads, config.sm_count, stream);
+        case 2:
+          return LaunchRowKernelVectorized<T, 2, kResidual, kNorm, kOut>(args, threads, config.sm_count, stream);
+        case 4:
+          return LaunchRowKernelVectorized<T, 4, kResidual, kNorm, kOut>(args, threads, config.sm_count, stream);
+        case 8:
+          return LaunchRowKernelVectorized<T, 8, kResidual, kNorm, kOut>(args, threads, config.sm_count, stream);
+        default:
+          return Status::InvalidArgument(std::string(name) + ": unsupported vecs_per_thread " +
+                                         std::to_string(config.vecs_per_thread));
+      }
+    }();
+    if (!status.ok()) return status.code() == StatusCode::kInvalidArgument
+                                 ? status
+                                 : Status::CudaError(std::string(name) + ": " + status.message());
   }
   return CheckLaunch(name);
 }

@@ -9,6 +9,7 @@ namespace fxfuse::kernels::internal {
 Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vectorizable,
                              int sm_count, const LaunchTuning& tuning, RowLaunchConfig* config) {
   *config = RowLaunchConfig();
+  config->sm_count = sm_count;
   const int v = tuning.vecs_per_thread;
   if (v != 0 && v != 1 && v != 2 && v != 4 && v != 8) {
     return Status::InvalidArgument("tuning.vecs_per_thread must be 0, 1, 2, 4 or 8, got " +
@@ -20,9 +21,7 @@ Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vecto
     const int64_t vecs = hidden_size / 8;
     int per_thread = v;
     if (per_thread == 0) {
-      per_thread = num_tokens >= 4 * static_cast<int64_t>(sm_count) ? 4
-                   : num_tokens >= sm_count                          ? 2
-                                                                     : 1;
+      per_thread = num_tokens >= 4 * static_cast<int64_t>(sm_count) ? 4 : 2;
     }
     const auto threads_for = [vecs](int per) { return (vecs + per - 1) / per; };
     while (per_thread < 8 && threads_for(per_thread) > MaxThreadsForVecsPerThread(per_thread)) {
@@ -38,6 +37,7 @@ Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vecto
   // Scalar path: the row is streamed through the CTA (two or three passes, the later ones
   // mostly from L2), about four elements per thread per pass.
   config->vectorized = false;
+  config->sm_count = sm_count;
   config->threads = static_cast<int>(std::clamp<int64_t>(round_up_32((hidden_size + 3) / 4), 32, 1024));
   return Status::Ok();
 }

@@ -30,12 +30,14 @@ struct RowLaunchConfig {
   bool vectorized = false;   // 16-byte register path; false: scalar path (streams the row)
   int vecs_per_thread = 0;   // vectorized only: 1, 2, 4 or 8 sixteen-byte vectors per thread
   int threads = 0;           // per CTA, a multiple of 32, at most 1024
+  int sm_count = 0;          // multiprocessors (vectorized kernels size their grid from it)
 };
 
 // `vectorizable`: every pointer 16-byte aligned (8 for FP8), every stride and H multiples of 8.
 // `sm_count`: multiprocessors of the device (the heuristic only needs it to compare with T).
 // Rows of T >= 4 x SMs: 4 vectors per thread (fewer, fuller threads; enough rows in flight);
-// fewer rows: 1 or 2 vectors per thread (more threads per row, shorter per-row latency).
+// fewer rows: 2 vectors per thread (more threads per row, two independent loads each, fewer
+// warps in the reductions). More vectors per thread when the row needs them.
 Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vectorizable,
                              int sm_count, const LaunchTuning& tuning, RowLaunchConfig* config);
 

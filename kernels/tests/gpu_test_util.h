@@ -227,9 +227,12 @@ inline void ExpectScalesClose(const char* what, const std::vector<float>& got, c
 }
 
 // D16 tolerance of outputs that pass through rsqrtf / expf and an fp32 reduction whose order
-// differs from the reference's: at most one ulp, on at most 2% of the elements (a wrong
-// rounding point or residual-variance choice changes far more: ~16% or more).
-inline Tolerance NormTolerance() { return Tolerance{1, 0.02}; }
+// differs from the reference's. Those make round16(s * inv) (or round16(silu(g))) differ by at
+// most one ulp, rarely; the second rounding after the multiply by w (or u), |w| up to 1.5 here,
+// can widen that to two ulps of the output. So: at most two ulps, on at most 1% of the elements
+// (measured on the H200: <= 0.14%). A wrong rounding point or residual-variance choice changes
+// ~18% of the elements.
+inline Tolerance NormTolerance() { return Tolerance{2, 0.01}; }
 inline Tolerance Exact() { return Tolerance{0, 0.0}; }
 
 // A host buffer initialised with poison, the CPU reference's counterpart of a poisoned output.

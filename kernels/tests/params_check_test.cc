@@ -203,8 +203,8 @@ TEST_CASE("row launch configs cover the row with at most the allowed threads") {
   CHECK(c.vecs_per_thread == 4);
   CHECK(c.threads == 128);
   REQUIRE(ChooseRowLaunchConfig(1, 8192, true, 132, LaunchTuning(), &c).ok());
-  CHECK(c.vecs_per_thread == 1);
-  CHECK(c.threads == 1024);
+  CHECK(c.vecs_per_thread == 2);
+  CHECK(c.threads == 512);
 }
 
 }  // namespace

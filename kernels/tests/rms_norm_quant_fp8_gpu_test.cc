@@ -1,9 +1,9 @@
 // GPU test of RmsNormQuantFp8 (static, dynamic per-token, per-group; with and without residual):
 //  1. bit-identical to the unfused GPU chain RmsNorm -> QuantFp8 with the same options
 //     (q bytes, scales, residual);
-//  2. against the CPU reference: residual exact; scales within one D16 ulp of the row/group
-//     maximum; q within one FP8 step of the reference normalized values quantized with the
-//     GPU's scales, on at most 2% of the elements.
+//  2. against the CPU reference: residual exact; scales within two D16 ulps of the row/group
+//     maximum (see NormTolerance); q within one FP8 step of the reference normalized values
+//     quantized with the GPU's scales, on at most 2% of the elements.
 // Fresh random data per check, poisoned outputs, odd H, strides, misalignment, large T, zero
 // rows, saturating static scales.
 #include <catch2/catch.hpp>
@@ -186,7 +186,8 @@ void CheckFused(const FusedCase& c, const FusedRun& run) {
   cpu.scale.scale = s_ref.data();
   REQUIRE(reference::RmsNormQuantFp8(cpu).ok());
   if (run.residual) testing::ExpectD16Close("residual", run.dtype, rf, r_ref, t, h, res_stride, testing::Exact());
-  const double scale_tolerance = run.dtype == DType::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+  // Dynamic scales are max|n| / 448: within two D16 ulps of the maximum (see NormTolerance).
+  const double scale_tolerance = run.dtype == DType::kBFloat16 ? 2.0 / 128 : 2.0 / 1024;
   testing::ExpectScalesClose("scales vs reference", sf, s_ref, dynamic ? scale_tolerance : 0.0);
 
   // Reference normalized values, quantized with the GPU's scales.

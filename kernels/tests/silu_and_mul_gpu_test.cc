@@ -1,7 +1,7 @@
 // GPU test of SiluAndMul (D16 output) and its static-FP8 fusion: D16 output against the CPU
-// reference (expf differs from std::exp by an ulp or two: at most one D16 ulp on <= 2% of the
-// elements); the FP8 fusion bit-identical to SiluAndMul -> static QuantFp8 on the GPU and
-// within one FP8 step of the reference. Fresh data per check, poisoned outputs, odd d,
+// reference (expf differs from std::exp by an ulp or two: NormTolerance); the FP8 fusion
+// bit-identical to SiluAndMul -> static QuantFp8 on the GPU and within one FP8 step of the
+// reference. Fresh data per check, poisoned outputs, odd d,
 // strides, misalignment, large T, saturating scale.
 #include <catch2/catch.hpp>
 
