@@ -167,9 +167,10 @@ class FunctionalizePass : public Pass {
       ir::Value* nv = af->output(nret + k);
       nv->name = v->name.empty() ? "" : v->name + "_new";
       redirectBaseAndValue(g, rw, v, nv, view_fix[k], af);
-      // Users of the new value inside this node itself are not later users.
     }
+    std::string nm = n->name;
     g.erase(n);
+    af->name = nm;
     ctx.addMatch("auto_functionalized");
     ctx.applied("functionalize", af, "direct call of " + compiler::shortTarget(af->args()[0].value.s));
     return true;
@@ -232,7 +233,9 @@ class FunctionalizePass : public Pass {
     pos_[f] = pos_.at(n);
     rw.replaceOutputs(f, outs);
     redirectBaseAndValue(g, rw, self, f->output(0), view_fix[0], f);
+    std::string nm = n->name;
     g.erase(n);
+    f->name = nm;
     ctx.addMatch("inplace_op");
     ctx.applied("functionalize", f, "in-place " + s.target());
     return true;
@@ -303,7 +306,9 @@ class FunctionalizePass : public Pass {
         ctx.rejected("functionalize", n->name, "auto_functionalized_v2 output without a v1 counterpart is used");
         return true;
       }
+    std::string nm = n->name;
     g.erase(n);
+    v1->name = nm;
     ctx.addMatch("auto_functionalized_v2");
     ctx.applied("functionalize", v1, "auto_functionalized_v2 of " + compiler::shortTarget(op));
     return true;

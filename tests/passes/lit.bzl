@@ -18,6 +18,7 @@ def fxg_tests(name, srcs, data = [], tags = []):
                 "$(location %s)" % src,
             ],
             data = [src, "//:fxfuse"] + data,
+            size = "small",
             tags = tags,
         )
         tests.append(test_name)
