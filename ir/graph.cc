@@ -379,18 +379,17 @@ void Graph::topoSort() {
 }
 
 size_t Graph::eliminateDeadCode() {
+  // Visiting nodes from the end frees users before their producers, so one sweep removes
+  // whole dead chains; sweep again only if something was removed.
   size_t removed = 0;
   bool changed = true;
   while (changed) {
     changed = false;
-    for (auto it = nodes_.rbegin(); it != nodes_.rend();) {
-      Node* n = it->get();
-      ++it;
+    std::vector<Node*> order = nodeList();
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      Node* n = *it;
       if (n->hasUsers() || hasSideEffects(*n)) continue;
-      // `it` is a reverse iterator past n; erasing n invalidates nothing else.
-      auto fwd = it.base();
       erase(n);
-      it = std::make_reverse_iterator(fwd);
       ++removed;
       changed = true;
     }
