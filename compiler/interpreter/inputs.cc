@@ -322,7 +322,7 @@ Tensor loadPayload(const ir::WeightInfo& w) {
 }  // namespace
 
 std::vector<RValue> Interpreter::makeInputs(uint64_t seed) {
-  const ir::Graph& g = module_.entry();
+  const ir::Graph& g = *entry_;
   std::vector<RValue> out;
   std::unordered_map<std::string, const ir::WeightInfo*> weights;
   for (const auto& w : module_.weights) weights[w.fqn] = &w;

@@ -256,11 +256,27 @@ bool isBareSymbol(const ir::SymExpr& e) { return e.kind() == ir::SymExpr::Kind::
 
 Interpreter::Interpreter(ir::Module& module, Options options) : module_(module), options_(std::move(options)) {
   if (module_.graphs().empty()) fail("module has no graph");
+  entry_ = &module_.entry();
+  if (!options_.graph.empty()) {
+    entry_ = nullptr;
+    std::string names;
+    for (const auto& g : module_.graphs()) {
+      if (g->name == options_.graph) entry_ = g.get();
+      names += (names.empty() ? "" : ", ") + g->name;
+    }
+    if (!entry_) fail("no graph @{} in the module (graphs: {})", options_.graph, names);
+  }
   bindSymbols();
 }
 
 const ir::OpSchema* Interpreter::schemaFor(const std::string& target) {
   return ir::lookupSchema(module_.op_schemas, target, &schema_cache_);
+}
+
+void Interpreter::warn(const std::string& msg) {
+  for (const auto& w : warnings_)
+    if (w == msg) return;
+  warnings_.push_back(msg);
 }
 
 std::string Interpreter::bindingSource(const std::string& sym) const {
@@ -299,7 +315,7 @@ bool isBroadcastingOp(const std::string& target) {
 }  // namespace
 
 void Interpreter::bindSymbols() {
-  const ir::Graph& g = module_.entry();
+  const ir::Graph& g = *entry_;
   std::set<std::string> syms;
   for (const auto& [name, info] : module_.symbols.all()) syms.insert(name);
   for (const auto& in : g.inputs()) {
@@ -574,12 +590,13 @@ void Interpreter::checkOutput(const ir::Node& n, size_t i, const RValue& v) {
 }
 
 std::vector<RValue> Interpreter::run(const std::vector<RValue>& inputs, const ir::Graph* graph) {
-  const ir::Graph& g = graph ? *graph : module_.entry();
+  const ir::Graph& g = graph ? *graph : *entry_;
   std::vector<RValue> copies;
   copies.reserve(inputs.size());
   for (const auto& v : inputs) copies.push_back(deepCopy(v));
   auto t0 = std::chrono::steady_clock::now();
   stats_.nodes = 0;
+  stats_.by_target.clear();
   auto out = runGraph(g, std::move(copies));
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
@@ -664,6 +681,7 @@ std::vector<RValue> Interpreter::runGraph(const ir::Graph& g, std::vector<RValue
   for (const auto& np : g.nodes()) {
     const ir::Node& n = *np;
     ++stats_.nodes;
+    auto node_t0 = std::chrono::steady_clock::now();
     try {
       std::vector<RValue> outs;
       if (n.kind == ir::NodeKind::SymPy) {
@@ -808,6 +826,9 @@ std::vector<RValue> Interpreter::runGraph(const ir::Graph& g, std::vector<RValue
       if (msg.rfind("graph @", 0) == 0) throw;
       fail("graph @{}: {}: {}", g.name, nodeDesc(n), msg);
     }
+    auto& bt = stats_.by_target[n.target];
+    ++bt.first;
+    bt.second += std::chrono::duration<double>(std::chrono::steady_clock::now() - node_t0).count();
     auto fr = frees.find(&n);
     if (fr != frees.end())
       for (const ir::Value* v : fr->second) env.erase(v);

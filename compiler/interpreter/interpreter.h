@@ -45,6 +45,7 @@ struct Options {
   int64_t default_symbol_size = 16;     // free symbols with no bind, hint or forced size
   int world_size = 2;                   // simulated all_reduce
   uint64_t seed = 0;
+  std::string graph;                    // the graph to run (default: the module's first)
   NumericsOptions numerics;
 };
 
@@ -107,6 +108,7 @@ class OpTable {
 struct RunStats {
   size_t nodes = 0;
   double seconds = 0;
+  std::map<std::string, std::pair<int64_t, double>> by_target;  // count, seconds
 };
 
 class Interpreter {
@@ -114,6 +116,7 @@ class Interpreter {
   Interpreter(ir::Module& module, Options options);
 
   ir::Module& module() { return module_; }
+  const ir::Graph& entry() const { return *entry_; }
   const Options& options() const { return options_; }
 
   // Symbol binding: --bind, else the recorded hint, else a size forced by a fixed
@@ -136,6 +139,9 @@ class Interpreter {
   // Runs a graph (default: entry) on inputs (deep-copied first: runs never share memory).
   std::vector<RValue> run(const std::vector<RValue>& inputs, const ir::Graph* graph = nullptr);
   const RunStats& stats() const { return stats_; }
+  // Notes about semantics the interpreter approximated (e.g. dropout ignored), deduplicated.
+  void warn(const std::string& msg);
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
   RValue evalAttr(const ir::Attr& a, const std::vector<RValue>& env) const;
   const ir::OpSchema* schemaFor(const std::string& target);
@@ -149,11 +155,13 @@ class Interpreter {
 
   ir::Module& module_;
   Options options_;
+  const ir::Graph* entry_ = nullptr;
   std::map<std::string, int64_t> env_;
   std::map<std::string, std::string> env_source_;
   std::map<std::string, ir::OpSchema, std::less<>> schema_cache_;
   RunStats stats_;
   std::vector<std::string> input_notes_;
+  std::vector<std::string> warnings_;
 };
 
 RValue deepCopy(const RValue& v);

@@ -73,6 +73,18 @@ int64_t wrapInt(double v, int bits, bool is_signed) {
   return static_cast<int64_t>(u);
 }
 
+// bf16 by bit manipulation of the f32 value (the same RNE as c10::BFloat16).
+double roundBF16(double v) {
+  float f = static_cast<float>(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return kNaN;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 }  // namespace
 
 const FloatFormat* floatFormat(DType t) {
@@ -111,7 +123,7 @@ double roundTo(double v, DType t) {
   switch (t) {
     case DType::F64: return v;
     case DType::F32: return roundF32(v);
-    case DType::BF16: return roundFloatFormat(v, kBF16, false);
+    case DType::BF16: return roundBF16(v);
     case DType::F16: return roundFloatFormat(v, kF16, false);
     case DType::F8E4M3FN: return roundFloatFormat(v, kE4M3FN, false);
     case DType::F8E5M2: return roundFloatFormat(v, kE5M2, false);

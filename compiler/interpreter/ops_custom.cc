@@ -59,6 +59,17 @@ void writeInto(const Tensor& dst, const std::vector<double>& values, const char*
   writeValues(dst, values);
 }
 
+// Static quant with a scale broadcastable to the input (per-tensor, per-channel, ...):
+// fp8(clamp(divide ? x / s : x * f32(1 / s))).
+std::vector<double> staticQuantBroadcast(const std::vector<double>& x, const Shape& shape, const Tensor& scale, DType fp8,
+                                         bool divide) {
+  Shape bs = broadcastShapes(shape, scale.shape);
+  if (bs != shape) fail("scale {} does not broadcast to the input {}", scale.describe(), shapeStr(shape));
+  std::vector<double> sv = expand(scale, shape).values(), out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = quantOne(x[i], sv[i], divide, fp8);
+  return out;
+}
+
 QuantSpec staticSpec(const Tensor& scale, DType fp8, bool divide = false) {
   if (scale.numel() != 1) fail("static per-tensor quant needs a one-element scale, got {}", scale.describe());
   QuantSpec s;
@@ -84,10 +95,19 @@ QuantSpec canonicalSpec(const Call& c, DType fp8) {
   if (s.kind == "static_tensor") {
     auto sc = c.optTensor("scale");
     if (!sc) fail("kind='static_tensor' needs a scale");
-    if (sc->numel() != 1) fail("static_tensor scale must have one element, got {}", sc->describe());
-    s.static_scale = sc->item();
+    if (sc->numel() == 1) s.static_scale = sc->item();
   }
   return s;
+}
+
+// quantize(), or the broadcast static form when the static scale has several elements.
+QuantResult quantizeCanonical(const Call& c, const std::vector<double>& v, const Shape& shape, const QuantSpec& s) {
+  if (s.kind == "static_tensor" && !s.static_scale) {
+    QuantResult r;
+    r.q = staticQuantBroadcast(v, shape, *c.optTensor("scale"), s.fp8, s.divide);
+    return r;
+  }
+  return quantize(v, shape, s);
 }
 
 // Scale output tensor of a quant: column-major storage when asked.
@@ -242,12 +262,8 @@ void registerVllmOps(OpTable& t) {
       writeInto(result, quantize(x, input.shape, staticSpec(scale, result.dtype)).q, "result");
       return;
     }
-    // Per-channel static scale (later vLLM): one scale per element of the last dim.
-    std::vector<double> sv = scale.values();
-    int64_t h = input.shape.back();
-    if (static_cast<int64_t>(sv.size()) != h) fail("scale {} is neither per-tensor nor per-channel", scale.describe());
-    for (size_t i = 0; i < x.size(); ++i) x[i] = quantOne(x[i], sv[i % h], false, result.dtype);
-    writeInto(result, x, "result");
+    // Per-channel static scale (later vLLM): broadcast against the input.
+    writeInto(result, staticQuantBroadcast(x, input.shape, scale, result.dtype, false), "result");
   });
   t.add("_C.dynamic_scaled_fp8_quant", [](Call& c) {
     Tensor result = c.tensor("result", 0), input = c.tensor("input", 1), scale = c.tensor("scale", 2);
@@ -481,7 +497,7 @@ void registerFxfuseOps(OpTable& t) {
     Tensor x = c.tensor("input");
     DType q8 = c.outDType(0, DType::F8E4M3FN);
     QuantSpec s = canonicalSpec(c, q8);
-    QuantResult q = quantize(valuesF32(x), x.shape, s);
+    QuantResult q = quantizeCanonical(c, valuesF32(x), x.shape, s);
     c.out(0, tensorFromValues(c, 0, x.shape, q8, q.q));
     if (s.kind == "static_tensor") {
       if (c.numOutputs() > 1 && c.out_values.size() > 1 && c.out_values[1]) c.out(1, c.tensor("scale"));
@@ -525,7 +541,7 @@ void registerFxfuseOps(OpTable& t) {
     DType q8 = c.outDType(0, DType::F8E4M3FN);
     std::vector<double> v = rmsNorm(x, w, c.number("epsilon"), n, nd);
     QuantSpec s = canonicalSpec(c, q8);
-    QuantResult q = quantize(v, x.shape, s);
+    QuantResult q = quantizeCanonical(c, v, x.shape, s);
     c.out(0, tensorFromValues(c, 0, x.shape, q8, q.q));
     if (s.kind == "static_tensor") {
       if (c.out_values.size() > 1 && c.out_values[1]) c.out(1, c.tensor("scale"));
@@ -542,7 +558,7 @@ void registerFxfuseOps(OpTable& t) {
     DType q8 = c.outDType(0, DType::F8E4M3FN);
     FusedAddResult res = fusedAddRmsNorm(x, r, w, c.number("epsilon"), rounded, rd, n, n);
     QuantSpec s = canonicalSpec(c, q8);
-    QuantResult q = quantize(res.out, x.shape, s);
+    QuantResult q = quantizeCanonical(c, res.out, x.shape, s);
     c.out(0, tensorFromValues(c, 0, x.shape, q8, q.q));
     c.out(1, tensorFromValues(c, 1, x.shape, rd, res.residual));
     if (s.kind == "static_tensor") {

@@ -245,6 +245,9 @@ void registerElementwiseOps(OpTable& t) {
   regBinary(t, "aten.bitwise_and", Promo::Same, bitwise(0));
   regBinary(t, "aten.bitwise_or", Promo::Same, bitwise(1));
   regBinary(t, "aten.bitwise_xor", Promo::Same, bitwise(2));
+  t.alias("aten.__and__", "aten.bitwise_and");
+  t.alias("aten.__or__", "aten.bitwise_or");
+  t.alias("aten.__xor__", "aten.bitwise_xor");
   t.add("aten.logical_not", [](Call& c) {
     unary(c, false, [](double x, DType) { return x == 0 ? 1.0 : 0.0; }, DType::Bool);
   });

@@ -537,6 +537,35 @@ void registerShapeOps(OpTable& t) {
     copyInto(dst, src);
     c.out(0, out);
   });
+  t.add("aten.diff", [](Call& c) {
+    // diff(self, n=1, dim=-1, prepend=None, append=None): out[i] = x[i+1] - x[i], n times.
+    Tensor x = c.tensor("self", 0);
+    int64_t n = c.integer("n", 1, 1);
+    int64_t dim = normDim(c.integer("dim", -1, 2), x.dim());
+    std::vector<RValue> parts;
+    if (auto p = c.optTensor("prepend", 3)) parts.push_back(RValue::ofTensor(*p));
+    parts.push_back(RValue::ofTensor(x));
+    if (auto a = c.optTensor("append", 4)) parts.push_back(RValue::ofTensor(*a));
+    Tensor cur = x;
+    if (parts.size() > 1) {
+      Call tmp;
+      tmp.interp = c.interp;
+      cur = catTensors(tmp, parts, dim);
+    }
+    DType dt = cur.dtype;
+    for (int64_t k = 0; k < n && cur.shape[dim] > 0; ++k) {
+      int64_t len = cur.shape[dim];
+      Tensor hi = slice(cur, dim, 1, len, 1), lo = slice(cur, dim, 0, len - 1, 1);
+      Tensor next = Tensor::empty(hi.shape, dt, kNaN);
+      mapInto<2>(next, {Operand{&hi, 0}, Operand{&lo, 0}}, dt, [dt](const std::array<double, 2>& v) {
+        return dt == DType::Bool ? ((v[0] != 0) != (v[1] != 0) ? 1.0 : 0.0) : v[0] - v[1];
+      });
+      cur = next;
+    }
+    Tensor out = c.alloc(0, cur.shape, dt);
+    copyInto(out, cur);
+    c.out(0, out);
+  });
   t.add("aten.flip", [](Call& c) {
     Tensor x = c.tensor("self", 0);
     Tensor v = x;
@@ -595,12 +624,14 @@ void registerShapeOps(OpTable& t) {
     c.out(0, x);
   });
   t.add("aten.dropout", [](Call& c) {
-    if (c.flag("train", false, 2) && c.number("p", 0.0, 1) > 0) fail("dropout in training mode is not supported");
+    if (c.flag("train", false, 2) && c.number("p", 0.0, 1) > 0)
+      c.interp->warn((c.node ? c.node->name : c.target) + ": training-mode dropout ignored (inference semantics)");
     c.out(0, c.tensor("input", 0));
   });
   t.add("aten.native_dropout", [](Call& c) {
     Tensor x = c.tensor("input", 0);
-    if (c.flag("train", false, 2) && c.number("p", 0.0, 1) > 0) fail("dropout in training mode is not supported");
+    if (c.flag("train", false, 2) && c.number("p", 0.0, 1) > 0)
+      c.interp->warn((c.node ? c.node->name : c.target) + ": training-mode dropout ignored (inference semantics)");
     c.out(0, x);
     c.out(1, Tensor::full(x.shape, DType::Bool, 1.0));
   });
