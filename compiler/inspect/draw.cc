@@ -52,11 +52,22 @@ bool isViewLike(const std::string& t) {
   return false;
 }
 
-// Layer from a parameter name spelled with underscores ("p_model_layers_3_mlp_w").
-LayerKey layerOfUnderscored(const std::string& name) {
+bool isLayerContainer(const std::string& prefix) {
+  size_t dot = prefix.rfind('.');
+  std::string last = dot == std::string::npos ? prefix : prefix.substr(dot + 1);
+  return last == "layers" || last == "layer" || last == "h" || last == "blocks" || last == "block";
+}
+
+// Layer from a parameter name ("model.layers.3.mlp.w", or with underscores as placeholder
+// names spell it: "p_model_layers_3_mlp_w"); only under a layer container name.
+LayerKey layerOfParam(const std::string& name) {
+  LayerKey k = layerOfPath(name);
+  if (k.valid() && isLayerContainer(k.prefix)) return k;
   std::string dotted = name;
   std::replace(dotted.begin(), dotted.end(), '_', '.');
-  return layerOfPath(dotted);
+  k = layerOfPath(dotted);
+  if (k.valid() && isLayerContainer(k.prefix)) return k;
+  return {};
 }
 
 std::string shortParamName(const ir::GraphInput& in) {
@@ -159,22 +170,6 @@ class Picture {
       for (const Node* n : by_cluster[c]) emitNode(n, out, "    ");
       out += "  }\n";
     }
-    // Notes for sites that did not fuse.
-    int ni = 0;
-    for (const auto& [n, lines] : notes_) {
-      std::string text;
-      for (const auto& [line, k] : lines) text += (k > 1 ? fmt::format("({}x) ", k) : "") + line + "\\l";
-      std::string id = fmt::format("{}note{}", prefix_, ni++);
-      std::string esc;
-      for (char c : text) {
-        if (c == '"') esc += '\\';
-        esc += c;
-      }
-      out += fmt::format("  {} [shape=note, style=filled, fillcolor=\"#fff5f5\", color=\"#e03131\", fontcolor=\"#c92a2a\", "
-                         "fontsize=10, label=\"not fused:\\l{}\"];\n",
-                         id, esc);
-      out += fmt::format("  {} -> {} [style=dotted, arrowhead=none, color=\"#e03131\", constraint=false];\n", id, nodeId(n));
-    }
     if (!unplaced_.empty()) {
       std::string text = "sites not fused (node not in this picture):\\l";
       for (const std::string& s : unplaced_) {
@@ -206,12 +201,17 @@ class Picture {
       nodes_.push_back(np.get());
       by_name_[np->name] = np.get();
     }
+    // Post-grad dumps pass weights as plain arguments: with a dynamic (symbolic) activation
+    // input present, a user input of fully static shape is drawn as a weight.
+    bool any_dynamic = false;
+    for (const auto& in : g_.inputs())
+      if (in.value->isTensor() && !staticShape(*in.value)) any_dynamic = true;
     for (size_t i = 0; i < g_.inputs().size(); ++i) {
       const auto& in = g_.inputs()[i];
       input_pos_[in.value] = i;
-      if (in.kind == ir::InputKind::UserInput && in.value->isTensor() && !in.value->users().empty())
-        user_inputs_.push_back(in.value);
-      if (in.kind != ir::InputKind::UserInput || !in.value->isTensor()) input_info_[in.value] = &in;
+      bool weight_like = in.kind != ir::InputKind::UserInput || (any_dynamic && staticShape(*in.value));
+      if (!weight_like && in.value->isTensor() && !in.value->users().empty()) user_inputs_.push_back(in.value);
+      if (weight_like || !in.value->isTensor()) input_info_[in.value] = &in;
     }
     // Inputs that are tensors but not user inputs are drawn inline as parameters; so are
     // user inputs that look like weights in post-grad dumps (no role info) only when they
@@ -221,6 +221,13 @@ class Picture {
     if (opts_.collapse_layers) collapse();
     placeNotes();
     buildEdges();
+  }
+
+  static bool staticShape(const Value& v) {
+    if (!v.isTensor() || v.type.shape.empty()) return false;
+    for (const auto& d : v.type.shape)
+      if (!d.isInt()) return false;
+    return true;
   }
 
   void assignLayers() {
@@ -236,14 +243,17 @@ class Picture {
           if (v->producer()) continue;
           auto it = input_info_.find(v);
           std::string name = it != input_info_.end() && !it->second->target.empty() ? it->second->target : v->name;
-          LayerKey k = layerOfPath(name);
-          if (!k.valid()) k = layerOfUnderscored(name);
+          LayerKey k = layerOfParam(name);
           if (k.valid()) {
             layer_[n] = k;
             break;
           }
         }
       }
+    }
+    if (layer_.empty()) {
+      structuralBlocks();
+      return;
     }
     auto same = [](const LayerKey& a, const LayerKey& b) { return a.prefix == b.prefix && a.index == b.index; };
     // Nodes without a module path take the layer of their users, then of their operands.
@@ -278,6 +288,52 @@ class Picture {
     }
   }
 
+  // Without module stacks or layer-named parameters: the longest run of a repeated block of
+  // ops (same targets in the same order, period p) in node order.
+  void structuralBlocks() {
+    std::vector<const Node*> seq;
+    for (const Node* n : nodes_)
+      if (!skip_.count(n)) seq.push_back(n);
+    size_t n = seq.size();
+    if (n < 8) return;
+    std::vector<int> lab(n);
+    std::unordered_map<std::string, int> ids;
+    for (size_t i = 0; i < n; ++i) lab[i] = ids.emplace(seq[i]->target, static_cast<int>(ids.size())).first->second;
+    // Candidate periods: distances between the j-th and (j+r)-th occurrence of an op kind,
+    // r = 1..4 (an op kind used r times per layer recurs every r occurrences).
+    std::unordered_map<int, std::vector<size_t>> occ;
+    for (size_t i = 0; i < n; ++i) occ[lab[i]].push_back(i);
+    std::map<size_t, int> dist;
+    for (const auto& [l, pos] : occ)
+      for (size_t r = 1; r <= 4; ++r)
+        for (size_t j = 0; j + r < pos.size(); ++j) dist[pos[j + r] - pos[j]]++;
+    // Weighted by the distance: a period of a whole layer occurs once per layer for each
+    // op kind in it, which counts less than the short distances inside a layer.
+    std::vector<std::pair<size_t, size_t>> cands;
+    for (const auto& [d, c] : dist)
+      if (d >= 4 && c >= 2) cands.emplace_back(static_cast<size_t>(c) * d, d);
+    std::sort(cands.rbegin(), cands.rend());
+    if (cands.size() > 64) cands.resize(64);
+    size_t best_p = 0, best_s = 0, best_k = 0, best_score = 0;
+    for (const auto& [weight, p] : cands) {
+      size_t run = 0;
+      for (size_t i = 0; i + p < n; ++i) {
+        run = lab[i] == lab[i + p] ? run + 1 : 0;
+        size_t k = (run + p) / p;
+        size_t score = (k - 1) * p;
+        if (k >= 2 && score > best_score) {
+          best_score = score;
+          best_p = p;
+          best_k = k;
+          best_s = i + 1 - run;
+        }
+      }
+    }
+    if (best_k < 2 || best_score < n / 4) return;
+    for (size_t j = 0; j < best_k; ++j)
+      for (size_t i = 0; i < best_p; ++i) layer_[seq[best_s + j * best_p + i]] = LayerKey{"repeated block", static_cast<int>(j)};
+  }
+
   void collapse() {
     assignLayers();
     std::map<std::string, std::map<int, std::vector<const Node*>>> layers;
@@ -292,7 +348,7 @@ class Picture {
         for (size_t k = 0; k < ns.size(); ++k) local[ns[k]] = k;
         std::string s;
         for (const Node* n : ns) {
-          s += nodeLabel(*n) + "<";
+          s += n->target + "<";
           for (const Value* v : n->operands()) {
             auto l = v->producer() ? local.find(v->producer()) : local.end();
             s += l == local.end() ? std::string("X,") : fmt::format("{}.{},", l->second, v->resultIndex());
@@ -311,9 +367,10 @@ class Picture {
           ++run_end;
         }
         int count = last - it->first + 1;
-        std::string cluster = fmt::format("{}.{}", prefix, it->first);
+        const char* sep = prefix.find(' ') != std::string::npos ? " " : ".";
+        std::string cluster = fmt::format("{}{}{}", prefix, sep, it->first);
         cluster_label_[cluster] =
-            count > 1 ? fmt::format("{}.{} .. {}   \u00d7{}", prefix, it->first, last, count) : cluster;
+            count > 1 ? fmt::format("{}{}{} .. {}   \u00d7{}", prefix, sep, it->first, last, count) : cluster;
         const auto& rep_nodes = it->second;
         for (const Node* n : rep_nodes) {
           cluster_of_[n] = cluster;
@@ -403,7 +460,32 @@ class Picture {
     }
   }
 
+  // A note beside a node whose candidate site did not fuse (in the node's cluster, ranked
+  // next to it).
+  void emitNote(const Node* n, std::string& out, const char* indent) {
+    auto it = notes_.find(n);
+    if (it == notes_.end()) return;
+    std::string text;
+    for (const auto& [line, k] : it->second) text += (k > 1 ? fmt::format("({}x) ", k) : "") + line + "\\l";
+    std::string esc;
+    for (char c : text) {
+      if (c == '"') esc += '\\';
+      esc += c;
+    }
+    std::string id = nodeId(n) + "_note";
+    out += fmt::format("{}{} [shape=note, style=filled, fillcolor=\"#fff5f5\", color=\"#e03131\", fontcolor=\"#c92a2a\", "
+                       "fontsize=9, margin=\"0.08,0.02\", label=\"not fused:\\l{}\"];\n",
+                       indent, id, esc);
+    out += fmt::format("{}{{rank=same; {}; {}}}\n", indent, id, nodeId(n));
+    out += fmt::format("{}{} -> {} [style=dotted, arrowhead=none, color=\"#e03131\"];\n", indent, nodeId(n), id);
+  }
+
   void emitNode(const Node* n, std::string& out, const char* indent) {
+    emitNodeBox(n, out, indent);
+    emitNote(n, out, indent);
+  }
+
+  void emitNodeBox(const Node* n, std::string& out, const char* indent) {
     Style st = classStyle(*n);
     std::string fill = st.fill, border = st.border;
     double pen = st.penwidth;

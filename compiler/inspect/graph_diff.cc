@@ -19,6 +19,11 @@ using ir::Value;
 
 namespace {
 
+bool isCommutative(const std::string& t) {
+  return t == "aten.add.Tensor" || t == "aten.mul.Tensor" || t == "_operator.add" || t == "_operator.mul" ||
+         t == "aten.maximum.default" || t == "aten.minimum.default";
+}
+
 // Symbol names differ between exporters and runs (s77 vs s0): erase them.
 std::string eraseSymbols(const std::string& s) {
   std::string out;
@@ -57,7 +62,8 @@ void labelAttr(const ir::Attr& a, std::string& out) {
 
 std::string inputSignature(const ir::GraphInput& in) {
   const Value* v = in.value;
-  std::string s = fmt::format("{}/{}/", static_cast<int>(v->kind), static_cast<int>(in.kind));
+  // The input kind is left out: exporters disagree on it (parameter vs plain argument).
+  std::string s = fmt::format("{}/", static_cast<int>(v->kind));
   if (v->isTensor()) {
     s += std::string(ir::dtypeName(v->type.dtype)) + "[";
     for (const auto& d : v->type.shape) s += (d.isInt() ? std::to_string(d.intValue()) : std::string("?")) + ",";
@@ -202,6 +208,7 @@ class Matcher {
   void buildExactIndex() {
     for (const Node* n : nodes_b_) {
       std::vector<const Value*> vals(ops(n).begin(), ops(n).end());
+      if (isCommutative(n->target)) std::sort(vals.begin(), vals.end());
       exact_b_[operandKey(label(n), vals)].push_back(n);
     }
   }
@@ -235,6 +242,7 @@ class Matcher {
         vals.push_back(m);
       }
       if (!ok) continue;
+      if (isCommutative(a->target)) std::sort(vals.begin(), vals.end());
       auto it = exact_b_.find(operandKey(label(a), vals));
       if (it == exact_b_.end()) continue;
       if (const Node* b = best(a, it->second, [](const Node*) { return 0; })) {
@@ -245,19 +253,37 @@ class Matcher {
     return changed;
   }
 
-  // Operands agreeing / contradicting between a (in A) and b (in B).
-  int agreement(const Node* a, const Node* b) {
+  static bool hasTensorOperand(const std::vector<Value*>& vs) {
+    return std::any_of(vs.begin(), vs.end(), [](const Value* v) { return v->isTensor(); });
+  }
+
+  // Operands agreeing between a (in A) and b (in B), or -1 when some position contradicts
+  // (both matched, to different values). Only tensor operands count as agreement when the
+  // node has any: a shared SymInt (sym_size of the batch) says little about which op it is.
+  // Operands of b in the order that best agrees with a (swapped for commutative binary ops).
+  std::vector<Value*> alignedOps(const Node* a, const Node* b) {
+    std::vector<Value*> ob = ops(b);
+    if (ob.size() == 2 && isCommutative(b->target)) {
+      std::vector<Value*> sw = {ob[1], ob[0]};
+      if (agreementWith(a, sw) > agreementWith(a, ob)) return sw;
+    }
+    return ob;
+  }
+
+  int agreement(const Node* a, const Node* b) { return agreementWith(a, alignedOps(a, b)); }
+
+  int agreementWith(const Node* a, const std::vector<Value*>& ob) {
     const auto& oa = ops(a);
-    const auto& ob = ops(b);
     if (oa.size() != ob.size()) return -1;
+    bool tensors = hasTensorOperand(oa);
     int agree = 0;
     for (size_t j = 0; j < oa.size(); ++j) {
       const Value* ma = mapA(oa[j]);
       const Value* mb = mapB(ob[j]);
       if (ma && ma == ob[j]) {
-        ++agree;
+        if (!tensors || oa[j]->isTensor()) ++agree;
       } else if (ma && mb) {
-        return -1;  // both matched, to different values
+        return -1;
       }
     }
     return agree;
@@ -269,7 +295,9 @@ class Matcher {
       if (matchedA(a)) continue;
       std::vector<const Node*> cands;
       std::unordered_set<const Node*> seen;
+      bool tensors = hasTensorOperand(ops(a));
       for (const Value* v : ops(a)) {
+        if (tensors && !v->isTensor()) continue;
         const Value* vb = mapA(v);
         if (!vb) continue;
         for (const Node* u : vb->users())
@@ -322,7 +350,7 @@ class Matcher {
       auto m = d_.a_to_b.find(a);
       if (m == d_.a_to_b.end()) continue;
       const auto& xa = ops(a);
-      const auto& xb = ops(m->second);
+      std::vector<Value*> xb = alignedOps(a, m->second);
       if (xa.size() != xb.size()) continue;
       for (size_t j = 0; j < xa.size(); ++j) changed |= pairProducers(xa[j], xb[j]);
     }
@@ -406,23 +434,57 @@ class Matcher {
       if (matchedA(n))
         for (const Value* o : n->outputs())
           if (o) sharedInput(o);
-    // (c) nodes without boundary evidence join their removed (resp. new) neighbours.
-    auto joinNeighbours = [&](const std::vector<const Node*>& side, bool is_a) {
-      for (const Node* n : side) {
-        if (anchored[id.at(n)]) continue;
-        for (const Value* v : ops(n)) {
-          const Node* p = v->producer();
-          if (p && (is_a ? !matchedA(p) : !matchedB(p))) uf.unite(id.at(n), id.at(p));
+    // (c) nodes without boundary evidence join the group of the nearest node with evidence
+    // (breadth-first from all of them at once, over removed (resp. new) neighbours; a
+    // producer wins over a user at equal distance, so a value that crosses from one site to
+    // the next, like a residual, stays with the site that produced it). What no evidence
+    // reaches joins its neighbours.
+    auto attach = [&](const std::vector<const Node*>& side, bool is_a) {
+      auto inSide = [&](const Node* n) { return n && (is_a ? !matchedA(n) : !matchedB(n)); };
+      std::vector<bool> assigned = anchored;
+      for (bool changed = true; changed;) {
+        changed = false;
+        std::vector<std::pair<const Node*, const Node*>> picks;
+        for (const Node* n : side) {
+          if (assigned[id.at(n)]) continue;
+          const Node* pick = nullptr;
+          for (const Value* v : ops(n)) {
+            const Node* p = v->producer();
+            if (inSide(p) && assigned[id.at(p)]) {
+              pick = p;
+              break;
+            }
+          }
+          for (size_t i = 0; !pick && i < n->numOutputs(); ++i) {
+            const Value* o = n->output(i);
+            if (!o) continue;
+            for (const Node* u : o->users())
+              if (inSide(u) && assigned[id.at(u)]) {
+                pick = u;
+                break;
+              }
+          }
+          if (pick) picks.emplace_back(n, pick);
         }
+        for (const auto& [n, p] : picks) {
+          uf.unite(id.at(n), id.at(p));
+          assigned[id.at(n)] = true;
+          changed = true;
+        }
+      }
+      for (const Node* n : side) {
+        if (assigned[id.at(n)]) continue;
+        for (const Value* v : ops(n))
+          if (inSide(v->producer())) uf.unite(id.at(n), id.at(v->producer()));
         for (const Value* o : n->outputs()) {
           if (!o) continue;
           for (const Node* u : o->users())
-            if (is_a ? !matchedA(u) : !matchedB(u)) uf.unite(id.at(n), id.at(u));
+            if (inSide(u)) uf.unite(id.at(n), id.at(u));
         }
       }
     };
-    joinNeighbours(removed, true);
-    joinNeighbours(added, false);
+    attach(removed, true);
+    attach(added, false);
     // (d) one-sided groups sharing at least two boundary inputs are linked.
     {
       std::map<int, std::set<const Value*>> bound_a, bound_b;  // boundary inputs, as B values
@@ -508,6 +570,11 @@ std::string opShortName(const Node* n) {
   std::string f = fxfuseShortName(n->target);
   if (!f.empty()) return f;
   std::string t = shortTarget(n->target);
+  if (t.rfind("higher_order.", 0) == 0) {
+    t = t.substr(13);
+    for (const ir::Arg& a : n->args())
+      if (a.value.kind == ir::Attr::Kind::Op) return t + "(" + shortTarget(a.value.s) + ")";
+  }
   if (t.rfind("aten.", 0) == 0) t = t.substr(5);
   return t;
 }
@@ -526,6 +593,22 @@ std::string multiset(const std::vector<const Node*>& nodes) {
 }  // namespace
 
 std::string nodeLabel(const Node& n) {
+  // Spellings that differ between exporters but compute the same thing share a label:
+  // view/reshape/_unsafe_view (by output rank), dtype-only casts (by target dtype).
+  const std::string& t = n.target;
+  const Value* out0 = n.numOutputs() == 1 ? n.output(0) : nullptr;
+  if (out0 && out0->isTensor()) {
+    if (t == "aten.view.default" || t == "aten.reshape.default" || t == "aten._unsafe_view.default")
+      return fmt::format("view->rank{}", out0->type.rank());
+    bool cast = t == "prims.convert_element_type.default";
+    if (t == "aten._to_copy.default") {
+      cast = true;
+      for (const ir::Arg& a : n.args())
+        if (!a.value.isValue() && !a.value.isNone() && a.name != "dtype" && a.name != "device" && a.name != "layout")
+          cast = false;
+    }
+    if (cast) return fmt::format("cast->{}", ir::dtypeName(out0->type.dtype));
+  }
   std::string s = n.target;
   s += '(';
   for (const ir::Arg& a : n.args()) {

@@ -84,11 +84,20 @@ OpClass opClass(const ir::Node& n) {
   return OpClass::Custom;
 }
 
+std::string valueName(const ir::Value& v) {
+  if (!v.name.empty()) return v.name;
+  if (const ir::Node* p = v.producer()) {
+    if (p->numOutputs() == 1) return p->name;
+    return p->name + "." + std::to_string(v.resultIndex());
+  }
+  return "in" + std::to_string(v.id);
+}
+
 std::string attrText(const ir::Attr& a, size_t max_list) {
   using K = ir::Attr::Kind;
   switch (a.kind) {
     case K::None: return "None";
-    case K::Value: return a.value ? "%" + (a.value->name.empty() ? std::to_string(a.value->id) : a.value->name) : "%?";
+    case K::Value: return a.value ? "%" + valueName(*a.value) : "%?";
     case K::Int: return std::to_string(a.i);
     case K::Float: return ir::formatFloat(a.f);
     case K::Bool: return a.b ? "true" : "false";
@@ -124,12 +133,12 @@ std::string nodeText(const ir::Node& n, size_t max_chars) {
   for (const ir::Value* v : n.outputs())
     if (v) ++present;
   if (n.numOutputs() == 1 && n.output(0)) {
-    lhs = n.output(0)->name.empty() ? n.name : n.output(0)->name;
+    lhs = valueName(*n.output(0));
   } else if (present > 0) {
     lhs = "(";
     for (size_t i = 0; i < n.numOutputs(); ++i) {
       if (i) lhs += ", ";
-      lhs += n.output(i) ? n.output(i)->name : "_";
+      lhs += n.output(i) ? valueName(*n.output(i)) : "_";
     }
     lhs += ")";
   }

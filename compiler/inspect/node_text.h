@@ -23,6 +23,9 @@ std::string fxfuseShortName(const std::string& target);
 bool isCanonicalName(const std::string& short_name);
 bool isFusedName(const std::string& short_name);
 
+// A value's name; unnamed values (parsed from .fxg) are named after their producer
+// ("rms_norm_quant" or "rms_norm_quant.1" for the second output).
+std::string valueName(const ir::Value& v);
 // An argument as compact text; values print as "%name". Lists longer than `max_list`
 // items are cut with "...".
 std::string attrText(const ir::Attr& a, size_t max_list = 8);
