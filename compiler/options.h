@@ -23,6 +23,9 @@ struct CompileOptions {
   bool vllm_eps_only = false;
   // Run the verifier after every pass (tests, debug). Defaults to on in debug builds.
   bool verify_each_pass = kDebugBuild;
+  // Also check that each pass's "changed" result is honest: the printed graph differs
+  // exactly when the pass says it changed it (XLA's test-harness check). Costly: tests only.
+  bool check_change_flags = false;
   // Print the graph after these passes ("all" for every pass) to `print_stream`.
   std::vector<std::string> print_after;
   std::ostream* print_stream = nullptr;

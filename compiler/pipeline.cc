@@ -110,6 +110,7 @@ CompileResult compileModule(ir::Module& m, const CompileOptions& opts) {
     }
     auto pass = info->create();
     ctx.beginPass(info->name);
+    std::string text_before = opts.check_change_flags ? ir::printFxg(m) : std::string();
     auto p0 = Clock::now();
     bool changed = false;
     for (auto& gp : m.graphs()) changed |= pass->run(*gp, ctx);
@@ -121,6 +122,12 @@ CompileResult compileModule(ir::Module& m, const CompileOptions& opts) {
       auto problems = ir::verifyModule(m);
       if (!problems.empty())
         throw std::logic_error(fmt::format("verifier failed after pass '{}': {}", info->name, problems.front()));
+    }
+    if (opts.check_change_flags) {
+      bool differs = ir::printFxg(m) != text_before;
+      if (differs != changed)
+        throw std::logic_error(fmt::format("pass '{}' returned changed={} but the graph {}", info->name, changed,
+                                           differs ? "changed" : "is unchanged"));
     }
     if (wants_print(info->name) && opts.print_stream)
       *opts.print_stream << "// ----- after " << info->name << "\n" << ir::printFxg(m);

@@ -45,7 +45,32 @@ ir::Node* Rewriter::create(const std::string& target, std::vector<ir::Arg> args,
     }
   }
   inserted_ = true;
+  if (!pos_.empty()) {
+    auto it = before ? pos_.find(before) : pos_.end();
+    double base = it != pos_.end() ? it->second : static_cast<double>(pos_.size()) + 1e9;
+    tiny_ += 1e-7;
+    pos_[n] = base - 0.5 + tiny_;
+  }
   return n;
+}
+
+ir::Node* Rewriter::latest(const std::vector<ir::Node*>& nodes) {
+  if (pos_.empty()) {
+    double i = 0;
+    for (auto& np : g_.nodes()) pos_[np.get()] = i++;
+  }
+  ir::Node* best = nullptr;
+  double best_pos = -1;
+  for (ir::Node* n : nodes) {
+    if (!n) continue;
+    auto it = pos_.find(n);
+    if (it == pos_.end()) continue;
+    if (it->second > best_pos) {
+      best_pos = it->second;
+      best = n;
+    }
+  }
+  return best;
 }
 
 void Rewriter::replaceOutputs(ir::Node* n, const std::vector<Out>& outs) {
@@ -70,6 +95,7 @@ size_t Rewriter::eraseDead(const std::vector<ir::Node*>& candidates) {
     std::vector<ir::Node*> producers;
     for (ir::Value* v : n->operands())
       if (v->producer()) producers.push_back(v->producer());
+    pos_.erase(n);
     g_.erase(n);
     erased.insert(n);
     ++count;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <optional>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -49,9 +50,16 @@ class Rewriter {
 
   static ir::Arg named(std::string name, ir::Attr value) { return ir::Arg{std::move(name), false, std::move(value)}; }
 
+  // The node of `nodes` that comes last in graph order (where a replacement goes: every
+  // input of the matched nodes is defined before it). Positions are indexed once per
+  // Rewriter; nodes it created are placed just before the node they were inserted before.
+  ir::Node* latest(const std::vector<ir::Node*>& nodes);
+
  private:
   ir::Graph& g_;
   bool inserted_ = false;
+  std::unordered_map<const ir::Node*, double> pos_;
+  double tiny_ = 0;
 };
 
 // Nodes of `g` in order, with the position index (for "which comes later" queries).

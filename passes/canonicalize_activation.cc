@@ -29,6 +29,8 @@ ir::Value* matchSilu(ir::Value* h, std::vector<ir::Node*>* nodes, std::string* w
     nodes->push_back(p);
     return valueArg(*p, "self");
   }
+  // Only a cast, a div or a mul can end the decomposed forms.
+  if (!compiler::isCast(*p) && p->target != "aten.div.Tensor" && p->target != "aten.mul.Tensor") return nullptr;
   ir::Value* gf = nullptr;
   ir::Node *dv = nullptr, *ad = nullptr, *ex = nullptr, *ng = nullptr;
   auto denom = m::Ops({"aten.add.Tensor", "aten.add.Scalar"},

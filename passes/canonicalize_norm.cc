@@ -245,7 +245,7 @@ class CanonicalizeNormPass : public Pass {
       outs[0].replaces = out_value;
       ir::Node* c = rw.create(compiler::fxfuseTarget("rms_norm"),
                               {A("input", V(input)), A("weight", V(weight)), A("epsilon", *nm.eps), A("norm_dtype", D(N))},
-                              outs, latestOf(g, sources), sources, "rms_norm");
+                              outs, rw.latest(sources), sources, "rms_norm");
       rw.replaceOutputs(c, outs);
       rw.eraseDead(sources);
       ctx.addMatch("rms_norm");
@@ -255,7 +255,7 @@ class CanonicalizeNormPass : public Pass {
     std::vector<Out> outs(2);
     outs[0].replaces = out_value;
     if (!residual_outs.empty()) outs[1].replaces = residual_outs[0];
-    ir::Node* before = latestOf(g, sources);
+    ir::Node* before = rw.latest(sources);
     ir::Node* c = rw.create(compiler::fxfuseTarget("fused_add_rms_norm"),
                             {A("input", V(input)), A("residual", V(residual)), A("weight", V(weight)),
                              A("epsilon", *nm.eps), A("variance_of_rounded_sum", B(rounded_sum)), A("norm_dtype", D(N))},

@@ -231,7 +231,7 @@ class CanonicalizeQuantPass : public Pass {
       }
       args = {A("input", V(x)), A("scale", V(s)), A("kind", S("static_tensor")), A("divide", B(divide))};
     }
-    ir::Node* c = rw.create(compiler::fxfuseTarget("quant_fp8"), std::move(args), outs, latestOf(g, sources), sources,
+    ir::Node* c = rw.create(compiler::fxfuseTarget("quant_fp8"), std::move(args), outs, rw.latest(sources), sources,
                             "quant_fp8");
     rw.replaceOutputs(c, outs);
     rw.eraseDead(sources);

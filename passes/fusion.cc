@@ -186,7 +186,7 @@ class AllReduceRmsNormFusion : public Pass {
     std::vector<ir::Node*> sources = {ar, norm};
     if (quant) sources.push_back(quant);
     std::string fusion = quant ? "all_reduce_rms_norm_quant" : "all_reduce_rms_norm";
-    ir::Node* c = rw.create(compiler::fxfuseTarget(fusion), std::move(args), outs, latestOf(g, sources), sources, fusion);
+    ir::Node* c = rw.create(compiler::fxfuseTarget(fusion), std::move(args), outs, rw.latest(sources), sources, fusion);
     rw.replaceOutputs(c, outs);
     rw.eraseDead({quant ? quant : norm, norm, ar});
     ctx.addMatch(fusion);
@@ -261,7 +261,7 @@ class RmsNormQuantFusion : public Pass {
       outs[1].replaces = quant->output(1);
     }
     std::string fusion = fused_add ? "fused_add_rms_norm_quant" : "rms_norm_quant";
-    ir::Node* c = rw.create(compiler::fxfuseTarget(fusion), std::move(args), outs, latestOf(g, {norm, quant}),
+    ir::Node* c = rw.create(compiler::fxfuseTarget(fusion), std::move(args), outs, rw.latest({norm, quant}),
                             {norm, quant}, fusion);
     rw.replaceOutputs(c, outs);
     rw.eraseDead({quant, norm});
@@ -308,7 +308,7 @@ class SiluMulQuantFusion : public Pass {
     std::vector<Out> outs(1);
     outs[0].replaces = quant->output(0);
     ir::Node* c = rw.create(compiler::fxfuseTarget("silu_and_mul_quant"), std::move(args), outs,
-                            latestOf(g, {silu, quant}), {silu, quant}, "silu_and_mul_quant");
+                            rw.latest({silu, quant}), {silu, quant}, "silu_and_mul_quant");
     rw.replaceOutputs(c, outs);
     rw.eraseDead({quant, silu});
     ctx.addMatch("silu_and_mul_quant");
@@ -381,7 +381,7 @@ class AttentionQuantFusion : public Pass {
     } else {
       outs[0].replaces = quant->output(0);
     }
-    ir::Node* c = rw.create(compiler::fxfuseTarget("attention_quant"), std::move(args), outs, latestOf(g, sources),
+    ir::Node* c = rw.create(compiler::fxfuseTarget("attention_quant"), std::move(args), outs, rw.latest(sources),
                             sources, "attention_quant");
     if (reshape) {
       // reshape(attention_quant(...)) with the same shape arguments, F8.
@@ -391,7 +391,7 @@ class AttentionQuantFusion : public Pass {
         if (a.value.isValue() && a.value.value == o) a.value = ir::Attr::ofValue(c->output(0));
       std::vector<Out> routs(1);
       routs[0].replaces = quant->output(0);
-      ir::Node* r = rw.create(reshape->target, std::move(rargs), routs, latestOf(g, sources), {reshape}, reshape->name);
+      ir::Node* r = rw.create(reshape->target, std::move(rargs), routs, rw.latest(sources), {reshape}, reshape->name);
       rw.replaceOutputs(r, routs);
     } else {
       rw.replaceOutputs(c, outs);

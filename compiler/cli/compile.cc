@@ -62,7 +62,8 @@ struct CommonFlags {
                     "all-reduce fusion size cap WS=BYTES (repeatable; default SM90: 2=64MiB, 4=2MiB, 8=1MiB)")
         ->delimiter(',');
     cmd->add_flag("--vllm-eps-only", vllm_eps_only, "fuse only RMSNorms with eps 1e-5 or 1e-6 (vLLM's patterns)");
-    cmd->add_flag("--verify-each", verify_each, "run the IR verifier after every pass");
+    cmd->add_flag("--verify-each", verify_each,
+                  "run the IR verifier after every pass and check each pass's changed flag");
   }
 
   compiler::CompileOptions options() const {
@@ -71,7 +72,7 @@ struct CommonFlags {
     o.disabled = splitCommas(disabled);
     o.world_size = world_size;
     o.vllm_eps_only = vllm_eps_only;
-    if (verify_each) o.verify_each_pass = true;
+    if (verify_each) o.verify_each_pass = o.check_change_flags = true;
     for (const auto& c : ar_caps) {
       auto eq = c.find('=');
       if (eq == std::string::npos) fail("--allreduce-max-bytes: expected WS=BYTES, got '{}'", c);
