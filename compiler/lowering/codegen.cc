@@ -536,6 +536,35 @@ class Emitter {
       o << "\n  " << acc << " s = 0;\n  for (long long k = 0; k <= i[" << d << "]; ++k) { j[" << d << "] = k; s = fx_r_"
         << suffix(n.dtype) << "(s + " << conv(call(n.in[0], "j"), in(0).dtype, acc) << "); }\n";
       o << "  return " << round(n.dtype, "s") << ";\n";
+    } else if (n.op == "rotary") {
+      // vLLM rotary_embedding on in[0] ([T, ...] viewed as [T, H, head]) with positions in[1]
+      // ([T]) and cos_sin_cache in[2] ([P, rot]: cos | sin); every product and sum rounded.
+      const GNode& x = in(0);
+      size_t r = x.shape.size();
+      int64_t head = n.iv.at(0), rot = n.iv.at(1), half = rot / 2;
+      bool neox = n.iv.at(2) != 0;
+      o << "  long long lin = 0;";
+      for (size_t k = 1; k < r; ++k) o << " lin = lin * " << sx(x.shape[k]) << " + i[" << k << "];";
+      o << "\n  long long w = lin % " << head << "LL;\n";
+      o << "  " << ct << " self = " << conv(call(n.in[0], "i"), x.dtype, ct) << ";\n";
+      o << "  if (w >= " << rot << "LL) return self;\n";
+      o << "  long long q0[1]; q0[0] = i[0];\n";
+      o << "  long long p = " << conv(call(n.in[1], "q0"), in(1).dtype, "long long") << ";\n";
+      o << "  bool first; long long k, partner;\n";
+      if (neox)
+        o << "  first = w < " << half << "LL; k = first ? w : w - " << half << "LL; partner = first ? lin + " << half
+          << "LL : lin - " << half << "LL;\n";
+      else
+        o << "  first = (w % 2) == 0; k = w / 2; partner = first ? lin + 1 : lin - 1;\n";
+      o << "  long long cc[2]; cc[0] = p; cc[1] = k; long long sc[2]; sc[0] = p; sc[1] = k + " << half << "LL;\n";
+      o << "  float cs = " << round(n.dtype, conv(call(n.in[2], "cc"), in(2).dtype, "float")) << ";\n";
+      o << "  float sn = " << round(n.dtype, conv(call(n.in[2], "sc"), in(2).dtype, "float")) << ";\n";
+      o << "  long long j[" << std::max<size_t>(r, 1) << "]; j[0] = i[0]; { long long t = partner;";
+      for (size_t k = r; k-- > 1;) o << " j[" << k << "] = t % " << sx(x.shape[k]) << "; t /= " << sx(x.shape[k]) << ";";
+      o << " }\n";
+      o << "  float other = " << conv(call(n.in[0], "j"), x.dtype, "float") << ";\n";
+      o << "  return first ? " << round(n.dtype, round(n.dtype, "self * cs") + " - " + round(n.dtype, "other * sn"))
+        << " : " << round(n.dtype, round(n.dtype, "self * cs") + " + " + round(n.dtype, "other * sn")) << ";\n";
     } else if (n.op == "reduce") {
       o << "  return c.r" << id << ";\n";
     } else {

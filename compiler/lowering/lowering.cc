@@ -548,6 +548,7 @@ class Lowerer {
   void lowerAttention(Node& n);
   bool lowerFxfuseLibrary(Node& n);
   void lowerFxfuseGenerated(Node& n);
+  void lowerRotary(Node& n);
   void finish();
 
   // Generated-code building blocks for composite ops (used inside an open group).
@@ -816,6 +817,8 @@ bool Lowerer::tryAlias(Node& n) {
 void Lowerer::lowerGenerated(Node& n) {
   const std::string& t = n.target;
   Value* out = n.output(0);
+  for (Value* v : n.outputs())
+    if (!out && v) out = v;  // multi-output views with an unused first output
   if (!out || out->kind != ir::ValueKind::Tensor) unsupported(n, "no tensor output");
   const DType odt = out->type.dtype;
   const auto& osh = out->type.shape;
@@ -993,7 +996,9 @@ void Lowerer::lowerGenerated(Node& n) {
     return;
   }
   if (t == "prims.convert_element_type.default" || t == "aten._to_copy.default" || t == "aten.to.dtype" ||
-      t == "aten.to.dtype_layout" || t == "aten.type_as.default" || t == "aten.to.device" || isIdentityTarget(t)) {
+      t == "aten.to.dtype_layout" || t == "aten.type_as.default" || t == "aten.to.device" || isIdentityTarget(t) ||
+      ((t == "fxfuse.all_reduce.default" || t == "vllm.all_reduce.default" ||
+        t == "_c10d_functional.all_reduce.default") && opts_.world_size <= 1)) {
     Value* x = valArg(n, "self");
     if (!x) x = valArg(n, "a");
     if (!x) x = valArg(n, "input");
@@ -1125,12 +1130,18 @@ void Lowerer::lowerGenerated(Node& n) {
         }
         continue;
       }
-      if (!ov) unsupported(n, "split with an unused output");
-      int id = gnode("remap", "slice", {src}, ov->type.dtype, ov->type.shape, o);
-      cg_.node(id).iv = {d};
-      cg_.node(id).sv = {start, I(1)};
-      define(ov, id);
-      start = start + ov->type.shape[static_cast<size_t>(d)];
+      SymExpr len;
+      if (ov) len = ov->type.shape[static_cast<size_t>(d)];
+      else if (t == "aten.split_with_sizes.default") len = sizeList(n, "split_sizes").at(q);
+      else if (t == "aten.split.Tensor") len = *sizeArg(n, "split_size");
+      else unsupported(n, "chunk with an unused output");
+      if (ov && ov->numUses() > 0) {
+        int id = gnode("remap", "slice", {src}, ov->type.dtype, ov->type.shape, o);
+        cg_.node(id).iv = {d};
+        cg_.node(id).sv = {start, I(1)};
+        define(ov, id);
+      }
+      start = start + len;
     }
     return;
   }
@@ -1898,6 +1909,31 @@ void Lowerer::lowerFxfuseGenerated(Node& n) {
   unsupported(n, "no lowering for this fxfuse op");
 }
 
+// ---------------------------------------------------------------------------------- rotary
+
+// auto_functionalized(_C.rotary_embedding): outputs 1 and 2 are the new query and key.
+void Lowerer::lowerRotary(Node& n) {
+  Value* pos = valArg(n, "positions");
+  Value* cache = valArg(n, "cos_sin_cache");
+  int64_t head = intArg(n, "head_size", 0);
+  bool neox = flag(n, "is_neox", true);
+  if (!pos || !cache || head <= 0) unsupported(n, "rotary_embedding needs positions, head_size and cos_sin_cache");
+  if (cache->type.shape.size() != 2 || !cache->type.shape[1].isInt())
+    unsupported(n, "rotary_embedding cos_sin_cache must be [P, rot] with a constant rot");
+  int64_t rot = cache->type.shape[1].intValue();
+  const char* names[2] = {"query", "key"};
+  for (int q = 0; q < 2; ++q) {
+    Value* x = valArg(n, names[q]);
+    Value* out = n.output(static_cast<size_t>(q + 1));
+    if (!x || !out || out->numUses() == 0) continue;
+    prepareGroup(n, {out->type.shape, 0}, true);
+    int id = gnode("rotary", "", {operand(x, n), operand(pos, n), operand(cache, n)}, out->type.dtype, out->type.shape,
+                   n.name);
+    cg_.node(id).iv = {head, rot, neox ? 1 : 0};
+    define(out, id);
+  }
+}
+
 // ---------------------------------------------------------------------------------- dispatch
 
 void Lowerer::lowerNode(Node& n) {
@@ -1944,6 +1980,10 @@ void Lowerer::lowerNode(Node& n) {
     Value* out = n.output(0);
     mat_[out] = freshFor(out);
     return;
+  }
+  if (t == "higher_order.auto_functionalized") {
+    const Attr* op = n.arg("_mutable_op", 0);
+    if (op && op->kind == Attr::Kind::Op && op->s == "_C.rotary_embedding.default") return lowerRotary(n);
   }
   if (t == "higher_order.auto_functionalized" || t == "higher_order.auto_functionalized_v2" ||
       t.rfind("_C.", 0) == 0)

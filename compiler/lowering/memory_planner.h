@@ -3,9 +3,11 @@
 // Every intermediate tensor of a plan lives in one device arena at a byte offset. Two buffers
 // whose live ranges (inclusive step intervals) overlap get disjoint byte ranges; buffers whose
 // ranges do not overlap may share space. Sizes are symbolic (they depend on the token count),
-// so offsets are symbolic too: a buffer is placed at Max(ends of the buffers below it), which
-// is valid for every value of the symbols, and a lower gap between placed buffers is taken
-// only when the symbols' ranges prove it fits for every value (SymbolTable::range).
+// so offsets are symbolic too: a buffer is placed above the buffers below it, at a polynomial
+// that bounds all their ends from above for every value of the symbols (coefficient-wise
+// maximum; sizes are polynomials in non-negative sizes), and a lower gap between placed
+// buffers is taken only when the coefficients prove it fits for every value. Sizes are
+// rounded up coefficient by coefficient to the alignment.
 //
 // Order: largest buffer first (at the symbols' hints), ties by first use. With constant sizes
 // this is the classic greedy-by-size first-fit.
