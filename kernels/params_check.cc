@@ -67,6 +67,10 @@ Status CheckTuning(const char* op, const LaunchTuning& tuning) {
   if (v != 0 && v != 1 && v != 2 && v != 4 && v != 8) {
     return Invalid(op, "tuning.vecs_per_thread must be 0, 1, 2, 4 or 8, got " + std::to_string(v));
   }
+  if (tuning.row_pipeline_stages < -1 || tuning.row_pipeline_stages > 3) {
+    return Invalid(op, "tuning.row_pipeline_stages must be -1 (automatic) or 0..3, got " +
+                           std::to_string(tuning.row_pipeline_stages));
+  }
   return Status::Ok();
 }
 

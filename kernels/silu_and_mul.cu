@@ -21,6 +21,7 @@ struct SiluAndMulArgs {
   int64_t output_stride = 0;
   const float* scale = nullptr;  // FP8 output: [1]
   bool divide = false;
+  bool persistent = false;  // vectorized: walk rows with a stride of gridDim.x, next row prefetched
 };
 
 // h = round16(round16(silu(g)) * u), silu(g) = g / (1 + expf(-g)) in fp32.
@@ -47,9 +48,9 @@ __device__ __forceinline__ void LoadGateUp(const SiluAndMulArgs& a, int64_t row,
   }
 }
 
-// SiLU-and-mul, 16-byte path. Each CTA walks rows blockIdx.x, blockIdx.x + gridDim.x, ... and
-// loads the next row's gate and up while it computes and stores the current one; thread t
-// handles vectors c = i * blockDim.x + t. Rounding: h as above; kFp8: q = fp8(clamp(h op s)).
+// SiLU-and-mul, 16-byte path. One row per CTA, or (persistent) each CTA walks rows blockIdx.x,
+// blockIdx.x + gridDim.x, ... and loads the next row's gate and up while it computes and stores
+// the current one; thread t handles vectors c = i * blockDim.x + t. Rounding: h as above; kFp8: q = fp8(clamp(h op s)).
 template <typename T, int kVecs, bool kFp8>
 __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
     SiluAndMulVectorized(const SiluAndMulArgs a) {
@@ -59,14 +60,15 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
   uint4 g_next[kVecs], u_next[kVecs];
   int64_t row = blockIdx.x;
   LoadGateUp<T, kVecs>(a, row, num_vecs, g_next, u_next);
-  for (; row < a.num_rows; row += gridDim.x) {
+  const int64_t row_step = a.persistent ? gridDim.x : a.num_rows;  // one row per CTA otherwise
+  for (; row < a.num_rows; row += row_step) {
     uint4 g_raw[kVecs], u_raw[kVecs];
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       g_raw[i] = g_next[i];
       u_raw[i] = u_next[i];
     }
-    LoadGateUp<T, kVecs>(a, row + gridDim.x, num_vecs, g_next, u_next);
+    LoadGateUp<T, kVecs>(a, row + row_step, num_vecs, g_next, u_next);
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       const int c = i * blockDim.x + threadIdx.x;
@@ -106,9 +108,14 @@ __global__ void __launch_bounds__(1024) SiluAndMulScalar(const SiluAndMulArgs a)
 }
 
 template <typename T, int kVecs, bool kFp8>
-Status LaunchSiluVectorized(const SiluAndMulArgs& args, int threads, int sm_count, cudaStream_t stream) {
+Status LaunchSiluVectorized(SiluAndMulArgs args, int threads, int stages, int sm_count, cudaStream_t stream) {
   static std::atomic<int> occupancy_cache[33] = {};
   const auto kernel = SiluAndMulVectorized<T, kVecs, kFp8>;
+  args.persistent = stages > 0;
+  if (!args.persistent) {
+    kernel<<<static_cast<unsigned int>(args.num_rows), threads, 0, stream>>>(args);
+    return Status::Ok();
+  }
   unsigned int grid = 0;
   FXFUSE_KERNELS_RETURN_IF_ERROR(PersistentGrid(kernel, args.num_rows, threads, 0, sm_count, occupancy_cache, &grid));
   kernel<<<grid, threads, 0, stream>>>(args);
@@ -126,13 +133,13 @@ Status LaunchSiluAndMul(int64_t num_tokens, const internal::RowLaunchConfig& con
     const Status status = [&]() -> Status {
       switch (config.vecs_per_thread) {
         case 1:
-          return LaunchSiluVectorized<T, 1, kFp8>(args, threads, config.sm_count, stream);
+          return LaunchSiluVectorized<T, 1, kFp8>(args, threads, config.pipeline_stages, config.sm_count, stream);
         case 2:
-          return LaunchSiluVectorized<T, 2, kFp8>(args, threads, config.sm_count, stream);
+          return LaunchSiluVectorized<T, 2, kFp8>(args, threads, config.pipeline_stages, config.sm_count, stream);
         case 4:
-          return LaunchSiluVectorized<T, 4, kFp8>(args, threads, config.sm_count, stream);
+          return LaunchSiluVectorized<T, 4, kFp8>(args, threads, config.pipeline_stages, config.sm_count, stream);
         case 8:
-          return LaunchSiluVectorized<T, 8, kFp8>(args, threads, config.sm_count, stream);
+          return LaunchSiluVectorized<T, 8, kFp8>(args, threads, config.pipeline_stages, config.sm_count, stream);
         default:
           return Status::InvalidArgument(std::string(name) + ": unsupported vecs_per_thread " +
                                          std::to_string(config.vecs_per_thread));

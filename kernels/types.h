@@ -60,6 +60,10 @@ struct LaunchTuning {
   int vecs_per_thread = 0;
   // Take the scalar path (any alignment, any H) even when the 16-byte path applies.
   bool force_scalar_path = false;
+  // 16-byte path: -1 = automatic; 0 = one row per CTA, loaded straight into registers;
+  // 1..3 = persistent CTAs with that many rows staged in shared memory (cp.async, rows
+  // prefetched ahead; SiLU-and-mul prefetches one row in registers for any value >= 1).
+  int row_pipeline_stages = -1;
 };
 
 }  // namespace fxfuse::kernels

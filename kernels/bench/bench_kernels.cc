@@ -337,6 +337,7 @@ json RunCase(const std::string& k, int64_t t, int64_t h, const LaunchTuning& tun
   j["rotation_sets"] = sets;
   j["threads"] = config.threads;
   j["vecs_per_thread"] = config.vectorized ? config.vecs_per_thread : 0;
+  j["pipeline_stages"] = config.vectorized ? config.pipeline_stages : 0;
   return j;
 }
 
@@ -450,14 +451,17 @@ int Main(int argc, char** argv) {
     for (const std::string& k : sweep_kernels) {
       for (int64_t h : opt.hidden) {
         for (int64_t t : opt.tokens) {
-          std::printf("sweep %-38s T=%6lld H=%5lld:", k.c_str(), static_cast<long long>(t), static_cast<long long>(h));
-          for (int vecs : {1, 2, 4, 8}) {
-            LaunchTuning tuning;
-            tuning.vecs_per_thread = vecs;
-            json j = RunCase(k, t, h, tuning, dev, opt, copy_gbps, stream);
-            std::printf("  v%d/%dthr %.1f%%", j["vecs_per_thread"].get<int>(), j["threads"].get<int>(),
-                        100 * j["fraction_of_copy"].get<double>());
-            sweep.push_back(j);
+          std::printf("sweep %s T=%lld H=%lld:", k.c_str(), static_cast<long long>(t), static_cast<long long>(h));
+          for (int stages : {0, 3}) {
+            for (int vecs : {1, 2, 4, 8}) {
+              LaunchTuning tuning;
+              tuning.vecs_per_thread = vecs;
+              tuning.row_pipeline_stages = stages;
+              json j = RunCase(k, t, h, tuning, dev, opt, copy_gbps, stream);
+              std::printf(" s%dv%d %.1f%%", stages, j["vecs_per_thread"].get<int>(),
+                          100 * j["fraction_of_copy"].get<double>());
+              sweep.push_back(j);
+            }
           }
           std::printf("\n");
           std::fflush(stdout);

@@ -53,7 +53,7 @@ struct RowKernelArgs {
   bool divide = false;     // quantize with v / s (true) or v * (1/s) (false)
   float min_abs = 0.0f;    // dynamic scale s = max(max(a, min_abs) / 448, min_scale)
   float min_scale = 0.0f;
-  int stages = 1;          // vectorized path: rows in shared memory (the current + prefetched)
+  int stages = 0;          // vectorized path: 0 = one row per CTA; else rows staged in shared memory
 };
 
 // Dynamic per-tensor, pass 1: raise *scale (zeroed before) to this row's dynamic scale. Scales
@@ -146,9 +146,174 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
   __shared__ float sum_partials[2][32];
   __shared__ float max_partials[2][32];
 
+  // Everything after the row's vectors are in registers: residual, reduction(s), outputs.
+  const auto process_row = [&](int64_t row, int parity, uint4 (&x)[kVecs], uint4 (&r)[kVecs]) {
+      // Residual add (written back at once); x becomes round16(v) unless the unrounded sum is
+      // normalized (then v is recomputed from x and r, identically, when needed).
+      float sum_sq = 0.0f;
+  #pragma unroll
+      for (int i = 0; i < kVecs; ++i) {
+        float v[8];
+        Unpack8<T>(x[i], v);
+        if constexpr (kResidual) {
+          const int c = i * blockDim.x + threadIdx.x;
+          float rf[8];
+          Unpack8<T>(r[i], rf);
+  #pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] += rf[j];
+          const uint4 z = Pack8<T>(v);
+          if (c < num_vecs) {
+            reinterpret_cast<uint4*>(static_cast<T*>(a.residual) + row * a.residual_stride)[c] = z;
+          }
+          if (!unrounded) {
+            x[i] = z;
+            Unpack8<T>(z, v);
+          }
+        }
+        if constexpr (kNorm) {
+  #pragma unroll
+          for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+        }
+      }
+      float inv = 1.0f;
+      if constexpr (kNorm) {
+        sum_sq = BlockAllReduce(sum_sq, sum_partials[parity], SumOp());
+        inv = rsqrtf(sum_sq / static_cast<float>(a.hidden) + a.epsilon);
+        // Keep the row packed across the reduction (unpack again below) rather than as floats.
+  #pragma unroll
+        for (int i = 0; i < kVecs; ++i) {
+          OpaqueRegisters(x[i]);
+          if (unrounded) OpaqueRegisters(r[i]);
+        }
+      }
+      // n of vector i.
+      const auto normalized = [&](int i, float (&n)[8]) {
+        Unpack8<T>(x[i], n);
+        if (unrounded) {
+          float rf[8];
+          Unpack8<T>(r[i], rf);
+  #pragma unroll
+          for (int j = 0; j < 8; ++j) n[j] += rf[j];
+        }
+        if constexpr (kNorm) {
+          if (has_weight) {
+            float w[8];
+            Unpack8<T>(w_raw[i], w);
+  #pragma unroll
+            for (int j = 0; j < 8; ++j) n[j] = Round16<T>(Round16<T>(n[j] * inv) * w[j]);
+          } else {
+  #pragma unroll
+            for (int j = 0; j < 8; ++j) n[j] = Round16<T>(n[j] * inv);
+          }
+        }
+      };
+
+      if constexpr (kOut == RowOutput::kD16) {
+        uint4* o_row = reinterpret_cast<uint4*>(static_cast<T*>(a.output) + row * a.output_stride);
+  #pragma unroll
+        for (int i = 0; i < kVecs; ++i) {
+          const int c = i * blockDim.x + threadIdx.x;
+          float n[8];
+          normalized(i, n);
+          if (c < num_vecs) o_row[c] = Pack8<T>(n);
+        }
+      } else if constexpr (kOut == RowOutput::kTensorAbsMax) {
+        float amax = 0.0f;
+  #pragma unroll
+        for (int i = 0; i < kVecs; ++i) {
+          float n[8];
+          normalized(i, n);
+  #pragma unroll
+          for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(n[j]));
+        }
+        amax = BlockAllReduce(amax, max_partials[parity], MaxOp());
+        if (threadIdx.x == 0) RaiseTensorScale(a.scale, DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale));
+      } else {
+        uint2* o_row = reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride);
+        if constexpr (kOut == RowOutput::kFp8PerGroup) {
+          const int lanes_per_group = a.group_size >> 3;
+  #pragma unroll
+          for (int i = 0; i < kVecs; ++i) {
+            const int c = i * blockDim.x + threadIdx.x;
+            float n[8];
+            normalized(i, n);
+            float gmax = 0.0f;
+  #pragma unroll
+            for (int j = 0; j < 8; ++j) gmax = fmaxf(gmax, fabsf(n[j]));
+            gmax = LaneGroupAllReduce(gmax, lanes_per_group, MaxOp());
+            const float scale = DynamicScaleFromAbsMax(gmax, a.min_abs, a.min_scale);
+            if (c < num_vecs) {
+              if ((c & (lanes_per_group - 1)) == 0) {
+                a.scale[row * a.scale_token_stride + (c / lanes_per_group) * a.scale_group_stride] = scale;
+              }
+              o_row[c] = QuantizeToFp8x8(n, ScaleOp::Make(scale, a.divide));
+            }
+          }
+        } else if constexpr (kOut == RowOutput::kFp8Static) {
+          const ScaleOp op = ScaleOp::Make(__ldg(a.scale), a.divide);
+  #pragma unroll
+          for (int i = 0; i < kVecs; ++i) {
+            const int c = i * blockDim.x + threadIdx.x;
+            float n[8];
+            normalized(i, n);
+            if (c < num_vecs) o_row[c] = QuantizeToFp8x8(n, op);
+          }
+        } else {
+          static_assert(kOut == RowOutput::kFp8PerToken, "unhandled RowOutput");
+          // Pass 1: n (D16-exact, kept packed in x) and its absolute maximum.
+          float amax = 0.0f;
+  #pragma unroll
+          for (int i = 0; i < kVecs; ++i) {
+            float n[8];
+            normalized(i, n);
+  #pragma unroll
+            for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(n[j]));
+            if constexpr (kNorm) x[i] = Pack8<T>(n);
+          }
+          amax = BlockAllReduce(amax, max_partials[parity], MaxOp());
+          if (a.scale_upper_bound != nullptr) amax = fminf(amax, __ldg(a.scale_upper_bound));
+          const float scale = DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale);
+          if (threadIdx.x == 0) a.scale[row * a.scale_token_stride] = scale;
+          const ScaleOp op = ScaleOp::Make(scale, a.divide);
+          // Pass 2: quantize n.
+  #pragma unroll
+          for (int i = 0; i < kVecs; ++i) {
+            const int c = i * blockDim.x + threadIdx.x;
+            float n[8];
+            Unpack8<T>(x[i], n);
+            if (c < num_vecs) o_row[c] = QuantizeToFp8x8(n, op);
+          }
+        }
+      }
+  };
+
+  if (stages == 0) {
+    // Direct path: one row per CTA (grid = T), 16-byte loads straight into registers.
+    const int64_t row = blockIdx.x;
+    const uint4* x_row = reinterpret_cast<const uint4*>(static_cast<const T*>(a.input) + row * a.input_stride);
+    const uint4* r_row = nullptr;
+    if constexpr (kResidual) {
+      r_row = reinterpret_cast<const uint4*>(static_cast<const T*>(a.residual) + row * a.residual_stride);
+    }
+    uint4 x[kVecs], r[kVecs];
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const int c = i * blockDim.x + threadIdx.x;
+      x[i] = r[i] = make_uint4(0, 0, 0, 0);
+      if (c < num_vecs) {
+        x[i] = x_row[c];
+        if constexpr (kResidual) r[i] = r_row[c];
+      }
+    }
+    process_row(row, 0, x, r);
+    return;
+  }
+
+  // Pipelined path: persistent CTAs, rows copied into shared memory `stages - 1` rows ahead.
   for (int k = 0; k < stages - 1; ++k) prefetch(blockIdx.x + static_cast<int64_t>(k) * gridDim.x, k);
   int stage = 0;
-  for (int64_t row = blockIdx.x, parity = 0; row < a.num_rows; row += gridDim.x, parity ^= 1) {
+  int parity = 0;
+  for (int64_t row = blockIdx.x; row < a.num_rows; row += gridDim.x, parity ^= 1) {
     // Refill the slot the previous row used (its values are in registers already), then wait
     // for this row's copies.
     prefetch(row + static_cast<int64_t>(stages - 1) * gridDim.x, (stage + stages - 1) % stages);
@@ -167,144 +332,7 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
       }
     }
     stage = stage + 1 == stages ? 0 : stage + 1;
-
-    // Residual add (written back at once); x becomes round16(v) unless the unrounded sum is
-    // normalized (then v is recomputed from x and r, identically, when needed).
-    float sum_sq = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i) {
-      float v[8];
-      Unpack8<T>(x[i], v);
-      if constexpr (kResidual) {
-        const int c = i * blockDim.x + threadIdx.x;
-        float rf[8];
-        Unpack8<T>(r[i], rf);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] += rf[j];
-        const uint4 z = Pack8<T>(v);
-        if (c < num_vecs) {
-          reinterpret_cast<uint4*>(static_cast<T*>(a.residual) + row * a.residual_stride)[c] = z;
-        }
-        if (!unrounded) {
-          x[i] = z;
-          Unpack8<T>(z, v);
-        }
-      }
-      if constexpr (kNorm) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
-      }
-    }
-    float inv = 1.0f;
-    if constexpr (kNorm) {
-      sum_sq = BlockAllReduce(sum_sq, sum_partials[parity], SumOp());
-      inv = rsqrtf(sum_sq / static_cast<float>(a.hidden) + a.epsilon);
-      // Keep the row packed across the reduction (unpack again below) rather than as floats.
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i) {
-        OpaqueRegisters(x[i]);
-        if (unrounded) OpaqueRegisters(r[i]);
-      }
-    }
-    // n of vector i.
-    const auto normalized = [&](int i, float (&n)[8]) {
-      Unpack8<T>(x[i], n);
-      if (unrounded) {
-        float rf[8];
-        Unpack8<T>(r[i], rf);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) n[j] += rf[j];
-      }
-      if constexpr (kNorm) {
-        if (has_weight) {
-          float w[8];
-          Unpack8<T>(w_raw[i], w);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) n[j] = Round16<T>(Round16<T>(n[j] * inv) * w[j]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) n[j] = Round16<T>(n[j] * inv);
-        }
-      }
-    };
-
-    if constexpr (kOut == RowOutput::kD16) {
-      uint4* o_row = reinterpret_cast<uint4*>(static_cast<T*>(a.output) + row * a.output_stride);
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i) {
-        const int c = i * blockDim.x + threadIdx.x;
-        float n[8];
-        normalized(i, n);
-        if (c < num_vecs) o_row[c] = Pack8<T>(n);
-      }
-    } else if constexpr (kOut == RowOutput::kTensorAbsMax) {
-      float amax = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i) {
-        float n[8];
-        normalized(i, n);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(n[j]));
-      }
-      amax = BlockAllReduce(amax, max_partials[parity], MaxOp());
-      if (threadIdx.x == 0) RaiseTensorScale(a.scale, DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale));
-    } else {
-      uint2* o_row = reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride);
-      if constexpr (kOut == RowOutput::kFp8PerGroup) {
-        const int lanes_per_group = a.group_size >> 3;
-#pragma unroll
-        for (int i = 0; i < kVecs; ++i) {
-          const int c = i * blockDim.x + threadIdx.x;
-          float n[8];
-          normalized(i, n);
-          float gmax = 0.0f;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) gmax = fmaxf(gmax, fabsf(n[j]));
-          gmax = LaneGroupAllReduce(gmax, lanes_per_group, MaxOp());
-          const float scale = DynamicScaleFromAbsMax(gmax, a.min_abs, a.min_scale);
-          if (c < num_vecs) {
-            if ((c & (lanes_per_group - 1)) == 0) {
-              a.scale[row * a.scale_token_stride + (c / lanes_per_group) * a.scale_group_stride] = scale;
-            }
-            o_row[c] = QuantizeToFp8x8(n, ScaleOp::Make(scale, a.divide));
-          }
-        }
-      } else if constexpr (kOut == RowOutput::kFp8Static) {
-        const ScaleOp op = ScaleOp::Make(__ldg(a.scale), a.divide);
-#pragma unroll
-        for (int i = 0; i < kVecs; ++i) {
-          const int c = i * blockDim.x + threadIdx.x;
-          float n[8];
-          normalized(i, n);
-          if (c < num_vecs) o_row[c] = QuantizeToFp8x8(n, op);
-        }
-      } else {
-        static_assert(kOut == RowOutput::kFp8PerToken, "unhandled RowOutput");
-        // Pass 1: n (D16-exact, kept packed in x) and its absolute maximum.
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kVecs; ++i) {
-          float n[8];
-          normalized(i, n);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(n[j]));
-          if constexpr (kNorm) x[i] = Pack8<T>(n);
-        }
-        amax = BlockAllReduce(amax, max_partials[parity], MaxOp());
-        if (a.scale_upper_bound != nullptr) amax = fminf(amax, __ldg(a.scale_upper_bound));
-        const float scale = DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale);
-        if (threadIdx.x == 0) a.scale[row * a.scale_token_stride] = scale;
-        const ScaleOp op = ScaleOp::Make(scale, a.divide);
-        // Pass 2: quantize n.
-#pragma unroll
-        for (int i = 0; i < kVecs; ++i) {
-          const int c = i * blockDim.x + threadIdx.x;
-          float n[8];
-          Unpack8<T>(x[i], n);
-          if (c < num_vecs) o_row[c] = QuantizeToFp8x8(n, op);
-        }
-      }
-    }
+    process_row(row, parity, x, r);
   }
 }
 
@@ -470,32 +498,41 @@ Status PersistentGrid(Kernel kernel, int64_t num_rows, int threads, int smem_byt
   return Status::Ok();
 }
 
-// Host: pipeline depth of the 16-byte row kernel: up to 3 rows in shared memory while a CTA
-// stays within about half the multiprocessor's shared memory (at least two CTAs fit), at least 1.
-inline int RowStages(int64_t stage_bytes) {
+// Host: pipeline depth of the 16-byte row kernel: the requested rows in shared memory, fewer if
+// a CTA would exceed about half the multiprocessor's shared memory (so two CTAs fit), at least 1.
+inline int RowStages(int requested, int64_t stage_bytes) {
   constexpr int64_t kBudget = 110 * 1024;
   int stages = static_cast<int>(kBudget / stage_bytes);
-  if (stages > 3) stages = 3;
+  if (stages > requested) stages = requested;
   if (stages < 1) stages = 1;
   return stages;
 }
 
 template <typename T, int kVecs, bool kResidual, bool kNorm, RowOutput kOut>
-Status LaunchRowKernelVectorized(RowKernelArgs args, int threads, int sm_count, cudaStream_t stream) {
+Status LaunchRowKernelVectorized(RowKernelArgs args, int threads, int requested_stages, int sm_count,
+                                 cudaStream_t stream) {
   static std::atomic<int> occupancy_cache[33] = {};
-  static std::atomic<int64_t> smem_limit_set{0};
+  static std::atomic<bool> attributes_set{false};
   const auto kernel = RowKernelVectorized<T, kVecs, kResidual, kNorm, kOut>;
+  if (requested_stages == 0) {  // one row per CTA
+    args.stages = 0;
+    kernel<<<static_cast<unsigned int>(args.num_rows), threads, 0, stream>>>(args);
+    return Status::Ok();
+  }
   const int64_t stage_bytes = RowStageBytes(kVecs, threads, kResidual);
-  args.stages = RowStages(stage_bytes);
+  args.stages = RowStages(requested_stages, stage_bytes);
   const int64_t smem = stage_bytes * args.stages;
-  if (smem > 48 * 1024 && smem > smem_limit_set.load(std::memory_order_relaxed)) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) {
-      return Status::CudaError(std::string("cudaFuncSetAttribute(MaxDynamicSharedMemorySize, ") +
-                               std::to_string(smem) + "): " + cudaGetErrorString(err));
+  if (!attributes_set.load(std::memory_order_relaxed)) {
+    // Allow the largest stage buffers any launch of this kernel may use, and prefer shared
+    // memory over L1 so the occupancy the grid is sized for is the one the driver picks.
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    if (err == cudaSuccess) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     }
-    smem_limit_set.store(smem, std::memory_order_relaxed);
+    if (err != cudaSuccess) {
+      return Status::CudaError(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(err));
+    }
+    attributes_set.store(true, std::memory_order_relaxed);
   }
   unsigned int grid = 0;
   FXFUSE_KERNELS_RETURN_IF_ERROR(
@@ -511,19 +548,20 @@ Status LaunchRowKernel(const char* name, int64_t num_tokens, const internal::Row
   RowKernelArgs args = in_args;
   args.num_rows = num_tokens;
   const int threads = config.threads;
+  const int stages = config.pipeline_stages;
   if (!config.vectorized) {
     RowKernelScalar<T, kResidual, kNorm, kOut><<<static_cast<unsigned int>(num_tokens), threads, 0, stream>>>(args);
   } else {
     const Status status = [&]() -> Status {
       switch (config.vecs_per_thread) {
         case 1:
-          return LaunchRowKernelVectorized<T, 1, kResidual, kNorm, kOut>(args, threads, config.sm_count, stream);
+          return LaunchRowKernelVectorized<T, 1, kResidual, kNorm, kOut>(args, threads, stages, config.sm_count, stream);
         case 2:
-          return LaunchRowKernelVectorized<T, 2, kResidual, kNorm, kOut>(args, threads, config.sm_count, stream);
+          return LaunchRowKernelVectorized<T, 2, kResidual, kNorm, kOut>(args, threads, stages, config.sm_count, stream);
         case 4:
-          return LaunchRowKernelVectorized<T, 4, kResidual, kNorm, kOut>(args, threads, config.sm_count, stream);
+          return LaunchRowKernelVectorized<T, 4, kResidual, kNorm, kOut>(args, threads, stages, config.sm_count, stream);
         case 8:
-          return LaunchRowKernelVectorized<T, 8, kResidual, kNorm, kOut>(args, threads, config.sm_count, stream);
+          return LaunchRowKernelVectorized<T, 8, kResidual, kNorm, kOut>(args, threads, stages, config.sm_count, stream);
         default:
           return Status::InvalidArgument(std::string(name) + ": unsupported vecs_per_thread " +
                                          std::to_string(config.vecs_per_thread));

@@ -15,6 +15,10 @@ Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vecto
     return Status::InvalidArgument("tuning.vecs_per_thread must be 0, 1, 2, 4 or 8, got " +
                                    std::to_string(v));
   }
+  if (tuning.row_pipeline_stages < -1 || tuning.row_pipeline_stages > 3) {
+    return Status::InvalidArgument("tuning.row_pipeline_stages must be -1..3, got " +
+                                   std::to_string(tuning.row_pipeline_stages));
+  }
   const auto round_up_32 = [](int64_t n) { return static_cast<int>((n + 31) / 32 * 32); };
   if (vectorizable && !tuning.force_scalar_path && hidden_size % 8 == 0 &&
       hidden_size <= kMaxVectorizedHidden) {
@@ -30,6 +34,7 @@ Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vecto
     if (threads_for(per_thread) <= MaxThreadsForVecsPerThread(per_thread)) {
       config->vectorized = true;
       config->vecs_per_thread = per_thread;
+      config->pipeline_stages = tuning.row_pipeline_stages >= 0 ? tuning.row_pipeline_stages : 0;
       config->threads = std::max(32, round_up_32(threads_for(per_thread)));
       return Status::Ok();
     }

@@ -31,6 +31,9 @@ struct RowLaunchConfig {
   int vecs_per_thread = 0;   // vectorized only: 1, 2, 4 or 8 sixteen-byte vectors per thread
   int threads = 0;           // per CTA, a multiple of 32, at most 1024
   int sm_count = 0;          // multiprocessors (vectorized kernels size their grid from it)
+  // Vectorized only: 0 = one row per CTA (grid T); 1..3 = persistent CTAs, rows staged in shared
+  // memory that deep (the launcher may lower it to fit shared memory).
+  int pipeline_stages = 0;
 };
 
 // `vectorizable`: every pointer 16-byte aligned (8 for FP8), every stride and H multiples of 8.

@@ -235,6 +235,24 @@ inline void ExpectScalesClose(const char* what, const std::vector<float>& got, c
 inline Tolerance NormTolerance() { return Tolerance{2, 0.01}; }
 inline Tolerance Exact() { return Tolerance{0, 0.0}; }
 
+// Every launch shape of the 16-byte path (vectors per thread x pipeline depth) and the scalar
+// path: all must give the same results.
+inline std::vector<LaunchTuning> AllLaunchShapes() {
+  std::vector<LaunchTuning> shapes;
+  for (int vecs : {1, 2, 4, 8}) {
+    for (int stages : {0, 1, 2, 3}) {
+      LaunchTuning t;
+      t.vecs_per_thread = vecs;
+      t.row_pipeline_stages = stages;
+      shapes.push_back(t);
+    }
+  }
+  LaunchTuning scalar;
+  scalar.force_scalar_path = true;
+  shapes.push_back(scalar);
+  return shapes;
+}
+
 // A host buffer initialised with poison, the CPU reference's counterpart of a poisoned output.
 template <typename Bits>
 std::vector<Bits> PoisonedHost(size_t count) {

@@ -222,25 +222,18 @@ TEST_CASE("per-group FP8 (64, 128; row- and column-major scales) matches the ref
 }
 
 TEST_CASE("quantization: every launch shape gives the same bits") {
-  for (int vecs : {1, 2, 4, 8}) {
-    LaunchTuning tuning;
-    tuning.vecs_per_thread = vecs;
+  int k = 0;
+  for (const LaunchTuning& tuning : testing::AllLaunchShapes()) {
     for (Fp8ScaleKind kind : {Fp8ScaleKind::kStaticPerTensor, Fp8ScaleKind::kDynamicPerToken,
                               Fp8ScaleKind::kDynamicPerTensor, Fp8ScaleKind::kDynamicPerGroup}) {
       ScaleVariant v;
       v.kind = kind;
-      v.group_size = kind == Fp8ScaleKind::kDynamicPerGroup ? 128 : 0;
-      CheckQuant({600, 8192}, DType::kBFloat16, v, tuning);
+      v.group_size = kind == Fp8ScaleKind::kDynamicPerGroup ? (k % 2 == 0 ? 128 : 64) : 0;
+      v.column_major = k % 3 == 0;
+      const DType dtype = (k++ % 2 == 0) ? DType::kBFloat16 : DType::kFloat16;
+      CheckQuant({3000, 1024, 8, 8}, dtype, v, tuning);  // more rows than resident CTAs
+      CheckQuant({7, 8192}, dtype, v, tuning);
     }
-  }
-  LaunchTuning scalar;
-  scalar.force_scalar_path = true;
-  for (Fp8ScaleKind kind : {Fp8ScaleKind::kStaticPerTensor, Fp8ScaleKind::kDynamicPerToken,
-                            Fp8ScaleKind::kDynamicPerTensor, Fp8ScaleKind::kDynamicPerGroup}) {
-    ScaleVariant v;
-    v.kind = kind;
-    v.group_size = kind == Fp8ScaleKind::kDynamicPerGroup ? 64 : 0;
-    CheckQuant({600, 8192}, DType::kFloat16, v, scalar);
   }
 }
 

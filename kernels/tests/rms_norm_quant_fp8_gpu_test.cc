@@ -284,15 +284,14 @@ TEST_CASE("fused kernels: non-default options and every launch shape") {
     CheckFused({33, 5120}, run);
     run.application = ScaleApplication::kDefault;
     run.weight = true;
-    for (int vecs : {1, 2, 4, 8}) {
-      run.tuning.vecs_per_thread = vecs;
-      CheckFused({600, 8192}, run);
+    int k = 0;
+    for (const LaunchTuning& tuning : testing::AllLaunchShapes()) {
+      run.tuning = tuning;
+      run.residual = k % 2 == 0;
+      run.dtype = (k++ % 3 == 0) ? DType::kFloat16 : DType::kBFloat16;
+      CheckFused({3000, 1024}, run);  // more rows than resident CTAs
+      CheckFused({5, 8192, 8, 8}, run);
     }
-    run.tuning = LaunchTuning();
-    run.tuning.force_scalar_path = true;
-    CheckFused({600, 8192}, run);
-    run.dtype = DType::kFloat16;
-    CheckFused({64, 5120, 8, 8}, run);
   }
 }
 

@@ -111,14 +111,12 @@ TEST_CASE("silu_and_mul and silu_and_mul_quant match the chain and the reference
     for (DType dtype : {DType::kBFloat16, DType::kFloat16}) CheckSilu(c, dtype);
   }
   CheckSilu({33, 4096}, DType::kBFloat16, ScaleApplication::kDivide);
-  for (int vecs : {1, 2, 4, 8}) {
-    LaunchTuning tuning;
-    tuning.vecs_per_thread = vecs;
-    CheckSilu({600, 8192}, DType::kBFloat16, ScaleApplication::kDefault, tuning);
+  int k = 0;
+  for (const LaunchTuning& tuning : testing::AllLaunchShapes()) {
+    const DType dtype = (k++ % 2 == 0) ? DType::kBFloat16 : DType::kFloat16;
+    CheckSilu({3000, 1024}, dtype, ScaleApplication::kDefault, tuning);  // more rows than resident CTAs
+    CheckSilu({5, 8192, 8, 8}, dtype, ScaleApplication::kDefault, tuning);
   }
-  LaunchTuning scalar;
-  scalar.force_scalar_path = true;
-  CheckSilu({600, 8192}, DType::kFloat16, ScaleApplication::kDefault, scalar);
 }
 
 }  // namespace
