@@ -6,6 +6,8 @@ PKGS=(bazel-bootstrap protobuf-compiler libprotobuf-dev nlohmann-json3-dev libsi
       libzip-dev libfmt-dev libcli11-dev catch2 libopenblas-dev llvm-14-tools graphviz
       python3 zlib1g-dev)
 if [[ "${FXFUSE_WITH_TORCH:-0}" == 1 ]]; then PKGS+=(python3-torch); fi
+# Headless browser for the HTML report test (tests/inspect); tools/test.sh (CI) sets FXFUSE_WITH_TORCH=1 too.
+if [[ "${FXFUSE_WITH_TORCH:-0}" == 1 || "${FXFUSE_WITH_BROWSER:-0}" == 1 ]]; then PKGS+=(chromium fonts-dejavu-core); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
