@@ -47,7 +47,8 @@ Shape sizeArg(const Call& c, const char* name, int pos) { return c.ints(name, po
 
 void viewOp(Call& c, const char* size_name) {
   Tensor x = c.tensor("self", 0);
-  const RValue* s = c.find(size_name, 1);
+  const RValue* s = c.find("dtype");
+  if (!s) s = c.find(size_name, 1);
   if (s && s->kind == RValue::Kind::DType) {
     // view.dtype: a bit cast between dtypes of the same size (a fresh tensor here).
     DType to = s->dt;
