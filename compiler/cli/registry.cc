@@ -1,6 +1,7 @@
 #include "compiler/cli/registry.h"
 
 #include "compiler/cli/compile.h"
+#include "compiler/cli/run.h"
 #include "compiler/cli/verify.h"
 #include "compiler/inspect/commands.h"
 
@@ -9,6 +10,8 @@ namespace fxfuse::cli {
 void registerExtraCommands(CLI::App& app, int& exit_code) {
   registerCompile(app, exit_code);
   registerExplain(app, exit_code);
+  registerRun(app, exit_code);
+  registerBench(app, exit_code);
   registerVerify(app, exit_code);
   fxfuse::inspect::registerDiff(app, exit_code);
   fxfuse::inspect::registerDraw(app, exit_code);

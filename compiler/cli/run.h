@@ -1,0 +1,11 @@
+// `fxfuse run` and `fxfuse bench` (compiler/cli/run.cc, issue #7).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace fxfuse::cli {
+
+void registerRun(CLI::App& app, int& exit_code);
+void registerBench(CLI::App& app, int& exit_code);
+
+}  // namespace fxfuse::cli

@@ -1,0 +1,36 @@
+// fxfuse's reference attention kernel (rt.attention in launch plans): exact softmax attention,
+// causal or not, grouped-query (Hq a multiple of Hk), bf16/fp16 inputs, optional boolean or
+// additive mask, output in the input dtype or FP8 e4m3 with a static scale. Correct first:
+// one warp per query row, online softmax in fp32 (docs/runtime.md); its speed is a later issue.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace fxfuse::runtime {
+
+enum class AttnDType : int { kBF16 = 0, kF16 = 1, kF32 = 2, kBool = 3, kF8E4M3 = 4, kNone = 5 };
+
+struct AttentionParams {
+  AttnDType dtype = AttnDType::kBF16;      // q, k, v
+  const void* q = nullptr;                 // [B, Hq, Sq, E], strides in elements
+  const void* k = nullptr;                 // [B, Hk, Sk, E]
+  const void* v = nullptr;                 // [B, Hk, Sk, Ev]
+  void* out = nullptr;                     // [B, Hq, Sq, Ev]
+  int64_t B = 0, Hq = 0, Hk = 0, Sq = 0, Sk = 0, E = 0, Ev = 0;
+  int64_t q_stride[4] = {}, k_stride[4] = {}, v_stride[4] = {}, o_stride[4] = {};
+  float scale = 0;                         // softmax scale (1/sqrt(E) when the graph says None)
+  bool causal = false;                     // key j visible from query i iff j <= i
+  AttnDType mask_dtype = AttnDType::kNone; // bool (keep) or additive bf16/f16/f32
+  const void* mask = nullptr;              // broadcast [B, H, Sq, Sk] (stride 0 on broadcast dims)
+  int64_t mask_stride[4] = {};
+  AttnDType out_dtype = AttnDType::kBF16;  // input dtype, or kF8E4M3 with out_scale
+  AttnDType round_dtype = AttnDType::kBF16;// FP8 output: the value is rounded to this first
+  const float* out_scale = nullptr;        // [1] fp32 on the device: q = fp8(clamp(o * (1/s)))
+};
+
+// E and Ev at most 256. Returns the launch error, or cudaErrorInvalidValue for bad params.
+cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace fxfuse::runtime

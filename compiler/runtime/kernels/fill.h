@@ -1,0 +1,14 @@
+// Device-side random fill for benchmark inputs (no host round trip for large weights).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace fxfuse::runtime {
+
+// `plan_dtype` is a fxfuse.plan.v1.DType value. Floats: uniform in [-1, 1) (fp32: [0.5, 1.5),
+// since fp32 inputs of LLM graphs are mostly scales); integers: i % 7; bool: alternating.
+cudaError_t FillRandom(void* data, int64_t n, int plan_dtype, unsigned seed, cudaStream_t stream);
+
+}  // namespace fxfuse::runtime

@@ -1,0 +1,122 @@
+// The fxfuse CUDA runtime: runs launch plans (proto/fxfuse_plan.proto) on one GPU.
+//
+//   auto prog = fxfuse::runtime::Program::load("layer.plan.pb");   // compiles generated kernels
+//   fxfuse::runtime::Session s(*prog);
+//   s.bind({{"s0", 64}});                  // symbols (others come from input shapes)
+//   s.setInput(0, d_x); ...                // caller-owned device memory, one per plan input
+//   s.run(stream);                         // or s.capture(stream) once, then s.replay(stream)
+//   fxfuse::runtime::DeviceTensor y = s.output(0);
+//
+// Generated kernels come from NVRTC at load (cached on disk by source hash), or, for plans
+// built by the Bazel macro fxfuse_plan(), from a table of nvcc-compiled kernels linked into
+// the binary (EmbeddedKernels). docs/runtime.md describes the API and its errors.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proto/fxfuse_plan.pb.h"
+
+namespace fxfuse::runtime {
+
+// Checks that a CUDA device of compute capability 9.0 is present and the driver is recent
+// enough for this runtime. Returns an empty string when usable, else a one-line reason.
+std::string deviceProblem();
+
+// Kernels compiled at build time: entry point name -> host stub (the __global__ function).
+struct EmbeddedKernel {
+  const char* name;
+  const void* function;
+};
+
+struct LoadOptions {
+  bool use_cache = true;                       // NVRTC disk cache
+  const EmbeddedKernel* embedded = nullptr;    // build-time kernels (fxfuse_plan macro)
+  size_t num_embedded = 0;
+};
+
+class Program {
+ public:
+  static std::unique_ptr<Program> load(const std::string& path, const LoadOptions& opts = {});
+  static std::unique_ptr<Program> fromPlan(fxfuse::plan::v1::Plan plan, const LoadOptions& opts = {});
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  const fxfuse::plan::v1::Plan& plan() const { return plan_; }
+  const void* kernel(int generated) const { return kernels_.at(static_cast<size_t>(generated)); }
+  int cacheHits() const { return cache_hits_; }
+
+ private:
+  Program() = default;
+  void compileKernels(const LoadOptions& opts);
+  fxfuse::plan::v1::Plan plan_;
+  std::vector<const void*> kernels_;  // cudaKernel_t or host stub, per Plan.kernels
+  std::vector<void*> libraries_;      // cudaLibrary_t
+  int cache_hits_ = 0;
+};
+
+struct DeviceTensor {
+  void* data = nullptr;
+  fxfuse::plan::v1::DType dtype = fxfuse::plan::v1::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> shape, strides;  // strides in elements
+  int64_t numel() const;
+};
+
+class Session {
+ public:
+  explicit Session(const Program& program);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Resolves every symbol (explicit values first, then input shapes via SymbolSource is not
+  // possible before inputs exist, so symbols without a value here must be bound), sizes the
+  // arena and prepares every step. Throws FxError on a missing or out-of-range symbol.
+  void bind(const std::map<std::string, int64_t>& symbols);
+  const std::map<std::string, int64_t>& symbols() const { return env_; }
+  // Shape of input i under the bound symbols (to allocate and fill it).
+  std::vector<int64_t> inputShape(size_t i) const;
+  void setInput(size_t i, void* device_ptr);
+
+  // Enqueues every step on `stream`.
+  void run(cudaStream_t stream);
+  // Captures run() into a CUDA graph (inputs must be set; their pointers are baked in).
+  void capture(cudaStream_t stream);
+  void replay(cudaStream_t stream);
+  bool captured() const { return graph_exec_ != nullptr; }
+
+  DeviceTensor output(size_t i) const;
+  DeviceTensor tensor(int id) const;
+  int64_t arenaBytes() const { return arena_bytes_; }
+  // Kernel launches one run() enqueues (kernels, matmuls, collectives; copies excluded).
+  int launchesPerRun() const { return launches_; }
+
+ private:
+  struct Prepared;
+  void prepare();
+  int64_t eval(const fxfuse::ir::v1::SymExpr& e, const std::string& what) const;
+  void* pointer(int tensor) const;
+
+  const Program& program_;
+  const fxfuse::plan::v1::Plan& plan_;
+  std::map<std::string, int64_t> env_;
+  std::vector<void*> inputs_;
+  void* arena_ = nullptr;
+  int64_t arena_bytes_ = 0;
+  void* workspace_ = nullptr;
+  int64_t workspace_bytes_ = 0;
+  void* cublas_ = nullptr;
+  std::vector<std::unique_ptr<Prepared>> steps_;
+  bool dirty_ = true;
+  int launches_ = 0;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+};
+
+}  // namespace fxfuse::runtime
