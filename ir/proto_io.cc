@@ -2,6 +2,9 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <map>
 
 #include "ir/status.h"
@@ -11,6 +14,40 @@ namespace fxfuse::ir {
 namespace pb = fxfuse::ir::v1;
 
 namespace {
+
+// --------------------------------------------------------------------------- names
+// Names that .fxg writes bare (targets, argument names, graph and symbol names, device
+// types, node names) must be spelled so that the text reads back; anything else in a
+// protobuf file is rejected here rather than producing unreadable .fxg.
+
+bool isIdent(const std::string& s, const char* extra, bool digit_first) {
+  if (s.empty()) return false;
+  if (!digit_first && std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && (c == '\0' || !std::strchr(extra, c))) return false;
+  return true;
+}
+
+void checkName(const std::string& s, const char* what, const std::string& ctx) {
+  bool ok = true;
+  std::string_view w(what);
+  if (w == "target" || w == "graph name") {
+    ok = isIdent(s, ".:", true);
+  } else if (w == "argument name") {
+    ok = s.empty() || isIdent(s, "", false);
+  } else if (w == "symbol") {
+    static const char* const kReserved[] = {"True", "true", "False", "false", "BooleanTrue", "BooleanFalse",
+                                            "sympy.true", "sympy.false", "oo", "int_oo"};
+    ok = isIdent(s, ".", false) && s.back() != '.';
+    for (const char* r : kReserved) ok = ok && s != r;
+  } else if (w == "device type") {
+    ok = s.empty() || isIdent(s, "", false);
+  } else if (w == "node name") {
+    ok = !s.empty() && s.front() != ' ' && s.back() != ' ';
+    for (char c : s) ok = ok && static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+  }
+  if (!ok) fail("{}: malformed {} '{}'", ctx, what, s.substr(0, 80));
+}
 
 // --------------------------------------------------------------------------- SymExpr
 
@@ -60,6 +97,7 @@ SymExpr symFromProto(const pb::SymExpr& p, const std::string& ctx, int depth = 0
     case pb::SymExpr::kBoolean: return SymExpr::boolean(p.boolean());
     case pb::SymExpr::kSym:
       if (p.sym().empty()) fail("{}: empty symbol name", ctx);
+      checkName(p.sym(), "symbol", ctx);
       return SymExpr::symbol(p.sym());
     case pb::SymExpr::kApply: break;
     default: fail("{}: empty symbolic expression", ctx);
@@ -88,7 +126,7 @@ SymExpr symFromProto(const pb::SymExpr& p, const std::string& ctx, int depth = 0
     case pb::OR: k = K::Or; break;
     case pb::NOT: k = K::Not; break;
     case pb::ITE: k = K::Ite; break;
-    case pb::OPAQUE: return SymExpr::apply(K::Opaque, std::move(args), p.apply().opaque_name());
+    case pb::OPAQUE: checkName(p.apply().opaque_name(), "symbol", ctx); return SymExpr::apply(K::Opaque, std::move(args), p.apply().opaque_name());
     default: fail("{}: unknown symbolic function {}", ctx, static_cast<int>(p.apply().fn()));
   }
   if (k == K::Add || k == K::Mul || k == K::Min || k == K::Max || k == K::And || k == K::Or) {
@@ -113,7 +151,10 @@ void deviceToProto(const Device& d, pb::Device* out) {
   out->set_type(d.type);
   out->set_index(d.index);
 }
-Device deviceFromProto(const pb::Device& d) { return Device{d.type(), d.index()}; }
+Device deviceFromProto(const pb::Device& d, const std::string& ctx) {
+  checkName(d.type(), "device type", ctx);
+  return Device{d.type(), d.index()};
+}
 
 void typeToProto(const TensorType& t, pb::TensorType* out) {
   out->set_dtype(dtypeToProto(t.dtype));
@@ -134,7 +175,12 @@ TensorType typeFromProto(const pb::TensorType& p, const std::string& ctx) {
   if (t.stride.size() != t.shape.size())
     fail("{}: tensor has {} dims but {} strides", ctx, t.shape.size(), t.stride.size());
   if (p.has_storage_offset()) t.storage_offset = symFromProto(p.storage_offset(), ctx);
-  if (p.has_device()) t.device = deviceFromProto(p.device());
+  if (p.has_device()) {
+    t.device = deviceFromProto(p.device(), ctx);
+    static const char* const kTypes[] = {"", "cuda", "cpu", "meta", "mps", "xpu", "hpu"};
+    if (std::none_of(std::begin(kTypes), std::end(kTypes), [&](const char* k) { return t.device.type == k; }))
+      fail("{}: unsupported tensor device type '{}'", ctx, t.device.type.substr(0, 80));
+  }
   t.requires_grad = p.requires_grad();
   return t;
 }
@@ -185,7 +231,7 @@ Attr attrFromProto(const pb::Attr& p, const std::map<uint32_t, Value*>& values, 
     case pb::Attr::kB: return Attr::ofBool(p.b());
     case pb::Attr::kS: return Attr::ofString(p.s());
     case pb::Attr::kDtype: return Attr::ofDType(dtypeFromProto(p.dtype(), ctx));
-    case pb::Attr::kDevice: return Attr::ofDevice(deviceFromProto(p.device()));
+    case pb::Attr::kDevice: return Attr::ofDevice(deviceFromProto(p.device(), ctx));
     case pb::Attr::kLayout: {
       Attr a;
       a.kind = Attr::Kind::Layout;
@@ -207,7 +253,7 @@ Attr attrFromProto(const pb::Attr& p, const std::map<uint32_t, Value*>& values, 
       return Attr::ofList(std::move(items));
     }
     case pb::Attr::kNone: return Attr::none();
-    case pb::Attr::kOp: return Attr::ofOp(p.op());
+    case pb::Attr::kOp: checkName(p.op(), "target", ctx); return Attr::ofOp(p.op());
     case pb::Attr::kGraph:
       if (p.graph() >= num_graphs) fail("{}: reference to graph {} but the module has {}", ctx, p.graph(), num_graphs);
       return Attr::ofGraph(static_cast<int>(p.graph()));
@@ -364,6 +410,7 @@ std::unique_ptr<Module> moduleFromProto(const pb::Module& pm, const std::string&
   m->producer.source_path = pr.source_path();
   for (const auto& ps : pm.symbols()) {
     if (ps.name().empty()) fail("{}: symbol without a name", source);
+    checkName(ps.name(), "symbol", source);
     auto& s = m->symbols.getOrAdd(ps.name());
     if (ps.has_min()) s.min = ps.min();
     if (ps.has_max()) s.max = ps.max();
@@ -386,6 +433,7 @@ std::unique_ptr<Module> moduleFromProto(const pb::Module& pm, const std::string&
   if (pm.graphs_size() == 0) fail("{}: module has no graph", source);
   size_t num_graphs = static_cast<size_t>(pm.graphs_size());
   for (const auto& pg : pm.graphs()) {
+    checkName(pg.name().empty() ? "main" : pg.name(), "graph name", source);
     Graph* g = m->addGraph(pg.name().empty() ? "main" : pg.name());
     std::string gctx = source + ": graph " + g->name;
     std::map<uint32_t, const pb::Value*> decl;
@@ -407,9 +455,13 @@ std::unique_ptr<Module> moduleFromProto(const pb::Module& pm, const std::string&
     for (const auto& pn : pg.nodes()) {
       std::string nctx = gctx + ": node " + (pn.name().empty() ? pn.target() : pn.name());
       if (pn.target().empty()) fail("{}: node has no target", nctx);
+      checkName(pn.target(), "target", nctx);
+      if (!pn.name().empty()) checkName(pn.name(), "node name", nctx);
       std::vector<Arg> args;
-      for (const auto& pa : pn.args())
+      for (const auto& pa : pn.args()) {
+        checkName(pa.name(), "argument name", nctx);
         args.push_back(Arg{pa.name(), pa.keyword(), attrFromProto(pa.value(), values, num_graphs, nctx)});
+      }
       int nk = static_cast<int>(pn.kind());
       NodeKind kind = nk >= 1 && nk <= 4 ? static_cast<NodeKind>(nk - 1) : NodeKind::Op;
       Node* n = g->createNode(pn.target(), kind, std::move(args), static_cast<size_t>(pn.outputs_size()), nullptr,

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Builds fxfuse's importer fuzz targets (tests/fuzz/fuzz_*.cc) with clang + libFuzzer under
+# AddressSanitizer (leak checking included) and UndefinedBehaviorSanitizer, then runs each
+# for a bounded time. Any crash, leak, UB report, timeout (-timeout=10 s per input) or
+# memory blow-up (-rss_limit_mb=2048) fails the script, which then prints the reproducer.
+#
+#   tools/run_fuzzers.sh [SECONDS_PER_TARGET] [TARGET...]     (default 30 s, all targets)
+#   tools/run_fuzzers.sh --build-only
+#   tools/run_fuzzers.sh --repro TARGET FILE                  (re-run one input)
+#
+# Targets: fx_text export_json export_archive fxg proto_binary proto_json.
+# The ir sources are compiled directly with clang++ (objects cached, rebuilt on change via
+# make and -MMD), plus the protoc output Bazel generates (bazel-bin/proto/fxfuse_ir.pb.*),
+# linked with Debian's libprotobuf, libsimdjson, libzip; fmt is header-only.
+#
+# Environment: FXFUSE_FUZZ_BUILD (build folder; default ~/.cache/fxfuse-fuzz/<checkout>),
+# FXFUSE_FUZZ_ARTIFACTS (where crash reproducers go; default <build>/artifacts),
+# FXFUSE_FUZZ_JOBS (parallel compiles, default 2), CXX (default clang++-14).
+# Seeds: tests/fuzz/corpus/<target>/ (read-only; the growing corpus lives in the build
+# folder). Dictionaries: tests/fuzz/<target>.dict when present.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+ALL_TARGETS=(fx_text export_json export_archive fxg proto_binary proto_json)
+MODE=run
+SECS=30
+TARGETS=()
+if [[ ${1:-} == --build-only ]]; then
+  MODE=build
+  shift
+elif [[ ${1:-} == --repro ]]; then
+  MODE=repro
+  shift
+  [[ $# -eq 2 ]] || { echo "usage: $0 --repro TARGET FILE" >&2; exit 2; }
+  TARGETS=("$1")
+  REPRO_FILE=$2
+  shift 2
+elif [[ ${1:-} =~ ^[0-9]+$ ]]; then
+  SECS=$1
+  shift
+fi
+if [[ $MODE != repro ]]; then
+  if [[ $# -gt 0 ]]; then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
+fi
+for t in "${TARGETS[@]}"; do
+  [[ -f tests/fuzz/fuzz_$t.cc ]] || { echo "run_fuzzers: unknown target '$t' (have: ${ALL_TARGETS[*]})" >&2; exit 2; }
+done
+
+CXX=${CXX:-clang++-14}
+if ! command -v "$CXX" >/dev/null; then
+  echo "run_fuzzers: $CXX not found (Debian: apt-get install clang-14 libclang-rt-14-dev)" >&2
+  exit 1
+fi
+KEY=$(printf '%s' "$ROOT" | md5sum | cut -c1-10)
+BUILD=${FXFUSE_FUZZ_BUILD:-${XDG_CACHE_HOME:-$HOME/.cache}/fxfuse-fuzz/$KEY}
+ARTIFACTS=${FXFUSE_FUZZ_ARTIFACTS:-$BUILD/artifacts}
+JOBS=${FXFUSE_FUZZ_JOBS:-2}
+mkdir -p "$BUILD/gen/proto" "$ARTIFACTS" || exit 1
+
+# --- protoc output, from Bazel (the same genrule the product uses) ----------------------
+PB=bazel-bin/proto/fxfuse_ir.pb.cc
+if [[ ! -f $PB || proto/fxfuse_ir.proto -nt $PB ]]; then
+  echo "run_fuzzers: bazel build //proto:fxfuse_ir_cc_gen"
+  bazel build //proto:fxfuse_ir_cc_gen >"$BUILD/bazel.log" 2>&1 || { tail -20 "$BUILD/bazel.log"; exit 1; }
+fi
+for f in fxfuse_ir.pb.h fxfuse_ir.pb.cc; do
+  cmp -s "bazel-bin/proto/$f" "$BUILD/gen/proto/$f" || cp -f "bazel-bin/proto/$f" "$BUILD/gen/proto/$f"
+  chmod u+w "$BUILD/gen/proto/$f"
+done
+
+# --- build with make (incremental, header dependencies from -MMD) ------------------------
+IR_SRCS=$(ls ir/*.cc ir/importers/*.cc | tr '\n' ' ')
+cat >"$BUILD/Makefile" <<EOF
+ROOT := $ROOT
+CXX := $CXX
+FLAGS := -std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \\
+  -fno-sanitize-recover=undefined -DFMT_HEADER_ONLY -I\$(ROOT) -I$BUILD/gen
+CXXFLAGS := \$(FLAGS) -fsanitize=fuzzer-no-link -Wno-deprecated-declarations
+LIBS := -lprotobuf -lsimdjson -lzip -lz -lpthread
+IR_OBJS := \$(patsubst %.cc,obj/%.o,$IR_SRCS) obj/gen/proto/fxfuse_ir.pb.o
+TARGETS := $(printf 'fuzz_%s ' "${ALL_TARGETS[@]}")
+
+all: \$(TARGETS)
+obj/gen/proto/%.o: $BUILD/gen/proto/%.cc
+	@mkdir -p \$(dir \$@)
+	\$(CXX) \$(FLAGS) -MMD -MP -c \$< -o \$@
+obj/%.o: \$(ROOT)/%.cc
+	@mkdir -p \$(dir \$@)
+	\$(CXX) \$(CXXFLAGS) -MMD -MP -c \$< -o \$@
+fuzz_%: obj/tests/fuzz/fuzz_%.o \$(IR_OBJS)
+	\$(CXX) \$(FLAGS) -fsanitize=fuzzer \$^ \$(LIBS) -o \$@
+.SECONDARY:
+-include \$(shell find obj -name '*.d' 2>/dev/null)
+EOF
+MAKE_TARGETS=()
+for t in "${TARGETS[@]}"; do MAKE_TARGETS+=("fuzz_$t"); done
+echo "run_fuzzers: building ${MAKE_TARGETS[*]} in $BUILD"
+if ! make -C "$BUILD" -j"$JOBS" -s "${MAKE_TARGETS[@]}" >"$BUILD/make.log" 2>&1; then
+  grep -E "error|Error" "$BUILD/make.log" | head -30
+  echo "run_fuzzers: build failed (full log: $BUILD/make.log)"
+  exit 1
+fi
+[[ $MODE == build ]] && { echo "run_fuzzers: built"; exit 0; }
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1:detect_stack_use_after_return=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+if [[ $MODE == repro ]]; then
+  exec "$BUILD/fuzz_${TARGETS[0]}" -rss_limit_mb=2048 -timeout=10 "$REPRO_FILE"
+fi
+
+# --- run --------------------------------------------------------------------------------
+failed=()
+for t in "${TARGETS[@]}"; do
+  work="$BUILD/corpus/$t"
+  mkdir -p "$work"
+  dict=()
+  [[ -f tests/fuzz/$t.dict ]] && dict=(-dict="$ROOT/tests/fuzz/$t.dict")
+  log="$BUILD/fuzz_$t.log"
+  seeds="$ROOT/tests/fuzz/corpus/$t"
+  "$BUILD/fuzz_$t" -max_total_time="$SECS" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
+    -artifact_prefix="$ARTIFACTS/$t-" -print_final_stats=1 "${dict[@]}" "$work" "$seeds" >"$log" 2>&1
+  rc=$?
+  runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || true)
+  if [[ $rc -eq 0 ]]; then
+    echo "fuzz $t: ok (${runs:-?} inputs in ${SECS}s)"
+  else
+    failed+=("$t")
+    echo "fuzz $t: FAILED (exit $rc)"
+    grep -E "ERROR: |runtime error|FINDING|SUMMARY|Test unit written|libFuzzer: (timeout|out-of-memory)" "$log" | head -12 | sed 's/^/  /'
+    unit=$(grep -oE 'Test unit written to [^ ]+' "$log" | tail -1 | cut -d' ' -f5)
+    [[ -n $unit ]] && echo "  reproduce: tools/run_fuzzers.sh --repro $t $unit"
+    echo "  log: $log"
+  fi
+done
+if ((${#failed[@]})); then
+  echo "run_fuzzers: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "run_fuzzers: all ${#TARGETS[@]} targets clean (${SECS}s each)"
