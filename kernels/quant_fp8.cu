@@ -31,7 +31,10 @@ Status QuantFp8(const QuantFp8Params& p, cudaStream_t stream) {
   FXFUSE_KERNELS_RETURN_IF_ERROR(internal::CurrentDeviceSmCount(&sm_count));
   internal::RowLaunchConfig config;
   FXFUSE_KERNELS_RETURN_IF_ERROR(
-      internal::ChooseRowLaunchConfig(p.num_tokens, h, vectorizable, sm_count, p.tuning, &config));
+      internal::ChooseRowLaunchConfig(p.num_tokens, h, vectorizable, sm_count, p.tuning, &config,
+                                      p.scale.kind == Fp8ScaleKind::kDynamicPerToken
+                                          ? internal::RowWork::kQuantPerToken
+                                          : internal::RowWork::kDefault));
   const DType dtype = p.dtype;
   const int64_t t = p.num_tokens;
   switch (p.scale.kind) {

@@ -24,10 +24,13 @@ struct SiluAndMulArgs {
   bool persistent = false;  // vectorized: walk rows with a stride of gridDim.x, next row prefetched
 };
 
-// h = round16(round16(silu(g)) * u), silu(g) = g / (1 + expf(-g)) in fp32.
+// silu(g) = g / (1 + expf(-g)) in fp32 (IEEE division, as vLLM's kernel).
+__device__ __forceinline__ float Silu(float g) { return __fdiv_rn(g, 1.0f + expf(-g)); }
+
+// h = round16(round16(silu(g)) * u).
 template <typename T>
 __device__ __forceinline__ float SiluMul(float g, float u) {
-  return Round16<T>(Round16<T>(__fdiv_rn(g, 1.0f + expf(-g))) * u);
+  return Round16<T>(Round16<T>(Silu(g)) * u);
 }
 
 template <typename T, int kVecs>
@@ -74,16 +77,24 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
       const int c = i * blockDim.x + threadIdx.x;
       if (c >= num_vecs) continue;
       float g[8];
-      float u[8];
       Unpack8<T>(g_raw[i], g);
-      Unpack8<T>(u_raw[i], u);
-      float h[8];
+      const uint32_t u_words[4] = {u_raw[i].x, u_raw[i].y, u_raw[i].z, u_raw[i].w};
+      uint32_t h_words[4];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) h[j] = SiluMul<T>(g[j], u[j]);
+      for (int k = 0; k < 4; ++k) {
+        // round16(silu) per element, then round16(. * u) as one D16 pair multiply (exact product).
+        const typename D16<T>::Pair m = D16<T>::Float2ToPair(Silu(g[2 * k]), Silu(g[2 * k + 1]));
+        typename D16<T>::Pair up;
+        __builtin_memcpy(&up, &u_words[k], 4);
+        const typename D16<T>::Pair h = D16<T>::Mul2(m, up);
+        __builtin_memcpy(&h_words[k], &h, 4);
+      }
+      const uint4 h_packed = make_uint4(h_words[0], h_words[1], h_words[2], h_words[3]);
       if constexpr (kFp8) {
-        reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride)[c] = QuantizeToFp8x8(h, op);
+        reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride)[c] =
+            QuantizePackedToFp8x8<T>(h_packed, op);
       } else {
-        reinterpret_cast<uint4*>(static_cast<T*>(a.output) + row * a.output_stride)[c] = Pack8<T>(h);
+        reinterpret_cast<uint4*>(static_cast<T*>(a.output) + row * a.output_stride)[c] = h_packed;
       }
     }
   }
@@ -181,7 +192,8 @@ Status SiluAndMul(const SiluAndMulParams& p, cudaStream_t stream) {
   FXFUSE_KERNELS_RETURN_IF_ERROR(internal::CurrentDeviceSmCount(&sm_count));
   internal::RowLaunchConfig config;
   FXFUSE_KERNELS_RETURN_IF_ERROR(
-      internal::ChooseRowLaunchConfig(p.num_tokens, d, vectorizable, sm_count, p.tuning, &config));
+      internal::ChooseRowLaunchConfig(p.num_tokens, d, vectorizable, sm_count, p.tuning, &config,
+                                      internal::RowWork::kSiluAndMul));
   switch (p.dtype) {
     case DType::kBFloat16:
       return device::LaunchSiluAndMulForOutput<__nv_bfloat16>(fp8, p.num_tokens, config, a, stream);

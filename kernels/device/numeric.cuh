@@ -28,6 +28,9 @@ struct D16<__nv_bfloat16> {
   static __device__ __forceinline__ Pair Float2ToPair(float a, float b) {
     return __floats2bfloat162_rn(a, b);  // a -> low half
   }
+  // round16(a * b) of two bf16 pairs: their fp32 product is exact (8 x 8 significant bits), so
+  // one RN rounding of it equals round16(float(a) * float(b)).
+  static __device__ __forceinline__ Pair Mul2(Pair a, Pair b) { return __hmul2(a, b); }
 };
 
 template <>
@@ -39,6 +42,8 @@ struct D16<__half> {
   static __device__ __forceinline__ Pair Float2ToPair(float a, float b) {
     return __floats2half2_rn(a, b);  // a -> low half
   }
+  // round16(a * b): the product of two fp16 values (11 x 11 significant bits) is exact in fp32.
+  static __device__ __forceinline__ Pair Mul2(Pair a, Pair b) { return __hmul2(a, b); }
 };
 
 // Round an fp32 value to T (RNE) and widen it back: round16() of the semantics doc.
@@ -80,18 +85,14 @@ __device__ __forceinline__ uint4 Pack8(const float (&in)[8]) {
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-// clamp(v, -448, 448) with NaN passed through (torch clamp semantics; comparisons with NaN are
-// false), so fp8() below maps NaN to NaN instead of to ±448.
-__device__ __forceinline__ float ClampToFp8Range(float v) {
-  return v > kFp8Max ? kFp8Max : (v < -kFp8Max ? -kFp8Max : v);
-}
-
-// RNE conversion of an fp32 value (already clamped) to e4m3fn bits.
+// fp8(clamp(v, -448, 448)) (torch clamp semantics: NaN passes through) in one instruction:
+// the satfinite RNE conversion maps every finite value beyond ±448 (and ±inf) to ±448 and NaN
+// to NaN, exactly what converting the clamped value gives. Element 0 in the low byte.
 __device__ __forceinline__ uint8_t FloatToFp8(float v) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
 
-// Two already-clamped values to two e4m3fn bytes, a in the low byte.
+// Two values to two e4m3fn bytes (clamp included, see FloatToFp8), a in the low byte.
 __device__ __forceinline__ uint32_t FloatPairToFp8x2(float a, float b) {
   return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
 }
@@ -113,18 +114,61 @@ __device__ __forceinline__ uint2 QuantizeToFp8x8(const float (&v)[8], const Scal
   float c[8];
   if (op.divide) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) c[j] = ClampToFp8Range(__fdiv_rn(v[j], op.factor));
+    for (int j = 0; j < 8; ++j) c[j] = __fdiv_rn(v[j], op.factor);
   } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) c[j] = ClampToFp8Range(__fmul_rn(v[j], op.factor));
+    for (int j = 0; j < 8; ++j) c[j] = __fmul_rn(v[j], op.factor);
   }
   const uint32_t lo = FloatPairToFp8x2(c[0], c[1]) | (FloatPairToFp8x2(c[2], c[3]) << 16);
   const uint32_t hi = FloatPairToFp8x2(c[4], c[5]) | (FloatPairToFp8x2(c[6], c[7]) << 16);
   return make_uint2(lo, hi);
 }
 
-__device__ __forceinline__ uint8_t QuantizeToFp8(float v, const ScaleOp& op) {
-  return FloatToFp8(ClampToFp8Range(op.Apply(v)));
+__device__ __forceinline__ uint8_t QuantizeToFp8(float v, const ScaleOp& op) { return FloatToFp8(op.Apply(v)); }
+
+// 8 packed D16 values scaled and converted to 8 e4m3fn bytes.
+template <typename T>
+__device__ __forceinline__ uint2 QuantizePackedToFp8x8(const uint4& packed, const ScaleOp& op) {
+  float v[8];
+  Unpack8<T>(packed, v);
+  return QuantizeToFp8x8(v, op);
+}
+
+// max |v| over 8 packed D16 values (fmaxf: NaN ignored).
+template <typename T>
+__device__ __forceinline__ float AbsMax8(const uint4& packed) {
+  float v[8];
+  Unpack8<T>(packed, v);
+  float m = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[j]));
+  return m;
+}
+
+// n = round16(round16(s * inv) * w) for 8 values (w packed), packed: one RN conversion per pair
+// for the first rounding, one D16 pair multiply (exact product, one rounding) for the second.
+template <typename T>
+__device__ __forceinline__ uint4 NormalizeWeighted8(const float (&s)[8], float inv, const uint4& w) {
+  const uint32_t w_words[4] = {w.x, w.y, w.z, w.w};
+  uint32_t out[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const typename D16<T>::Pair m = D16<T>::Float2ToPair(s[2 * k] * inv, s[2 * k + 1] * inv);
+    typename D16<T>::Pair wp;
+    __builtin_memcpy(&wp, &w_words[k], 4);
+    const typename D16<T>::Pair n = D16<T>::Mul2(m, wp);
+    __builtin_memcpy(&out[k], &n, 4);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// n = round16(s * inv) for 8 values (RMSNorm without weight), packed.
+template <typename T>
+__device__ __forceinline__ uint4 NormalizeUnweighted8(const float (&s)[8], float inv) {
+  float scaled[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) scaled[j] = s[j] * inv;
+  return Pack8<T>(scaled);
 }
 
 // Scale of a dynamic quantization from the absolute maximum a of its values:

@@ -148,143 +148,122 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
 
   // Everything after the row's vectors are in registers: residual, reduction(s), outputs.
   const auto process_row = [&](int64_t row, int parity, uint4 (&x)[kVecs], uint4 (&r)[kVecs]) {
-      // Residual add (written back at once); x becomes round16(v) unless the unrounded sum is
-      // normalized (then v is recomputed from x and r, identically, when needed).
-      float sum_sq = 0.0f;
-  #pragma unroll
-      for (int i = 0; i < kVecs; ++i) {
-        float v[8];
-        Unpack8<T>(x[i], v);
-        if constexpr (kResidual) {
-          const int c = i * blockDim.x + threadIdx.x;
-          float rf[8];
-          Unpack8<T>(r[i], rf);
-  #pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] += rf[j];
-          const uint4 z = Pack8<T>(v);
-          if (c < num_vecs) {
-            reinterpret_cast<uint4*>(static_cast<T*>(a.residual) + row * a.residual_stride)[c] = z;
-          }
-          if (!unrounded) {
-            x[i] = z;
-            Unpack8<T>(z, v);
-          }
+    // Residual add (written back at once); x becomes round16(v) unless the unrounded sum is
+    // normalized (then v is recomputed from x and r, identically, when needed).
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      float v[8];
+      Unpack8<T>(x[i], v);
+      if constexpr (kResidual) {
+        const int c = i * blockDim.x + threadIdx.x;
+        float rf[8];
+        Unpack8<T>(r[i], rf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] += rf[j];
+        const uint4 z = Pack8<T>(v);
+        if (c < num_vecs) {
+          reinterpret_cast<uint4*>(static_cast<T*>(a.residual) + row * a.residual_stride)[c] = z;
         }
-        if constexpr (kNorm) {
-  #pragma unroll
-          for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+        if (!unrounded) {
+          x[i] = z;
+          Unpack8<T>(z, v);
         }
       }
-      float inv = 1.0f;
       if constexpr (kNorm) {
-        sum_sq = BlockAllReduce(sum_sq, sum_partials[parity], SumOp());
-        inv = rsqrtf(sum_sq / static_cast<float>(a.hidden) + a.epsilon);
-        // Keep the row packed across the reduction (unpack again below) rather than as floats.
-  #pragma unroll
-        for (int i = 0; i < kVecs; ++i) {
-          OpaqueRegisters(x[i]);
-          if (unrounded) OpaqueRegisters(r[i]);
-        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
       }
-      // n of vector i.
-      const auto normalized = [&](int i, float (&n)[8]) {
-        Unpack8<T>(x[i], n);
+    }
+    float inv = 1.0f;
+    if constexpr (kNorm) {
+      sum_sq = BlockAllReduce(sum_sq, sum_partials[parity], SumOp());
+      inv = rsqrtf(sum_sq / static_cast<float>(a.hidden) + a.epsilon);
+      // Keep the row packed across the reduction (unpack again below) rather than as floats.
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) {
+        OpaqueRegisters(x[i]);
+        if (unrounded) OpaqueRegisters(r[i]);
+      }
+    }
+    // n of vector i, packed D16 (exact: every n is a D16 value).
+    const auto normalized = [&](int i) -> uint4 {
+      if constexpr (!kNorm) {
+        return x[i];
+      } else {
+        float s8[8];
+        Unpack8<T>(x[i], s8);
         if (unrounded) {
           float rf[8];
           Unpack8<T>(r[i], rf);
-  #pragma unroll
-          for (int j = 0; j < 8; ++j) n[j] += rf[j];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) s8[j] += rf[j];
         }
-        if constexpr (kNorm) {
-          if (has_weight) {
-            float w[8];
-            Unpack8<T>(w_raw[i], w);
-  #pragma unroll
-            for (int j = 0; j < 8; ++j) n[j] = Round16<T>(Round16<T>(n[j] * inv) * w[j]);
-          } else {
-  #pragma unroll
-            for (int j = 0; j < 8; ++j) n[j] = Round16<T>(n[j] * inv);
-          }
-        }
-      };
+        return has_weight ? NormalizeWeighted8<T>(s8, inv, w_raw[i]) : NormalizeUnweighted8<T>(s8, inv);
+      }
+    };
 
-      if constexpr (kOut == RowOutput::kD16) {
-        uint4* o_row = reinterpret_cast<uint4*>(static_cast<T*>(a.output) + row * a.output_stride);
-  #pragma unroll
+    if constexpr (kOut == RowOutput::kD16) {
+      uint4* o_row = reinterpret_cast<uint4*>(static_cast<T*>(a.output) + row * a.output_stride);
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) {
+        const int c = i * blockDim.x + threadIdx.x;
+        const uint4 n = normalized(i);
+        if (c < num_vecs) o_row[c] = n;
+      }
+    } else if constexpr (kOut == RowOutput::kTensorAbsMax) {
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) amax = fmaxf(amax, AbsMax8<T>(normalized(i)));
+      amax = BlockAllReduce(amax, max_partials[parity], MaxOp());
+      if (threadIdx.x == 0) RaiseTensorScale(a.scale, DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale));
+    } else {
+      uint2* o_row = reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride);
+      if constexpr (kOut == RowOutput::kFp8PerGroup) {
+        const int lanes_per_group = a.group_size >> 3;
+#pragma unroll
         for (int i = 0; i < kVecs; ++i) {
           const int c = i * blockDim.x + threadIdx.x;
-          float n[8];
-          normalized(i, n);
-          if (c < num_vecs) o_row[c] = Pack8<T>(n);
+          const uint4 n = normalized(i);
+          const float gmax = LaneGroupAllReduce(AbsMax8<T>(n), lanes_per_group, MaxOp());
+          const float scale = DynamicScaleFromAbsMax(gmax, a.min_abs, a.min_scale);
+          if (c < num_vecs) {
+            if ((c & (lanes_per_group - 1)) == 0) {
+              a.scale[row * a.scale_token_stride + (c / lanes_per_group) * a.scale_group_stride] = scale;
+            }
+            o_row[c] = QuantizePackedToFp8x8<T>(n, ScaleOp::Make(scale, a.divide));
+          }
         }
-      } else if constexpr (kOut == RowOutput::kTensorAbsMax) {
-        float amax = 0.0f;
-  #pragma unroll
+      } else if constexpr (kOut == RowOutput::kFp8Static) {
+        const ScaleOp op = ScaleOp::Make(__ldg(a.scale), a.divide);
+#pragma unroll
         for (int i = 0; i < kVecs; ++i) {
-          float n[8];
-          normalized(i, n);
-  #pragma unroll
-          for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(n[j]));
+          const int c = i * blockDim.x + threadIdx.x;
+          const uint4 n = normalized(i);
+          if (c < num_vecs) o_row[c] = QuantizePackedToFp8x8<T>(n, op);
+        }
+      } else {
+        static_assert(kOut == RowOutput::kFp8PerToken, "unhandled RowOutput");
+        // Pass 1: n (kept packed in x) and its absolute maximum.
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kVecs; ++i) {
+          x[i] = normalized(i);
+          amax = fmaxf(amax, AbsMax8<T>(x[i]));
         }
         amax = BlockAllReduce(amax, max_partials[parity], MaxOp());
-        if (threadIdx.x == 0) RaiseTensorScale(a.scale, DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale));
-      } else {
-        uint2* o_row = reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride);
-        if constexpr (kOut == RowOutput::kFp8PerGroup) {
-          const int lanes_per_group = a.group_size >> 3;
-  #pragma unroll
-          for (int i = 0; i < kVecs; ++i) {
-            const int c = i * blockDim.x + threadIdx.x;
-            float n[8];
-            normalized(i, n);
-            float gmax = 0.0f;
-  #pragma unroll
-            for (int j = 0; j < 8; ++j) gmax = fmaxf(gmax, fabsf(n[j]));
-            gmax = LaneGroupAllReduce(gmax, lanes_per_group, MaxOp());
-            const float scale = DynamicScaleFromAbsMax(gmax, a.min_abs, a.min_scale);
-            if (c < num_vecs) {
-              if ((c & (lanes_per_group - 1)) == 0) {
-                a.scale[row * a.scale_token_stride + (c / lanes_per_group) * a.scale_group_stride] = scale;
-              }
-              o_row[c] = QuantizeToFp8x8(n, ScaleOp::Make(scale, a.divide));
-            }
-          }
-        } else if constexpr (kOut == RowOutput::kFp8Static) {
-          const ScaleOp op = ScaleOp::Make(__ldg(a.scale), a.divide);
-  #pragma unroll
-          for (int i = 0; i < kVecs; ++i) {
-            const int c = i * blockDim.x + threadIdx.x;
-            float n[8];
-            normalized(i, n);
-            if (c < num_vecs) o_row[c] = QuantizeToFp8x8(n, op);
-          }
-        } else {
-          static_assert(kOut == RowOutput::kFp8PerToken, "unhandled RowOutput");
-          // Pass 1: n (D16-exact, kept packed in x) and its absolute maximum.
-          float amax = 0.0f;
-  #pragma unroll
-          for (int i = 0; i < kVecs; ++i) {
-            float n[8];
-            normalized(i, n);
-  #pragma unroll
-            for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(n[j]));
-            if constexpr (kNorm) x[i] = Pack8<T>(n);
-          }
-          amax = BlockAllReduce(amax, max_partials[parity], MaxOp());
-          if (a.scale_upper_bound != nullptr) amax = fminf(amax, __ldg(a.scale_upper_bound));
-          const float scale = DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale);
-          if (threadIdx.x == 0) a.scale[row * a.scale_token_stride] = scale;
-          const ScaleOp op = ScaleOp::Make(scale, a.divide);
-          // Pass 2: quantize n.
-  #pragma unroll
-          for (int i = 0; i < kVecs; ++i) {
-            const int c = i * blockDim.x + threadIdx.x;
-            float n[8];
-            Unpack8<T>(x[i], n);
-            if (c < num_vecs) o_row[c] = QuantizeToFp8x8(n, op);
-          }
+        if (a.scale_upper_bound != nullptr) amax = fminf(amax, __ldg(a.scale_upper_bound));
+        const float scale = DynamicScaleFromAbsMax(amax, a.min_abs, a.min_scale);
+        if (threadIdx.x == 0) a.scale[row * a.scale_token_stride] = scale;
+        const ScaleOp op = ScaleOp::Make(scale, a.divide);
+        // Pass 2: quantize n.
+#pragma unroll
+        for (int i = 0; i < kVecs; ++i) {
+          const int c = i * blockDim.x + threadIdx.x;
+          if (c < num_vecs) o_row[c] = QuantizePackedToFp8x8<T>(x[i], op);
         }
       }
+    }
   };
 
   if (stages == 0) {

@@ -7,7 +7,8 @@
 namespace fxfuse::kernels::internal {
 
 Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vectorizable,
-                             int sm_count, const LaunchTuning& tuning, RowLaunchConfig* config) {
+                             int sm_count, const LaunchTuning& tuning, RowLaunchConfig* config,
+                             RowWork work) {
   *config = RowLaunchConfig();
   config->sm_count = sm_count;
   const int v = tuning.vecs_per_thread;
@@ -24,9 +25,27 @@ Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vecto
       hidden_size <= kMaxVectorizedHidden) {
     const int64_t vecs = hidden_size / 8;
     int per_thread = v;
-    if (per_thread == 0) {
-      per_thread = num_tokens >= 4 * static_cast<int64_t>(sm_count) ? 4 : 2;
+    int stages = 0;
+    if (num_tokens < sm_count) {
+      per_thread = 1;
+    } else {
+      switch (work) {
+        case RowWork::kNormNoResidual:
+          per_thread = hidden_size >= 8192 ? 8 : 4;
+          break;
+        case RowWork::kQuantPerToken:
+          per_thread = 4;
+          break;
+        case RowWork::kSiluAndMul:
+          per_thread = 1;
+          stages = 1;
+          break;
+        case RowWork::kDefault:
+          per_thread = 2;
+          break;
+      }
     }
+    if (v != 0) per_thread = v;
     const auto threads_for = [vecs](int per) { return (vecs + per - 1) / per; };
     while (per_thread < 8 && threads_for(per_thread) > MaxThreadsForVecsPerThread(per_thread)) {
       per_thread *= 2;
@@ -34,7 +53,7 @@ Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vecto
     if (threads_for(per_thread) <= MaxThreadsForVecsPerThread(per_thread)) {
       config->vectorized = true;
       config->vecs_per_thread = per_thread;
-      config->pipeline_stages = tuning.row_pipeline_stages >= 0 ? tuning.row_pipeline_stages : 0;
+      config->pipeline_stages = tuning.row_pipeline_stages >= 0 ? tuning.row_pipeline_stages : stages;
       config->threads = std::max(32, round_up_32(threads_for(per_thread)));
       return Status::Ok();
     }

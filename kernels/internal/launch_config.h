@@ -36,13 +36,23 @@ struct RowLaunchConfig {
   int pipeline_stages = 0;
 };
 
+// What a row kernel does, for the launch-shape heuristic.
+enum class RowWork : uint8_t {
+  kDefault,         // residual variants, per-group and per-tensor quant, dynamic fused kernels
+  kNormNoResidual,  // rms_norm and rms_norm + static FP8 (little work and few bytes per element)
+  kQuantPerToken,   // dynamic per-token quantization alone
+  kSiluAndMul,
+};
+
 // `vectorizable`: every pointer 16-byte aligned (8 for FP8), every stride and H multiples of 8.
-// `sm_count`: multiprocessors of the device (the heuristic only needs it to compare with T).
-// Rows of T >= 4 x SMs: 4 vectors per thread (fewer, fuller threads; enough rows in flight);
-// fewer rows: 2 vectors per thread (more threads per row, two independent loads each, fewer
-// warps in the reductions). More vectors per thread when the row needs them.
+// `sm_count`: multiprocessors of the device. Heuristic (from the H200 sweep, docs/kernels.md):
+// fewer rows than SMs: 1 vector per thread (the most threads per row: latency); otherwise
+// 2 vectors per thread, except 4 (8 from H = 8192) for kNormNoResidual, 4 for kQuantPerToken,
+// and 1 with a persistent, prefetching grid for SiLU-and-mul. One row per CTA otherwise. More
+// vectors per thread when the row needs them.
 Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vectorizable,
-                             int sm_count, const LaunchTuning& tuning, RowLaunchConfig* config);
+                             int sm_count, const LaunchTuning& tuning, RowLaunchConfig* config,
+                             RowWork work = RowWork::kDefault);
 
 // Multiprocessor count of the current device (cached per device).
 Status CurrentDeviceSmCount(int* sm_count);

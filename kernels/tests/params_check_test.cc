@@ -176,10 +176,12 @@ TEST_CASE("row launch configs cover the row with at most the allowed threads") {
   for (int64_t h : {8, 64, 4096, 5120, 8192, 14336, 16384, 28672, 32768, 32776, 65536, 4097, 5121, 1}) {
     for (int64_t t : {1, 16, 132, 256, 528, 2048, 32768}) {
       for (int v : {0, 1, 2, 4, 8}) {
+       for (internal::RowWork work : {internal::RowWork::kDefault, internal::RowWork::kNormNoResidual,
+                                      internal::RowWork::kQuantPerToken, internal::RowWork::kSiluAndMul}) {
         LaunchTuning tuning;
         tuning.vecs_per_thread = v;
         RowLaunchConfig c;
-        REQUIRE(ChooseRowLaunchConfig(t, h, /*vectorizable=*/true, 132, tuning, &c).ok());
+        REQUIRE(ChooseRowLaunchConfig(t, h, /*vectorizable=*/true, 132, tuning, &c, work).ok());
         REQUIRE(c.threads % 32 == 0);
         REQUIRE(c.threads >= 32);
         REQUIRE(c.threads <= 1024);
@@ -191,6 +193,7 @@ TEST_CASE("row launch configs cover the row with at most the allowed threads") {
           REQUIRE(int64_t{c.threads} * c.vecs_per_thread * 8 >= h);
           if (v != 0) REQUIRE(c.vecs_per_thread >= v);
         }
+       }
       }
     }
   }
@@ -200,11 +203,18 @@ TEST_CASE("row launch configs cover the row with at most the allowed threads") {
   REQUIRE(ChooseRowLaunchConfig(32768, 4096, true, 132, scalar, &c).ok());
   CHECK_FALSE(c.vectorized);
   REQUIRE(ChooseRowLaunchConfig(32768, 4096, true, 132, LaunchTuning(), &c).ok());
-  CHECK(c.vecs_per_thread == 4);
-  CHECK(c.threads == 128);
-  REQUIRE(ChooseRowLaunchConfig(1, 8192, true, 132, LaunchTuning(), &c).ok());
   CHECK(c.vecs_per_thread == 2);
-  CHECK(c.threads == 512);
+  CHECK(c.threads == 256);
+  CHECK(c.pipeline_stages == 0);
+  REQUIRE(ChooseRowLaunchConfig(32768, 8192, true, 132, LaunchTuning(), &c, internal::RowWork::kNormNoResidual).ok());
+  CHECK(c.vecs_per_thread == 8);
+  CHECK(c.threads == 128);
+  REQUIRE(ChooseRowLaunchConfig(32768, 4096, true, 132, LaunchTuning(), &c, internal::RowWork::kSiluAndMul).ok());
+  CHECK(c.vecs_per_thread == 1);
+  CHECK(c.pipeline_stages == 1);
+  REQUIRE(ChooseRowLaunchConfig(1, 8192, true, 132, LaunchTuning(), &c).ok());
+  CHECK(c.vecs_per_thread == 1);
+  CHECK(c.threads == 1024);
 }
 
 }  // namespace
