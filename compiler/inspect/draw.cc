@@ -723,6 +723,11 @@ std::string renderSvgInline(const std::string& dot) {
   std::filesystem::remove_all(dir);
   size_t s = svg.find("<svg");
   if (s != std::string::npos) svg = svg.substr(s);
+  // Inline SVG in HTML needs no namespace declarations; dropping them leaves no URL at all.
+  for (const char* attr : {" xmlns=\"http://www.w3.org/2000/svg\"", " xmlns:xlink=\"http://www.w3.org/1999/xlink\""}) {
+    size_t at = svg.find(attr);
+    if (at != std::string::npos && at < svg.find('>')) svg.erase(at, std::strlen(attr));
+  }
   return svg;
 }
 

@@ -41,7 +41,9 @@ h3 { font-size: 15px; margin: 16px 0 8px; }
 .card.zero { opacity: 0.55; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 8px; text-align: left; vertical-align: top; }
-th { background: var(--soft); position: sticky; top: 34px; }
+th { background: var(--soft); }
+.scroll { max-height: 460px; overflow: auto; border: 1px solid var(--line); border-radius: 6px; }
+.scroll th { position: sticky; top: 0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12px; }
 .bar { display: inline-block; height: 9px; background: #74c0fc; border-radius: 2px; vertical-align: middle; }
@@ -238,7 +240,7 @@ std::string htmlReport(const HtmlReportInput& in) {
   h += fmt::format(" &middot; nodes <b>{}</b> &rarr; <b>{}</b>", r.nodes_before, r.nodes_after);
   h += fmt::format(" &middot; passes <b>{} ms</b>", fmtMs(r.compile_ms));
   if (in.load_ms > 0) h += fmt::format(" &middot; load {} ms", fmtMs(in.load_ms));
-  if (in.write_ms > 0) h += fmt::format(" &middot; write {} ms", fmtMs(in.write_ms));
+  if (!in.output_path.empty()) h += fmt::format(" &middot; write {} ms", fmtMs(in.write_ms));
   if (in.options) h += fmt::format(" &middot; world size {}", in.options->world_size);
   const auto& prod = in.before->producer;
   if (!prod.tool.empty())
@@ -299,8 +301,8 @@ std::string htmlReport(const HtmlReportInput& in) {
     }
     if (count == 0) return t + "<p class=\"empty\">none</p>";
     t += fmt::format("<input class=\"filter\" type=\"search\" placeholder=\"filter {} rows\" data-table=\"{}\">", count, id);
-    t += fmt::format("<table id=\"{}\"><thead><tr><th>pass</th><th>pattern</th><th>anchor node</th><th>result</th>"
-                     "<th>explanation</th><th>source</th></tr></thead><tbody>{}</tbody></table>",
+    t += fmt::format("<div class=\"scroll\"><table id=\"{}\"><thead><tr><th>pass</th><th>pattern</th><th>anchor node</th>"
+                     "<th>result</th><th>explanation</th><th>source</th></tr></thead><tbody>{}</tbody></table></div>",
                      id, rows);
     return t;
   };
@@ -322,7 +324,7 @@ std::string htmlReport(const HtmlReportInput& in) {
     h += "</tbody></table>";
   }
   if (!d.regions.empty()) {
-    h += "<p><button type=\"button\" data-details=\"regions\">expand all</button></p><div id=\"regions\">";
+    h += "<p><button type=\"button\" data-details=\"regions\">expand all</button></p><div id=\"regions\" class=\"scroll\">";
     size_t shown = 0;
     for (const DiffRegion& reg : d.regions) {
       if (shown++ == 400) {
