@@ -372,8 +372,10 @@ class Picture {
         cluster_label_[cluster] =
             count > 1 ? fmt::format("{}{}{} .. {}   \u00d7{}", prefix, sep, it->first, last, count) : cluster;
         const auto& rep_nodes = it->second;
+        // A structurally found block that does not repeat is no layer: no cluster.
+        bool structural = prefix.find(' ') != std::string::npos;
         for (const Node* n : rep_nodes) {
-          cluster_of_[n] = cluster;
+          if (!structural || count > 1) cluster_of_[n] = cluster;
           instance_[n] = it->first;
           run_of_[n] = cluster;
         }
