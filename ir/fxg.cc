@@ -298,7 +298,9 @@ class LineParser {
           case 't': out += '\t'; break;
           case 'r': out += '\r'; break;
           case 'x': {
-            if (pos_ + 2 > s_.size()) error("bad escape");
+            if (pos_ + 2 > s_.size() || !std::isxdigit(static_cast<unsigned char>(s_[pos_])) ||
+                !std::isxdigit(static_cast<unsigned char>(s_[pos_ + 1])))
+              error("bad escape");
             out += static_cast<char>(std::stoi(std::string(s_.substr(pos_, 2)), nullptr, 16));
             pos_ += 2;
             break;

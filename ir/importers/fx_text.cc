@@ -639,6 +639,11 @@ int Importer::parseClass(size_t h, const std::string& graph_path, int depth) {
     }
     if (lineIs(l, "class")) {
       std::string child = headerName(l);
+      bool ident = !child.empty() && !std::isdigit(static_cast<unsigned char>(child[0])) &&
+                   std::all_of(child.begin(), child.end(), [](char ch) {
+                     return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+                   });
+      if (!ident) err(l.lineno, "malformed nested module name '" + excerpt(child) + "'");
       std::string child_path = graph_path == "main" ? child : graph_path + "." + child;
       int ci_child = parseClass(i, child_path, depth + 1);
       classes_[idx].children[child] = classes_[ci_child].graph;
