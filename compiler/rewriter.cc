@@ -105,8 +105,33 @@ size_t Rewriter::eraseDead(const std::vector<ir::Node*>& candidates) {
   return count;
 }
 
+// True when every operand of every node is a graph input or produced earlier.
+bool isTopologicallyOrdered(ir::Graph& g) {
+  // Value ids are dense in node order (inputs first), so a use is ordered iff the used
+  // value's id was assigned before the using node's outputs.
+  g.renumber();
+  uint32_t assigned = static_cast<uint32_t>(g.inputs().size());
+  std::vector<ir::Value*> vs;
+  for (auto& np : g.nodes()) {
+    for (const auto& a : np->args()) {
+      if (a.value.kind == ir::Attr::Kind::Value) {
+        const ir::Value* v = a.value.value;
+        if (v->producer() && v->graph() == &g && v->id > assigned) return false;
+      } else if (a.value.kind == ir::Attr::Kind::List) {
+        vs.clear();
+        a.value.collectValues(vs);
+        for (ir::Value* v : vs)
+          if (v->producer() && v->graph() == &g && v->id > assigned) return false;
+      }
+    }
+    for (ir::Value* o : np->outputs())
+      if (o) assigned = o->id;
+  }
+  return true;
+}
+
 void Rewriter::finish() {
-  if (inserted_) g_.topoSort();
+  if (inserted_ && !isTopologicallyOrdered(g_)) g_.topoSort();
   inserted_ = false;
 }
 

@@ -62,6 +62,9 @@ class Rewriter {
   double tiny_ = 0;
 };
 
+// True when every operand of every node is a graph input or produced earlier in `g`.
+bool isTopologicallyOrdered(ir::Graph& g);
+
 // Nodes of `g` in order, with the position index (for "which comes later" queries).
 ir::Node* latestOf(ir::Graph& g, const std::vector<ir::Node*>& nodes);
 

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "compiler/op_util.h"
+#include "compiler/rewriter.h"
 #include "ir/fxg.h"
 #include "passes/passes.h"
 
@@ -38,28 +39,67 @@ bool cseExcluded(const ir::Node& n) {
   return false;
 }
 
-std::string attrKey(const ir::Attr& a) {
+size_t attrHash(const ir::Attr& a) {
+  size_t h = static_cast<size_t>(a.kind) * 0x9e3779b97f4a7c15ULL;
+  auto mix = [&h](size_t x) { h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
   switch (a.kind) {
-    case ir::Attr::Kind::Value: return "%" + std::to_string(reinterpret_cast<uintptr_t>(a.value));
-    case ir::Attr::Kind::Float: return "f" + ir::formatFloat(a.f);
-    case ir::Attr::Kind::Int: return "i" + std::to_string(a.i);
-    case ir::Attr::Kind::Bool: return a.b ? "T" : "F";
-    case ir::Attr::Kind::String: return "s" + a.s;
-    case ir::Attr::Kind::DType: return "d" + std::to_string(static_cast<int>(a.dtype));
-    case ir::Attr::Kind::Device: return "D" + a.device.str();
-    case ir::Attr::Kind::Layout: return "L" + std::to_string(static_cast<int>(a.layout));
-    case ir::Attr::Kind::MemoryFormat: return "M" + std::to_string(static_cast<int>(a.memory_format));
-    case ir::Attr::Kind::Sym: return "y" + a.sym->str();
-    case ir::Attr::Kind::Op: return "@" + a.s;
-    case ir::Attr::Kind::SpecialFloat: return "x" + a.s;
-    case ir::Attr::Kind::List: {
-      std::string s = "[";
-      for (const auto& x : a.list) s += attrKey(x) + ",";
-      return s + "]";
-    }
-    case ir::Attr::Kind::None: return "N";
-    default: return "?" + std::to_string(static_cast<int>(a.kind)) + a.s + a.s2 + std::to_string(a.graph);
+    case ir::Attr::Kind::Value: mix(std::hash<const void*>()(a.value)); break;
+    case ir::Attr::Kind::Int: mix(std::hash<int64_t>()(a.i)); break;
+    case ir::Attr::Kind::Float: mix(std::hash<double>()(a.f)); break;
+    case ir::Attr::Kind::Bool: mix(a.b); break;
+    case ir::Attr::Kind::DType: mix(static_cast<size_t>(a.dtype)); break;
+    case ir::Attr::Kind::String:
+    case ir::Attr::Kind::Op:
+    case ir::Attr::Kind::SpecialFloat: mix(std::hash<std::string>()(a.s)); break;
+    case ir::Attr::Kind::Sym: mix(a.sym->hash()); break;
+    case ir::Attr::Kind::List:
+      for (const auto& x : a.list) mix(attrHash(x));
+      break;
+    default: break;
   }
+  return h;
+}
+
+bool attrEqual(const ir::Attr& a, const ir::Attr& b) {
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case ir::Attr::Kind::None: return true;
+    case ir::Attr::Kind::Value: return a.value == b.value;
+    case ir::Attr::Kind::Int: return a.i == b.i;
+    case ir::Attr::Kind::Float: return a.f == b.f;
+    case ir::Attr::Kind::Bool: return a.b == b.b;
+    case ir::Attr::Kind::DType: return a.dtype == b.dtype;
+    case ir::Attr::Kind::String:
+    case ir::Attr::Kind::Op:
+    case ir::Attr::Kind::SpecialFloat: return a.s == b.s;
+    case ir::Attr::Kind::Device: return a.device == b.device;
+    case ir::Attr::Kind::Layout: return a.layout == b.layout;
+    case ir::Attr::Kind::MemoryFormat: return a.memory_format == b.memory_format;
+    case ir::Attr::Kind::Sym: return *a.sym == *b.sym;
+    case ir::Attr::Kind::List:
+      if (a.list.size() != b.list.size()) return false;
+      for (size_t i = 0; i < a.list.size(); ++i)
+        if (!attrEqual(a.list[i], b.list[i])) return false;
+      return true;
+    default: return false;  // opaque, graph references: never merged
+  }
+}
+
+bool sameNode(const ir::Node& a, const ir::Node& b) {
+  if (a.target != b.target || a.args().size() != b.args().size() || a.numOutputs() != b.numOutputs()) return false;
+  for (size_t i = 0; i < a.args().size(); ++i) {
+    if (a.args()[i].name != b.args()[i].name || !attrEqual(a.args()[i].value, b.args()[i].value)) return false;
+  }
+  for (size_t i = 0; i < a.numOutputs(); ++i) {
+    const ir::Value* x = a.output(i);
+    const ir::Value* y = b.output(i);
+    if (!x || !y) {
+      if (y && !x) return false;  // b's used output must exist on a
+      continue;
+    }
+    if (x->kind != y->kind || !(x->type == y->type)) return false;
+  }
+  return true;
 }
 
 // cse: merges pure nodes with the same target, arguments and output types.
@@ -69,22 +109,24 @@ class CsePass : public Pass {
   std::string_view name() const override { return "cse"; }
   std::string_view summary() const override { return "merge identical pure nodes (same target, arguments, output types)"; }
   bool run(ir::Graph& g, PassContext& ctx) override {
-    std::unordered_map<std::string, ir::Node*> seen;
+    std::unordered_map<size_t, std::vector<ir::Node*>> seen;
+    seen.reserve(g.numNodes());
     bool changed = false;
     for (ir::Node* n : g.nodeList()) {
       if (cseExcluded(*n)) continue;
-      std::string key = n->target + "(";
-      for (const auto& a : n->args()) key += a.name + "=" + attrKey(a.value) + ";";
-      key += ")->";
-      for (ir::Value* v : n->outputs()) key += v ? ir::typeStr(*v) + "," : "_,";
-      auto [it, inserted] = seen.emplace(key, n);
-      if (inserted) continue;
-      ir::Node* first = it->second;
-      if (first->numOutputs() != n->numOutputs()) continue;
-      bool ok = true;
-      for (size_t i = 0; i < n->numOutputs(); ++i)
-        if (n->output(i) && !first->output(i)) ok = false;
-      if (!ok) continue;
+      size_t h = std::hash<std::string>()(n->target);
+      for (const auto& a : n->args()) h = h * 31 + attrHash(a.value);
+      auto& bucket = seen[h];
+      ir::Node* first = nullptr;
+      for (ir::Node* c : bucket)
+        if (sameNode(*c, *n)) {
+          first = c;
+          break;
+        }
+      if (!first) {
+        bucket.push_back(n);
+        continue;
+      }
       for (size_t i = 0; i < n->numOutputs(); ++i)
         if (n->output(i)) n->output(i)->replaceAllUsesWith(first->output(i));
       g.erase(n);
@@ -101,11 +143,15 @@ class CleanupPass : public Pass {
   std::string_view name() const override { return "cleanup"; }
   std::string_view summary() const override { return "stable topological sort and dead-code elimination"; }
   bool run(ir::Graph& g, PassContext& ctx) override {
-    std::vector<ir::Node*> before = g.nodeList();
-    g.topoSort();
+    bool reordered = false;
+    if (!compiler::isTopologicallyOrdered(g)) {
+      std::vector<ir::Node*> before = g.nodeList();
+      g.topoSort();
+      reordered = g.nodeList() != before;
+    }
     size_t n = g.eliminateDeadCode();
     if (n) ctx.addMatch("dead_node", static_cast<int64_t>(n));
-    return n > 0 || g.nodeList() != before;
+    return n > 0 || reordered;
   }
 };
 
