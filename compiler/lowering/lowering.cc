@@ -463,7 +463,9 @@ class Lowerer {
       grp_.kred = q.kred;
       grp_.domain = q.shape;
     } else if (grp_.kred == 0 && q.shape != grp_.domain) {
-      bool grow = broadcastsTo(grp_.domain, q.shape);
+      // The domain is the largest shape in the group (values of other shapes that must be
+      // stored get their own kernel at close).
+      bool grow = broadcastsTo(grp_.domain, q.shape) || hint(numelOf(q.shape)) > hint(numelOf(grp_.domain));
       bool reshape = q.shape.size() > grp_.domain.size() && numelOf(q.shape) == numelOf(grp_.domain);
       if (grow || reshape) grp_.domain = q.shape;
     }
@@ -474,10 +476,10 @@ class Lowerer {
     grp_.values[v] = gn;
     member(gn);
   }
-  bool usedOutside(const Value* v) {
+  static bool usedOutside(const Value* v, const Group& g) {
     if (v->graphOutputUses() > 0) return true;
     for (const Node* u : v->users())
-      if (!grp_.nodes.count(u)) return true;
+      if (!g.nodes.count(u)) return true;
     return false;
   }
   void closeGroup() {
@@ -487,7 +489,7 @@ class Lowerer {
     std::vector<std::pair<int, int>> outs;
     std::vector<std::pair<const Value*, int>> stored;
     for (const auto& [v, gn] : gr.values) {
-      if (!usedOutside(v)) continue;
+      if (!usedOutside(v, gr)) continue;
       int t = freshFor(v);
       outs.push_back({gn, t});
       stored.push_back({v, t});

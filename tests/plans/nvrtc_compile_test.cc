@@ -1,0 +1,55 @@
+// Generated kernels compile with NVRTC for sm_90a (no GPU needed): every generated kernel of
+// the plans lowered from the fixtures in tests/data and tests/plans.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "compiler/lowering/lowering.h"
+#include "compiler/pipeline.h"
+#include "compiler/runtime/nvrtc_compile.h"
+#include "ir/io.h"
+
+namespace {
+
+fxfuse::plan::v1::Plan lowerFile(const std::string& path) {
+  auto m = fxfuse::ir::loadModule(path);
+  fxfuse::compiler::CompileOptions co;
+  fxfuse::compiler::compileModule(*m, co);
+  fxfuse::lowering::LowerOptions lo;
+  lo.source = path;
+  return fxfuse::lowering::lowerModule(*m, lo);
+}
+
+}  // namespace
+
+TEST_CASE("generated kernels compile with NVRTC for sm_90a") {
+  std::vector<std::string> files = {
+      "tests/data/vllm/vllm_llama32_fp8_native.post_grad.fxg.json",
+      "tests/data/vllm/vllm_fusion_native_dyntoken_eps1e-5.post_grad.fxg.json",
+      "tests/data/hf/hf_gemma.core_aten.fxg.json",
+      "tests/data/hf/hf_qwen3.post_grad.fxg.json",
+      "tests/plans/softmax_mask.fxg",
+      "tests/plans/generated_norms.fxg",
+  };
+  size_t compiled = 0;
+  for (const auto& f : files) {
+    INFO(f);
+    auto plan = lowerFile(f);
+    REQUIRE(plan.kernels_size() > 0);
+    for (const auto& k : plan.kernels()) {
+      INFO(k.name());
+      auto ck = fxfuse::runtime::compileKernel(k.source(), k.name(), "sm_90a", /*use_cache=*/false);
+      REQUIRE(ck.cubin.size() > 100);
+      ++compiled;
+    }
+  }
+  CHECK(compiled > 20);
+}
+
+TEST_CASE("NVRTC reports a broken kernel with its log") {
+  REQUIRE_THROWS_WITH(fxfuse::runtime::compileKernel("extern \"C\" __global__ void k() { undefined_fn(); }", "k",
+                                                     "sm_90a", false),
+                      Catch::Contains("undefined_fn"));
+}
