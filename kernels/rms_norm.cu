@@ -34,8 +34,7 @@ Status RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   internal::RowLaunchConfig config;
   FXFUSE_KERNELS_RETURN_IF_ERROR(
       internal::ChooseRowLaunchConfig(p.num_tokens, h, vectorizable, sm_count, p.tuning, &config,
-                                      p.residual != nullptr ? internal::RowWork::kDefault
-                                                            : internal::RowWork::kNormNoResidual));
+                                      internal::NormRowWork(p.residual != nullptr)));
   if (p.residual != nullptr) {
     return device::LaunchRowKernelForDType<true, true, RowOutput::kD16>(
         "fused_add_rms_norm", p.dtype, p.num_tokens, config, a, stream);

@@ -40,8 +40,7 @@ Status RmsNormQuantFp8(const RmsNormQuantFp8Params& p, cudaStream_t stream) {
   internal::RowLaunchConfig config;
   FXFUSE_KERNELS_RETURN_IF_ERROR(
       internal::ChooseRowLaunchConfig(p.num_tokens, h, vectorizable, sm_count, p.tuning, &config,
-                                      static_scale && !has_residual ? internal::RowWork::kNormNoResidual
-                                                                    : internal::RowWork::kDefault));
+                                      internal::NormRowWork(has_residual)));
   const int64_t t = p.num_tokens;
   switch (p.scale.kind) {
     case Fp8ScaleKind::kStaticPerTensor:

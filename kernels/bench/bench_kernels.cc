@@ -327,7 +327,7 @@ json RunCase(const std::string& k, int64_t t, int64_t h, const LaunchTuning& tun
   internal::RowWork work = internal::RowWork::kDefault;
   if (Has(k, "silu")) work = internal::RowWork::kSiluAndMul;
   if (k == "quant_fp8_per_token") work = internal::RowWork::kQuantPerToken;
-  if (k == "rms_norm" || k == "rms_norm_quant_fp8_static") work = internal::RowWork::kNormNoResidual;
+  if (Has(k, "rms_norm") && !Has(k, "fused_add")) work = internal::RowWork::kNormNoResidual;
   BENCH_CHECK(internal::ChooseRowLaunchConfig(t, h, vectorizable, dev.sm_count, tuning, &config, work));
   const int64_t bytes = BytesToMove(k, t, h);
   const double gbps = bytes / (timing.median_us * 1e-6) / 1e9;

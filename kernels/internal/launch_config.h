@@ -38,11 +38,15 @@ struct RowLaunchConfig {
 
 // What a row kernel does, for the launch-shape heuristic.
 enum class RowWork : uint8_t {
-  kDefault,         // residual variants, per-group and per-tensor quant, dynamic fused kernels
-  kNormNoResidual,  // rms_norm and rms_norm + static FP8 (little work and few bytes per element)
+  kDefault,         // residual-add RMSNorm (any output), per-group and per-tensor quant alone
+  kNormNoResidual,  // RMSNorm without residual, any output (few bytes per element)
   kQuantPerToken,   // dynamic per-token quantization alone
   kSiluAndMul,
 };
+
+// The work class of every RMSNorm kernel, fused or not: it depends on the residual only, so a
+// fused RMSNorm + FP8 kernel reduces in the same order as the RmsNorm of its unfused chain.
+inline RowWork NormRowWork(bool residual) { return residual ? RowWork::kDefault : RowWork::kNormNoResidual; }
 
 // `vectorizable`: every pointer 16-byte aligned (8 for FP8), every stride and H multiples of 8.
 // `sm_count`: multiprocessors of the device. Heuristic (from the H200 sweep, docs/kernels.md):
