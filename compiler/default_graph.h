@@ -5,6 +5,9 @@
 namespace fxfuse::compiler {
 
 const char* defaultGraphText();
-inline const char* defaultGraphName() { return "<default graph: compiler/default_graph.fxg>"; }
+inline const char* defaultGraphName() {
+  return "<default graph: 2-layer Llama-style decoder, vLLM post-grad form (custom ops, FP8 static quant, "
+         "rotary + unified attention); compiler/default_graph.fxg>";
+}
 
 }  // namespace fxfuse::compiler

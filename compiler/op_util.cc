@@ -57,8 +57,11 @@ bool hasKnownType(const ir::Value* v) { return v && v->isTensor() && v->type.dty
 
 bool sameShape(const ir::Module& m, const std::vector<ir::SymExpr>& a, const std::vector<ir::SymExpr>& b) {
   if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(a[i] == b[i]) && !m.symbols.knownEqual(a[i], b[i])) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    if (a[i].isInt() && b[i].isInt()) return false;
+    if (!m.symbols.knownEqual(a[i], b[i])) return false;
+  }
   return true;
 }
 

@@ -1,5 +1,6 @@
 #include "compiler/report.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 
@@ -69,7 +70,20 @@ std::string humanSummary(const CompileResult& r, const CompileOptions& opts, con
   for (const auto& d : r.decisions)
     if (!d.applied && isFusionPattern(d.pattern)) unfused.push_back(&d);
   os << fmt::format("unfused sites: {}\n", unfused.size());
-  for (const Decision* d : unfused) os << fmt::format("  {:<26} at {}: {}\n", d->pattern, d->node, d->reason);
+  // Grouped by fusion and reason, first site named (`fxfuse explain` lists every one).
+  std::vector<std::pair<std::pair<std::string, std::string>, std::vector<std::string>>> groups;
+  for (const Decision* d : unfused) {
+    auto key = std::make_pair(d->pattern, d->reason);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+    if (it == groups.end()) groups.push_back({key, {d->node}});
+    else it->second.push_back(d->node);
+  }
+  for (const auto& [key, nodes] : groups) {
+    if (nodes.size() == 1)
+      os << fmt::format("  {:<26} at {}: {}\n", key.first, nodes[0], key.second);
+    else
+      os << fmt::format("  {:<26} at {} and {} more: {}\n", key.first, nodes[0], nodes.size() - 1, key.second);
+  }
   if (!rc.output.empty()) os << fmt::format("\nwrote {}\n", rc.output);
   return os.str();
 }
