@@ -12,6 +12,7 @@ void registerExtraCommands(CLI::App& app, int& exit_code) {
   registerExplain(app, exit_code);
   registerRun(app, exit_code);
   registerBench(app, exit_code);
+  registerEmbed(app, exit_code);
   registerVerify(app, exit_code);
   fxfuse::inspect::registerDiff(app, exit_code);
   fxfuse::inspect::registerDraw(app, exit_code);

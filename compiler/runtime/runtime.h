@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/runtime/embedded.h"
 #include "proto/fxfuse_plan.pb.h"
 
 namespace fxfuse::runtime {
@@ -27,12 +28,6 @@ namespace fxfuse::runtime {
 // Checks that a CUDA device of compute capability 9.0 is present and the driver is recent
 // enough for this runtime. Returns an empty string when usable, else a one-line reason.
 std::string deviceProblem();
-
-// Kernels compiled at build time: entry point name -> host stub (the __global__ function).
-struct EmbeddedKernel {
-  const char* name;
-  const void* function;
-};
 
 struct LoadOptions {
   bool use_cache = true;                       // NVRTC disk cache
@@ -75,9 +70,9 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Resolves every symbol (explicit values first, then input shapes via SymbolSource is not
-  // possible before inputs exist, so symbols without a value here must be bound), sizes the
-  // arena and prepares every step. Throws FxError on a missing or out-of-range symbol.
+  // Binds every symbol of the plan (Plan.symbols; each SymbolSource names the input dim the
+  // caller reads it from), sizes the arena; steps are prepared on the next run/capture.
+  // Throws FxError on a missing or out-of-range symbol.
   void bind(const std::map<std::string, int64_t>& symbols);
   const std::map<std::string, int64_t>& symbols() const { return env_; }
   // Shape of input i under the bound symbols (to allocate and fill it).
