@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -102,6 +103,7 @@ std::string outputName(const ir::Graph& g, size_t i) {
   const auto& o = g.outputs()[i];
   if (!o.target.empty()) return o.target;
   if (o.value && !o.value->name.empty()) return o.value->name;
+  if (o.value && o.value->producer()) return o.value->producer()->name;
   return fmt::format("output{}", i);
 }
 
@@ -192,7 +194,14 @@ bool verifyGraph(const VerifyArgs& va, ir::Module& ref, ir::Module& got, const s
     all_pass = all_pass && r.pass;
     if (va.quiet && r.pass) continue;
     std::string extra;
-    if (r.fp8_differing) extra += fmt::format("; {} elements differ by <= {} fp8 step(s)", r.fp8_differing, r.fp8_max_step);
+    if (r.fp8_differing) {
+      if (r.fp8_max_step == std::numeric_limits<int64_t>::max()) {
+        extra += fmt::format("; {} elements differ (some NaN)", r.fp8_differing);
+      } else {
+        extra += fmt::format("; {} elements differ by <= {} fp8 step(s)", r.fp8_differing, r.fp8_max_step);
+      }
+    }
+    if (r.got_nan_only) extra += fmt::format("; {} NaN where the reference has numbers (unwritten memory?)", r.got_nan_only);
     if (r.ref_nan) extra += fmt::format("; reference has {} NaN (unwritten memory?)", r.ref_nan);
     if (!r.note.empty()) extra += "; " + r.note;
     if (va.quiet && print_graph) std::printf("  @%s:", graph.c_str());

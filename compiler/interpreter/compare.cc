@@ -56,6 +56,7 @@ OutputReport compareValues(const std::string& name, const RValue& ref, const RVa
   for (size_t i = 0; i < va.size(); ++i) {
     double x = va[i], y = vb[i];
     if (std::isnan(x)) ++r.ref_nan;
+    if (std::isnan(y) && !std::isnan(x)) ++r.got_nan_only;
     bool both_nan = std::isnan(x) && std::isnan(y);
     double diff = both_nan ? 0 : (x == y ? 0 : std::fabs(x - y));
     if (std::isnan(diff)) diff = INFINITY;

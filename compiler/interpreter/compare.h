@@ -38,6 +38,7 @@ struct OutputReport {
   int64_t fp8_differing = 0;  // FP8: elements differing by >= 1 step
   int64_t fp8_max_step = 0;
   int64_t ref_nan = 0;     // NaN elements in the reference (poisoned/unwritten memory?)
+  int64_t got_nan_only = 0;  // NaN in the other graph where the reference is a number
   std::string tolerance;   // description of what was applied
   std::string note;        // why it failed (shape/dtype mismatch)
 };

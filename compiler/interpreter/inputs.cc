@@ -182,10 +182,11 @@ RoleInfo roleOf(const Interpreter& in, const ir::GraphInput& gi) {
   std::string full = name + " " + gi.target;
   bool param = gi.kind == ir::InputKind::Parameter || gi.kind == ir::InputKind::Buffer ||
                gi.kind == ir::InputKind::ConstantTensor;
-  if (contains(full, "position")) return {Role::Positions, 0, 0, "name"};
-  if (contains(full, "input_ids") || contains(full, "token")) return {Role::Ids, 0, 0, "name"};
-  if (contains(full, "mask")) return {Role::Ones, 0, 0, "name (mask)"};
+  bool integral = category(v->type.dtype) != Category::Float;
   if (contains(full, "scale")) return {Role::Scale, 0, 0, "name"};
+  if (integral && contains(full, "position")) return {Role::Positions, 0, 0, "name"};
+  if (integral && (contains(full, "input_ids") || contains(full, "token"))) return {Role::Ids, 0, 0, "name"};
+  if (contains(full, "mask")) return {Role::Ones, 0, 0, "name (mask)"};
   if (contains(full, "bias")) return {Role::Bias, 0, 0, "name"};
   if ((param || contains(full, "weight")) && v->type.rank() == 1) return {Role::NormWeight, 0, 0, "1-D parameter"};
   if ((param || contains(full, "weight")) && v->type.rank() >= 2)
