@@ -77,6 +77,8 @@ RMSNorm) aten.add 7 -> 2; fxfuse also canonicalizes the last norm, so no aten.ad
 RUN: %%fxfuse compile %%s -o - -q | FileCheck %%s
 RUN: %%fxfuse compile %%s -q --report - | FileCheck --check-prefix=REPORT %%s
 RUN: %%fxfuse explain %%s | FileCheck --check-prefix=EXPLAIN %%s
+RUN: %%fxfuse verify %%s -q | FileCheck --check-prefix=VERIFY %%s
+VERIFY: PASS
 CHECK: fxfuse.rms_norm_quant.default(input=%%[[RELU:[0-9]+]], weight={{.*}}, epsilon=%s, {{.*}}kind="%s"
 CHECK: fxfuse.fused_add_rms_norm_quant.default({{.*}}residual=%%[[RELU]], {{.*}}kind="%s"
 CHECK: fxfuse.fused_add_rms_norm_quant.default({{.*}}kind="%s"
@@ -115,6 +117,8 @@ def test_silu_quant(custom_silu, custom_quant, T=64, H=128):
 vLLM expects exactly 1 match: silu_and_mul_quant present, no silu_and_mul / quant left.
 RUN: %%fxfuse compile %%s -o - -q | FileCheck %%s
 RUN: %%fxfuse compile %%s -q --report - | FileCheck --check-prefix=REPORT %%s
+RUN: %%fxfuse verify %%s -q | FileCheck --check-prefix=VERIFY %%s
+VERIFY: PASS
 CHECK: %%[[Q:[0-9]+]]: f8e4m3fn[s0, %d] = fxfuse.silu_and_mul_quant.default(input=%%2, scale=%%4)
 CHECK-NOT: aten.mul
 CHECK-NOT: aten.reciprocal
@@ -184,6 +188,8 @@ The first site has no residual (the all-reduce result becomes the residual outpu
 RUN: %%fxfuse compile %%s --world-size=2 -o - -q | FileCheck %%s
 RUN: %%fxfuse compile %%s --world-size=2 -q --report - | FileCheck --check-prefix=REPORT %%s
 RUN: %%fxfuse compile %%s --world-size=3 -q --report - | FileCheck --check-prefix=WS3 %%s
+RUN: %%fxfuse verify %%s --world-size=2 -q | FileCheck --check-prefix=VERIFY %%s
+VERIFY: PASS
 RUN: %%fxfuse compile %%s --world-size=8 --allreduce-max-bytes=8=65536 -q --report - | FileCheck --check-prefix=CAP %%s
 %s
 CHECK-NOT: fxfuse.all_reduce.default
@@ -224,6 +230,8 @@ def test_attention_quant(custom_quant, T=33, heads=8, kv_heads=2, hd=64):
 node count unchanged.
 RUN: %%fxfuse compile %%s -o - -q | FileCheck %%s
 RUN: %%fxfuse compile %%s -q --report - | FileCheck --check-prefix=REPORT %%s
+RUN: %%fxfuse verify %%s -q | FileCheck --check-prefix=VERIFY %%s
+VERIFY: PASS
 CHECK: %%[[A:[0-9]+]]: f8e4m3fn[s0, 8, 64] = fxfuse.attention_quant.default(query={{.*}}, output_scale=%%6, layout="vllm", layer_name="model.layers.0.self_attn.attn")
 CHECK: %%[[R:[0-9]+]]: f8e4m3fn[s0, 512] = aten.reshape.default(self=%%[[A]], shape=[%%1, 512])
 CHECK: aten._scaled_mm.default(self=%%[[R]],
@@ -335,6 +343,8 @@ and down_proj), %s ops. Issue 4 acceptance: at world size 2, 65 all-reduce fusio
 layer + the embedding one), 32 attention fusions, 32 SiLU fusions.
 RUN: %%fxfuse compile %%s --world-size=2 -q --report - | FileCheck %%s
 RUN: %%fxfuse compile %%s --world-size=1 -q --report - | FileCheck --check-prefix=TP1 %%s
+RUN: %%fxfuse verify %%s --world-size=2 -q | FileCheck --check-prefix=VERIFY %%s
+VERIFY: PASS
 %s
 TP1-LABEL: "fusions": {
 TP1-NEXT: "all_reduce_rms_norm": 0,
