@@ -68,7 +68,7 @@ struct Loaded {
   lowering::LowerStats stats;
 };
 
-Loaded loadInput(const std::string& path, int world_size, bool need_graph) {
+Loaded loadInput(const std::string& path, int world_size, bool need_graph, const std::vector<std::string>& passes = {}) {
   Loaded l;
   if (isPlanPath(path)) {
     l.plan = lowering::loadPlan(path);
@@ -83,6 +83,7 @@ Loaded loadInput(const std::string& path, int world_size, bool need_graph) {
   if (need_graph) l.graph = ir::loadModule(path);  // reference: the graph as given, before any pass
   compiler::CompileOptions co;
   co.world_size = world_size;
+  co.passes = passes;  // empty: the default pipeline
   compiler::compileModule(*m, co);
   lowering::LowerOptions lo;
   lo.world_size = world_size;
@@ -196,28 +197,31 @@ void registerRun(CLI::App& app, int& exit_code) {
   static std::string input, device = "cuda";
   static std::vector<std::string> binds;
   static uint64_t seed = 0;
-  static bool compare = false, describe = false, no_cache = false;
+  static bool compare = false, describe = false, no_cache = false, cpu_only = false;
   static int world_size = 1;
+  static std::vector<std::string> passes;
   static double rtol = -1, atol = -1, mismatch_frac = 0.001;
   cmd->add_option("input", input, "launch plan (.plan.pb, .plan.txt) or graph (.pt2, .json, .pb, .fxg)")->required();
   cmd->add_option("--device", device, "device to run on (cuda)");
   cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
   cmd->add_option("--seed", seed, "seed of the random inputs");
   cmd->add_option("--world-size", world_size, "tensor-parallel world size (graphs only)");
+  cmd->add_option("--passes", passes, "compiler passes for a graph input (default: the full pipeline)")->delimiter(',');
   cmd->add_flag("--compare-cpu", compare, "compare the outputs with the CPU interpreter on the same inputs");
   cmd->add_option("--rtol", rtol, "relative tolerance (default: per dtype, as fxfuse verify)");
   cmd->add_option("--atol", atol, "absolute tolerance (default: per dtype)");
   cmd->add_option("--mismatch-frac", mismatch_frac, "fraction of out-of-tolerance elements allowed (default 0.001)");
   cmd->add_flag("--describe", describe, "print the plan's steps and arena report, then exit (no GPU needed)");
   cmd->add_flag("--no-kernel-cache", no_cache, "compile generated kernels without the disk cache");
+  cmd->add_flag("--cpu-only", cpu_only, "everything but the GPU: lower, make the inputs, run the CPU interpreter");
   cmd->callback([&exit_code] {
-    Loaded l = loadInput(input, world_size, compare && !describe);
+    Loaded l = loadInput(input, world_size, compare && !describe, passes);
     if (describe) {
       std::fputs(lowering::describePlan(l.plan).c_str(), stdout);
       exit_code = 0;
       return;
     }
-    requireDevice(device);
+    if (!cpu_only) requireDevice(device);
     auto env = symbolValues(l.plan, parseBinds(binds));
     // Inputs from the interpreter (same values for both sides).
     std::unique_ptr<ir::Module> ref_module = l.graph ? std::move(l.graph) : ir::loadModule(input);
@@ -231,6 +235,14 @@ void registerRun(CLI::App& app, int& exit_code) {
       fail("the graph has {} inputs, the plan {}", host_inputs.size(), l.plan.inputs_size());
     for (const auto& [k, v] : in.bindings())
       if (!env.count(k)) env[k] = v;
+    if (cpu_only) {
+      std::vector<interp::RValue> ref = in.run(host_inputs);
+      for (int i = 0; i < l.plan.outputs_size() && i < static_cast<int>(ref.size()); ++i)
+        if (ref[static_cast<size_t>(i)].isTensor())
+          std::printf("cpu output %d %s: %s\n", i, l.plan.outputs(i).name().c_str(), summary(ref[static_cast<size_t>(i)].t).c_str());
+      exit_code = 0;
+      return;
+    }
     rt::LoadOptions lo;
     lo.use_cache = !no_cache;
     auto t0 = std::chrono::steady_clock::now();

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Llama-3.1-8B-shaped FP8 decoder layer: fxfuse's launch plan under a CUDA graph vs torch
+eager and torch.compile (default, max-autotune), side by side, one run (docs/benchmarks/
+decoder_layer.md has the table and the exact command).
+
+The torch module (DecoderLayerFP8) is the layer in vLLM's native forms: residual add +
+RMSNorm in fp32, static per-tensor FP8 quant (x * (1/s), clamp, cast), torch._scaled_mm
+with column-major FP8 weights, neox rotary from a cos/sin cache gathered by position,
+causal GQA SDPA, FP8 quant of the attention output, SiLU-and-mul, FP8 down projection.
+examples/decoder_layer/llama8b_decoder_fp8.fxg is the same layer as fxfuse's passes leave
+it (make_graph.py writes it); `fxfuse bench` times its plan with random inputs of the same
+shapes and dtypes (timing does not depend on the values; NaN-free random data, not zeros).
+
+    python3 examples/decoder_layer/bench_decoder_layer.py --fxfuse PATH/fxfuse --out DIR
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FP8 = torch.float8_e4m3fn
+H, I, NH, NKV, D, MAXPOS, EPS = 4096, 14336, 32, 8, 128, 8192, 1e-5
+
+
+def quant_static(x, scale):
+    # vLLM QuantFP8.forward_native, static: x.float() * (1 / scale), clamp, cast.
+    return (x.to(torch.float32) * scale.reciprocal()).clamp(-448.0, 448.0).to(FP8)
+
+
+def rms_norm(x, w):
+    xf = x.to(torch.float32)
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)
+    return xf.to(x.dtype) * w
+
+
+class DecoderLayerFP8(nn.Module):
+    def __init__(self, device="cuda", dtype=torch.bfloat16):
+        super().__init__()
+        g = torch.Generator(device="cpu").manual_seed(0)
+
+        def fp8_weight(n_out, n_in):  # [K, N] column-major, as vLLM stores FP8 weights
+            w = (torch.rand(n_out, n_in, generator=g) * 2 - 1) / math.sqrt(n_in) * 16
+            return w.to(device).to(FP8).t()
+
+        def scale(v):
+            return torch.tensor([v], dtype=torch.float32, device=device)
+
+        self.register_buffer("ln1", (torch.rand(H, generator=g) + 0.5).to(device, dtype))
+        self.register_buffer("ln2", (torch.rand(H, generator=g) + 0.5).to(device, dtype))
+        self.register_buffer("w_qkv", fp8_weight(NH * D + 2 * NKV * D, H))
+        self.register_buffer("w_o", fp8_weight(H, NH * D))
+        self.register_buffer("w_gu", fp8_weight(2 * I, H))
+        self.register_buffer("w_down", fp8_weight(H, I))
+        for n in ("qkv", "o", "gu", "down"):
+            self.register_buffer("ws_" + n, scale(1 / 16))
+            self.register_buffer("is_" + n, scale(0.05))
+        inv = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+        f = torch.outer(torch.arange(MAXPOS, dtype=torch.float32), inv)
+        self.register_buffer("cos_sin", torch.cat([f.cos(), f.sin()], -1).to(device, dtype))
+
+    def forward(self, positions, hidden, residual):
+        T = hidden.shape[0]
+        residual = hidden + residual
+        x = rms_norm(residual, self.ln1)
+        qkv = torch._scaled_mm(quant_static(x, self.is_qkv), self.w_qkv, scale_a=self.is_qkv, scale_b=self.ws_qkv,
+                               out_dtype=torch.bfloat16)
+        q, k, v = qkv.split([NH * D, NKV * D, NKV * D], dim=-1)
+        cos, sin = self.cos_sin[positions].chunk(2, dim=-1)
+        cos, sin = cos[:, None, :], sin[:, None, :]
+
+        def rope(t, heads):
+            t = t.reshape(T, heads, D)
+            t1, t2 = t[..., : D // 2], t[..., D // 2:]
+            return torch.cat([t1 * cos - t2 * sin, t2 * cos + t1 * sin], dim=-1)
+
+        q, k = rope(q, NH), rope(k, NKV)
+        v = v.reshape(T, NKV, D)
+        a = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                           is_causal=True, enable_gqa=True)
+        a = a[0].transpose(0, 1).reshape(T, NH * D)
+        o = torch._scaled_mm(quant_static(a, self.is_o), self.w_o, scale_a=self.is_o, scale_b=self.ws_o,
+                             out_dtype=torch.bfloat16)
+        residual = o + residual
+        x = rms_norm(residual, self.ln2)
+        gu = torch._scaled_mm(quant_static(x, self.is_gu), self.w_gu, scale_a=self.is_gu, scale_b=self.ws_gu,
+                              out_dtype=torch.bfloat16)
+        act = F.silu(gu[:, :I]) * gu[:, I:]
+        out = torch._scaled_mm(quant_static(act, self.is_down), self.w_down, scale_a=self.is_down,
+                               scale_b=self.ws_down, out_dtype=torch.bfloat16)
+        return out, residual
+
+
+def inputs(T, device="cuda"):
+    g = torch.Generator(device="cpu").manual_seed(T)
+    pos = torch.arange(T, dtype=torch.int64).to(device)
+    h = (torch.randn(T, H, generator=g) * 0.5).to(device, torch.bfloat16)
+    r = (torch.randn(T, H, generator=g) * 0.5).to(device, torch.bfloat16)
+    return pos, h, r
+
+
+def time_fn(fn, args, iters, warmup=5):
+    for _ in range(warmup):
+        fn(*args)
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ms = []
+    for _ in range(iters):
+        a.record()
+        fn(*args)
+        b.record()
+        b.synchronize()
+        ms.append(a.elapsed_time(b))
+    ms.sort()
+    return ms[len(ms) // 2] * 1000.0
+
+
+def count_kernels(fn, args):
+    from torch.profiler import ProfilerActivity, profile
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    n = 0
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in e.name.lower() \
+                and "memset" not in e.name.lower():
+            n += 1
+    return n
+
+
+def write_report(args, tokens, modes, results, notes, final=False):
+    json.dump({"results": {m: {str(t): v for t, v in r.items()} for m, r in results.items()},
+               "torch": torch.__version__, "device": torch.cuda.get_device_name(0), "notes": notes},
+              open(os.path.join(args.out, "decoder_layer.json"), "w"), indent=1)
+    # Markdown table.
+    lines = ["| T | " + " | ".join(modes) + " | fxfuse vs best torch.compile | kernels (fxfuse / eager / compile / max-autotune) | fxfuse arena |",
+             "|---|" + "---|" * len(modes) + "---|---|---|"]
+    for T in tokens:
+        row = [str(T)]
+        for m in modes:
+            r = results[m].get(T, {})
+            row.append(f"{r['us']:.1f} us" if "us" in r else "n/a")
+        fx = results.get("fxfuse", {}).get(T, {}).get("us")
+        best = [results[m][T]["us"] for m in ("default", "max-autotune") if m in results and "us" in results[m].get(T, {})]
+        row.append(f"{min(best) / fx:.2f}x" if fx and best else "n/a")
+        row.append(" / ".join(str(results[m].get(T, {}).get("kernels", "-")) for m in modes))
+        ar = results.get("fxfuse", {}).get(T, {}).get("arena")
+        row.append(f"{ar / 2**20:.1f} MiB" if ar else "n/a")
+        lines.append("| " + " | ".join(row) + " |")
+    table = "\n".join(lines)
+    open(os.path.join(args.out, "decoder_layer_table.md"), "w").write(table + "\n")
+    if not final:
+        return
+    print(table)
+    for m in modes:
+        for T, r in results[m].items():
+            if "error" in r:
+                print(f"error {m} T={T}: {r['error']}")
+
+
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fxfuse", required=True)
+    ap.add_argument("--graph", default=os.path.join(os.path.dirname(__file__), "llama8b_decoder_fp8.fxg"))
+    ap.add_argument("--tokens", default="1,8,64,512,4096")
+    ap.add_argument("--out", default=".", help="decoder_layer.json and decoder_layer_table.md go here")
+    ap.add_argument("--work", default="/tmp/fxfuse_bench", help="plan and per-run JSON files")
+    ap.add_argument("--deadline-s", type=float, default=200, help="stop starting new torch.compile work after this")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--modes", default="fxfuse,eager,default,max-autotune")
+    args = ap.parse_args()
+    t_start = time.time()
+    tokens = [int(t) for t in args.tokens.split(",")]
+    modes = args.modes.split(",")
+    os.makedirs(args.out, exist_ok=True)
+    results = {m: {} for m in modes}
+    notes = []
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+    if "fxfuse" in modes:
+        os.makedirs(args.work, exist_ok=True)
+        plan = os.path.join(args.work, "decoder_layer.plan.pb")
+        subprocess.run([args.fxfuse, "compile", args.graph, "--emit=plan", "-o", plan, "-q"], check=True)
+        for T in tokens:
+            js = os.path.join(args.work, f"fxfuse_T{T}.json")
+            r = subprocess.run([args.fxfuse, "bench", plan, "--device=cuda", "--bind", f"s0={T}", "--iters",
+                                str(args.iters), "--json", js], capture_output=True, text=True)
+            print(r.stdout.strip(), r.stderr.strip(), flush=True)
+            if r.returncode == 0:
+                d = json.load(open(js))
+                results["fxfuse"][T] = {"us": d["median_us"], "kernels": d["kernels"], "arena": d["arena_bytes"]}
+            else:
+                results["fxfuse"][T] = {"error": (r.stderr or r.stdout).strip()[-300:]}
+            write_report(args, tokens, modes, results, notes)
+
+    model = DecoderLayerFP8()
+    with torch.no_grad():
+        for mode in [m for m in modes if m != "fxfuse"]:
+            if mode == "eager":
+                fn = model
+            else:
+                torch._dynamo.reset()
+                fn = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
+            for T in tokens:
+                if mode != "eager" and time.time() - t_start > args.deadline_s:
+                    results[mode][T] = {"error": "not run: time budget of the device call"}
+                    continue
+                a = inputs(T)
+                try:
+                    t0 = time.time()
+                    fn(*a)
+                    torch.cuda.synchronize()
+                    compile_s = time.time() - t0
+                    us = time_fn(fn, a, args.iters)
+                    k = count_kernels(fn, a)
+                    results[mode][T] = {"us": us, "kernels": k, "first_call_s": compile_s}
+                    print(f"{mode} T={T}: {us:.1f} us, {k} kernels, first call {compile_s:.1f} s", flush=True)
+                except Exception as e:  # noqa: BLE001 - report and go on
+                    results[mode][T] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                    print(f"{mode} T={T}: {results[mode][T]['error']}", flush=True)
+                write_report(args, tokens, modes, results, notes)
+
+    write_report(args, tokens, modes, results, notes, final=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+#!/bin/bash
+# GPU parity (tag gpu): every graph given is compiled, lowered and run on the GPU with
+# seeded inputs, and its outputs are compared with the CPU interpreter's on the same inputs
+# (`fxfuse run --compare-cpu`): fused (the default pipeline) and unfused (canonicalization
+# only, no fusion pass). Graph files: .fxg, .fxg.json, .core_aten.pt2 (others are skipped).
+# Runs JOBS at a time. Prints one line per run and "N passed, M failed" last.
+#   tests/runtime/gpu_parity.sh FXFUSE GRAPH...      (env: JOBS=8, LOG=file, PARITY_TIMEOUT=120)
+set -uo pipefail
+FXFUSE="$1"; shift
+JOBS=${JOBS:-8}
+LOG=${LOG:-/dev/null}
+UNFUSED=functionalize,noop-elimination,canonicalize-ops,canonicalize-norm,canonicalize-quant,canonicalize-activation,dce,cleanup
+runs=()
+for f in "$@"; do
+  case "$f" in
+    *.fxg|*.fxg.json|*.core_aten.pt2) runs+=("$f|fused" "$f|unfused") ;;
+  esac
+done
+set -- "${runs[@]}"
+tmp=$(mktemp -d)
+export FXFUSE tmp UNFUSED
+run_one() {
+  f="${1%|*}"; variant="${1#*|}"; key=$(echo "$1" | tr '/|' '__')
+  extra=()
+  [[ $variant == unfused ]] && extra=(--passes "$UNFUSED")
+  start=$(date +%s)
+  timeout "${PARITY_TIMEOUT:-120}" "$FXFUSE" run "$f" --device=cuda --compare-cpu --seed 1 --mismatch-frac "${MISMATCH_FRAC:-0.01}" "${extra[@]}" > "$tmp/$key.log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - start ))
+  if [[ $rc -eq 0 ]]; then echo "PASS $f $variant (${secs}s)"; else echo "FAIL $f $variant (rc $rc, ${secs}s)"; fi > "$tmp/$key.status"
+}
+export -f run_one
+printf '%s\n' "$@" | xargs -P "$JOBS" -I{} bash -c 'run_one "$@"' _ {}
+passed=0; failed=0
+for f in "$@"; do
+  key=$(echo "$f" | tr '/|' '__')
+  cat "$tmp/$key.status" 2>/dev/null || echo "FAIL $f (no status)"
+  { echo "===== $f"; cat "$tmp/$key.log"; } >> "$LOG"
+  if grep -q '^PASS' "$tmp/$key.status"; then passed=$((passed + 1)); else failed=$((failed + 1)); tail -5 "$tmp/$key.log" | cut -c1-400; fi
+done
+rm -rf "$tmp"
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
