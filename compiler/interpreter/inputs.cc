@@ -196,10 +196,19 @@ RoleInfo roleOf(const Interpreter& in, const ir::GraphInput& gi) {
 
 double fp8Sample(Rng& r, DType t) { return roundTo(r.normal() * 32.0, t); }
 
-Tensor randomTensor(const Shape& shape, DType dt, const RoleInfo& role, Rng& rng) {
-  Tensor t = Tensor::empty(shape, dt, 0.0);
+// Fills `t` (dense, any strides): position-dependent roles (positions, masks) in logical
+// order, i.i.d. ones directly in storage order.
+Tensor randomTensor(Tensor t, const RoleInfo& role, Rng& rng) {
+  const Shape& shape = t.shape;
+  DType dt = t.dtype;
+  bool logical = role.role == Role::Positions || role.role == Role::Mask;
+  if (logical && !t.isContiguous()) {
+    Tensor c = randomTensor(Tensor::uninitialized(shape, dt), role, rng);
+    copyInto(t, c);
+    return t;
+  }
   auto& d = *t.storage;
-  int64_t n = t.numel();
+  int64_t n = static_cast<int64_t>(d.size());
   bool is_float = category(dt) == Category::Float;
   switch (role.role) {
     case Role::Ids:
@@ -289,7 +298,7 @@ Tensor loadPayload(const ir::WeightInfo& w) {
       if (got == static_cast<zip_int64_t>(st.size) && eb > 0) {
         if (w.length) bytes = bytes.substr(std::min<size_t>(w.offset, bytes.size()), w.length);
         size_t n = bytes.size() / static_cast<size_t>(eb);
-        auto storage = std::make_shared<std::vector<double>>(n);
+        auto storage = std::make_shared<Storage>(n);
         for (size_t i = 0; i < n; ++i) {
           uint64_t bits = 0;
           std::memcpy(&bits, bytes.data() + i * eb, static_cast<size_t>(eb));
@@ -361,8 +370,8 @@ std::vector<RValue> Interpreter::makeInputs(uint64_t seed) {
     }
     RoleInfo role = roleOf(*this, gi);
     Rng rng(seed ^ hashName(v->name.empty() ? gi.target : v->name));
-    Tensor t = randomTensor(shape, dt, role, rng);
     // Keep the declared strides when they describe a dense layout (a transposed weight).
+    Tensor t = Tensor::uninitialized(shape, dt);
     Shape st;
     bool ok = v->type.stride.size() == shape.size();
     for (size_t k = 0; ok && k < shape.size(); ++k) {
@@ -374,12 +383,9 @@ std::vector<RValue> Interpreter::makeInputs(uint64_t seed) {
       Tensor probe;
       probe.shape = shape;
       probe.strides = st;
-      if (probe.isNonOverlappingAndDense()) {
-        Tensor s2 = Tensor::emptyStrided(shape, st, dt, 0.0);
-        copyInto(s2, t);
-        t = s2;
-      }
+      if (probe.isNonOverlappingAndDense()) t = Tensor::emptyStrided(shape, st, dt, 0.0);
     }
+    t = randomTensor(t, role, rng);
     static const char* kRoleNames[] = {"activation", "token ids", "positions", "index", "scale", "rotary cache",
                                        "mask", "matrix weight", "norm weight", "bias", "ones"};
     std::string note = kRoleNames[static_cast<int>(role.role)];

@@ -589,11 +589,81 @@ void Interpreter::checkOutput(const ir::Node& n, size_t i, const RValue& v) {
   }
 }
 
+namespace {
+
+bool isViewOp(const std::string& target) {
+  static const std::unordered_set<std::string> k = {
+      "aten.view", "aten.reshape", "aten._unsafe_view", "aten._reshape_alias", "aten.permute", "aten.transpose",
+      "aten.t", "aten.numpy_T", "aten.expand", "aten.expand_as", "aten.slice", "aten.select", "aten.unsqueeze",
+      "aten.squeeze", "aten.as_strided", "aten.alias", "aten.detach", "aten.lift_fresh", "aten.split",
+      "aten.split_with_sizes", "aten.chunk", "aten.unbind", "aten.narrow", "aten.flatten", "aten.unflatten",
+      "aten.to", "aten.contiguous", "aten.copy_", "_c10d_functional.wait_tensor",
+  };
+  auto dot2 = target.rfind('.');
+  return k.count(target.substr(0, dot2)) > 0;
+}
+
+}  // namespace
+
+std::vector<bool> Interpreter::mutatedInputs(const ir::Graph& g) {
+  std::vector<bool> out(g.inputs().size(), false);
+  std::unordered_map<const ir::Value*, size_t> input_index;
+  for (size_t i = 0; i < g.inputs().size(); ++i) input_index[g.inputs()[i].value] = i;
+  auto root = [&](const ir::Value* v) {
+    for (int guard = 0; v && guard < 10000; ++guard) {
+      auto it = input_index.find(v);
+      if (it != input_index.end()) return static_cast<int64_t>(it->second);
+      const ir::Node* p = v->producer();
+      if (!p || !isViewOp(p->target)) return int64_t{-1};
+      std::vector<ir::Value*> ops = p->operands();
+      if (ops.empty()) return int64_t{-1};
+      v = ops[0];
+    }
+    return int64_t{-1};
+  };
+  for (const auto& np : g.nodes()) {
+    const ir::Node& n = *np;
+    if (n.kind == ir::NodeKind::Hop) {
+      if (n.target == "higher_order.auto_functionalized" || n.target == "higher_order.auto_functionalized_v2") continue;
+      std::fill(out.begin(), out.end(), true);  // subgraphs: be conservative
+      return out;
+    }
+    if (n.kind == ir::NodeKind::SymPy) continue;
+    std::vector<const ir::Value*> written;
+    const ir::OpSchema* s = schemaFor(n.target);
+    auto dot1 = n.target.find('.');
+    auto dot2 = n.target.find('.', dot1 + 1);
+    std::string name = n.target.substr(dot1 + 1, dot2 == std::string::npos ? std::string::npos : dot2 - dot1 - 1);
+    bool inplace_name = name.size() > 1 && name.back() == '_';
+    for (size_t k = 0; k < n.args().size(); ++k) {
+      const ir::Arg& a = n.args()[k];
+      std::vector<ir::Value*> vs;
+      a.value.collectValues(vs);
+      if (vs.empty()) continue;
+      bool mut = inplace_name && k == 0;
+      if (s) {
+        int idx = a.name.empty() ? static_cast<int>(k) : s->argIndex(a.name);
+        if (idx >= 0 && static_cast<size_t>(idx) < s->args.size() && s->args[idx].is_mutable) mut = true;
+      } else if (n.target.rfind("aten.", 0) != 0 && n.target.rfind("prims.", 0) != 0) {
+        mut = true;  // unknown custom op: assume it may write its arguments
+      }
+      if (mut)
+        for (auto* v : vs) written.push_back(v);
+    }
+    for (const ir::Value* v : written)
+      if (int64_t r = root(v); r >= 0) out[r] = true;
+  }
+  return out;
+}
+
 std::vector<RValue> Interpreter::run(const std::vector<RValue>& inputs, const ir::Graph* graph) {
   const ir::Graph& g = graph ? *graph : *entry_;
+  // Inputs the graph writes in place (directly or through a view) are copied so runs never
+  // share memory; the others are passed as they are.
+  std::vector<bool> mutated = inputs.size() == g.inputs().size() ? mutatedInputs(g) : std::vector<bool>(inputs.size(), true);
   std::vector<RValue> copies;
   copies.reserve(inputs.size());
-  for (const auto& v : inputs) copies.push_back(deepCopy(v));
+  for (size_t i = 0; i < inputs.size(); ++i) copies.push_back(mutated[i] ? deepCopy(inputs[i]) : inputs[i]);
   auto t0 = std::chrono::steady_clock::now();
   stats_.nodes = 0;
   stats_.by_target.clear();

@@ -136,7 +136,8 @@ class Interpreter {
   std::vector<RValue> makeInputs(uint64_t seed);
   // One line per input of the last makeInputs(): its role or where it came from.
   const std::vector<std::string>& inputNotes() const { return input_notes_; }
-  // Runs a graph (default: entry) on inputs (deep-copied first: runs never share memory).
+  // Runs a graph (default: entry) on inputs; inputs the graph mutates are deep-copied
+  // first, so runs never see each other's writes.
   std::vector<RValue> run(const std::vector<RValue>& inputs, const ir::Graph* graph = nullptr);
   const RunStats& stats() const { return stats_; }
   // Notes about semantics the interpreter approximated (e.g. dropout ignored), deduplicated.
@@ -150,6 +151,7 @@ class Interpreter {
 
  private:
   void bindSymbols();
+  std::vector<bool> mutatedInputs(const ir::Graph& g);
   std::vector<RValue> runGraph(const ir::Graph& g, std::vector<RValue> inputs);
   void checkOutput(const ir::Node& n, size_t i, const RValue& v);
 

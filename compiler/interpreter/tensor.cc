@@ -94,7 +94,18 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, double fill) {
   for (int64_t s : shape)
     if (s < 0) fail("negative size in {}", shapeStr(shape));
   t.strides = contiguousStrides(shape);
-  t.storage = std::make_shared<std::vector<double>>(static_cast<size_t>(t.numel()), fill);
+  t.storage = std::make_shared<Storage>(static_cast<size_t>(t.numel()), fill);
+  return t;
+}
+
+Tensor Tensor::uninitialized(const Shape& shape, DType dtype) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = shape;
+  for (int64_t s : shape)
+    if (s < 0) fail("negative size in {}", shapeStr(shape));
+  t.strides = contiguousStrides(shape);
+  t.storage = std::make_shared<Storage>(static_cast<size_t>(t.numel()));
   return t;
 }
 
@@ -111,12 +122,12 @@ Tensor Tensor::emptyStrided(const Shape& shape, const Shape& strides, DType dtyp
   t.dtype = dtype;
   t.shape = shape;
   t.strides = strides;
-  t.storage = std::make_shared<std::vector<double>>(static_cast<size_t>(extent), fill);
+  t.storage = std::make_shared<Storage>(static_cast<size_t>(extent), fill);
   return t;
 }
 
 Tensor Tensor::fromValues(const Shape& shape, DType dtype, const std::vector<double>& values) {
-  Tensor t = empty(shape, dtype, 0.0);
+  Tensor t = uninitialized(shape, dtype);
   if (static_cast<int64_t>(values.size()) != t.numel())
     fail("{} values for shape {}", values.size(), shapeStr(shape));
   for (size_t i = 0; i < values.size(); ++i) (*t.storage)[i] = roundTo(values[i], dtype);
@@ -364,20 +375,20 @@ void copyInto(const Tensor& dst, const Tensor& src) {
 
 Tensor contiguous(const Tensor& t) {
   if (t.isContiguous()) return t;
-  Tensor out = Tensor::empty(t.shape, t.dtype, 0.0);
+  Tensor out = Tensor::uninitialized(t.shape, t.dtype);
   copyInto(out, t);
   return out;
 }
 
 Tensor clonePreserve(const Tensor& t) {
   Tensor out = t.isNonOverlappingAndDense() && !t.isContiguous() ? Tensor::emptyStrided(t.shape, t.strides, t.dtype, 0.0)
-                                                                 : Tensor::empty(t.shape, t.dtype, 0.0);
+                                                                 : Tensor::uninitialized(t.shape, t.dtype);
   copyInto(out, t);
   return out;
 }
 
 Tensor cast(const Tensor& t, DType dtype) {
-  Tensor out = Tensor::empty(t.shape, dtype, 0.0);
+  Tensor out = Tensor::uninitialized(t.shape, dtype);
   copyInto(out, t);
   return out;
 }

@@ -7,6 +7,7 @@
 // filled with NaN so an element nobody wrote shows up in the comparison.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -20,12 +21,31 @@ namespace fxfuse::interp {
 
 using Shape = std::vector<int64_t>;
 
+// Element storage: a flat array of doubles (left uninitialized when the creator writes
+// every element itself).
+class Storage {
+ public:
+  explicit Storage(size_t n) : n_(n), p_(new double[n > 0 ? n : 1]) {}
+  Storage(size_t n, double fill) : Storage(n) { std::fill(p_.get(), p_.get() + n_, fill); }
+  size_t size() const { return n_; }
+  double* data() { return p_.get(); }
+  const double* data() const { return p_.get(); }
+  double& operator[](size_t i) { return p_[i]; }
+  double operator[](size_t i) const { return p_[i]; }
+  double* begin() { return p_.get(); }
+  double* end() { return p_.get() + n_; }
+
+ private:
+  size_t n_;
+  std::unique_ptr<double[]> p_;
+};
+
 struct Tensor {
   DType dtype = DType::Undefined;
   Shape shape;
   Shape strides;
   int64_t offset = 0;
-  std::shared_ptr<std::vector<double>> storage;
+  std::shared_ptr<Storage> storage;
 
   bool defined() const { return storage != nullptr; }
   int64_t dim() const { return static_cast<int64_t>(shape.size()); }
@@ -46,6 +66,8 @@ struct Tensor {
   std::string describe() const;  // "bf16[4, 8]"
 
   static Tensor empty(const Shape& shape, DType dtype, double fill);
+  // Contiguous, elements uninitialized: the caller writes every one.
+  static Tensor uninitialized(const Shape& shape, DType dtype);
   static Tensor emptyStrided(const Shape& shape, const Shape& strides, DType dtype, double fill);
   static Tensor full(const Shape& shape, DType dtype, double v) { return empty(shape, dtype, roundTo(v, dtype)); }
   static Tensor scalar(double v, DType dtype) { return full({}, dtype, v); }
