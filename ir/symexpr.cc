@@ -25,13 +25,27 @@ using Kind = SymExpr::Kind;
 
 size_t mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)); }
 
+// Checked arithmetic for constant folding: overflow is an error, never UB.
+int64_t checkedAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) fail("integer overflow in symbolic expression");
+  return r;
+}
+int64_t checkedMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) fail("integer overflow in symbolic expression");
+  return r;
+}
+
 int64_t floorDivInt(int64_t a, int64_t b) {
+  if (b == -1) return checkedMul(a, -1);  // INT64_MIN / -1 overflows
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
 
 int64_t pyMod(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // INT64_MIN % -1 traps
   int64_t m = a % b;
   if (m != 0 && ((m < 0) != (b < 0))) m += b;
   return m;
@@ -163,10 +177,11 @@ SymExpr SymExpr::apply(Kind kind, std::vector<SymExpr> args, std::string opaque_
         }
         auto [c, mono] = splitTerm(e);
         if (!mono) {
-          constant += c;
+          constant = checkedAdd(constant, c);
           return;
         }
-        terms[*mono] += c;
+        int64_t& t = terms[*mono];
+        t = checkedAdd(t, c);
       };
       for (const auto& a : args) add(a);
       std::vector<SymExpr> out;
@@ -187,7 +202,7 @@ SymExpr SymExpr::apply(Kind kind, std::vector<SymExpr> args, std::string opaque_
         if (e.kind() == Kind::Mul) {
           for (const auto& a : e.args()) mul(a);
         } else if (e.isInt()) {
-          coef *= e.intValue();
+          coef = checkedMul(coef, e.intValue());
         } else {
           factors.push_back(e);
         }
@@ -222,7 +237,7 @@ SymExpr SymExpr::apply(Kind kind, std::vector<SymExpr> args, std::string opaque_
         std::vector<SymExpr> divided;
         for (const auto& t : terms) {
           auto [c, mono] = splitTerm(t);
-          if (c % n != 0) {
+          if (n == -1 || c % n != 0) {
             divisible = false;
             break;
           }
@@ -236,14 +251,14 @@ SymExpr SymExpr::apply(Kind kind, std::vector<SymExpr> args, std::string opaque_
     case Kind::CeilDiv: {
       if (args.size() != 2) fail("CeilDiv takes 2 arguments, got {}", args.size());
       if (allInts(args) && args[1].intValue() != 0)
-        return integer(-floorDivInt(-args[0].intValue(), args[1].intValue()));
+        return integer(checkedMul(floorDivInt(checkedMul(args[0].intValue(), -1), args[1].intValue()), -1));
       return make(kind, std::move(args));
     }
     case Kind::Mod: {
       if (args.size() != 2) fail("Mod takes 2 arguments, got {}", args.size());
       if (allInts(args) && args[1].intValue() != 0) return integer(pyMod(args[0].intValue(), args[1].intValue()));
       if (args[1].isInt() && args[1].intValue() == 1) return integer(0);
-      if (args[1].isInt()) {
+      if (args[1].isInt() && args[1].intValue() != 0 && args[1].intValue() != -1) {
         auto [c, mono] = splitTerm(args[0]);
         if (mono && c % args[1].intValue() == 0) return integer(0);
       }
@@ -257,7 +272,7 @@ SymExpr SymExpr::apply(Kind kind, std::vector<SymExpr> args, std::string opaque_
         if (e == 1) return args[0];
         if (args[0].isInt() && e > 0 && e < 63) {
           int64_t r = 1;
-          for (int64_t k = 0; k < e; ++k) r *= args[0].intValue();
+          for (int64_t k = 0; k < e; ++k) r = checkedMul(r, args[0].intValue());
           return integer(r);
         }
         if (e > 1 && e <= 8) {
@@ -496,15 +511,32 @@ std::optional<int64_t> SymExpr::evaluate(const std::map<std::string, int64_t>& e
     v.push_back(*x);
   }
   switch (kind()) {
-    case Kind::Add: { int64_t s = 0; for (auto x : v) s += x; return s; }
-    case Kind::Mul: { int64_t s = 1; for (auto x : v) s *= x; return s; }
-    case Kind::FloorDiv: if (v[1] == 0) return std::nullopt; return floorDivInt(v[0], v[1]);
-    case Kind::CeilDiv: if (v[1] == 0) return std::nullopt; return -floorDivInt(-v[0], v[1]);
+    // Overflow (and INT64_MIN / -1) evaluates to "unknown".
+    case Kind::Add: { int64_t s = 0; for (auto x : v) if (__builtin_add_overflow(s, x, &s)) return std::nullopt; return s; }
+    case Kind::Mul: { int64_t s = 1; for (auto x : v) if (__builtin_mul_overflow(s, x, &s)) return std::nullopt; return s; }
+    case Kind::FloorDiv:
+      if (v[1] == 0 || (v[1] == -1 && v[0] == std::numeric_limits<int64_t>::min())) return std::nullopt;
+      return floorDivInt(v[0], v[1]);
+    case Kind::CeilDiv:
+      if (v[1] == 0 || v[0] == std::numeric_limits<int64_t>::min() || (v[1] == -1 && -v[0] == std::numeric_limits<int64_t>::min())) return std::nullopt;
+      { int64_t q = floorDivInt(-v[0], v[1]); if (q == std::numeric_limits<int64_t>::min()) return std::nullopt; return -q; }
     case Kind::Mod: if (v[1] == 0) return std::nullopt; return pyMod(v[0], v[1]);
-    case Kind::Pow: { if (v[1] < 0) return std::nullopt; int64_t r = 1; for (int64_t k = 0; k < v[1]; ++k) r *= v[0]; return r; }
+    case Kind::Pow: {
+      if (v[1] < 0) return std::nullopt;
+      if (v[0] == 0 || v[0] == 1) return v[1] == 0 ? 1 : v[0];
+      if (v[0] == -1) return v[1] % 2 ? -1 : 1;
+      int64_t r = 1;  // |base| >= 2: overflows within 63 steps
+      for (int64_t k = 0; k < v[1]; ++k)
+        if (__builtin_mul_overflow(r, v[0], &r)) return std::nullopt;
+      return r;
+    }
     case Kind::Min: return *std::min_element(v.begin(), v.end());
     case Kind::Max: return *std::max_element(v.begin(), v.end());
-    case Kind::TrueDiv: if (v[1] == 0 || v[0] % v[1] != 0) return std::nullopt; return v[0] / v[1];
+    case Kind::TrueDiv:
+      if (v[1] == 0 || (v[1] == -1 && v[0] == std::numeric_limits<int64_t>::min())) return std::nullopt;
+      if (v[1] == -1) return -v[0];
+      if (v[0] % v[1] != 0) return std::nullopt;
+      return v[0] / v[1];
     case Kind::Eq: return v[0] == v[1];
     case Kind::Ne: return v[0] != v[1];
     case Kind::Lt: return v[0] < v[1];
@@ -646,6 +678,14 @@ class ExprParser {
     }
   }
   SymExpr parseUnary() {
+    // Every recursive path of this grammar passes here: bound the depth.
+    struct Depth {
+      explicit Depth(ExprParser& p) : p(p) {
+        if (++p.depth_ > 200) p.error("nested too deeply");
+      }
+      ~Depth() { --p.depth_; }
+      ExprParser& p;
+    } depth(*this);
     if (eat("-")) return -parseUnary();
     if (eat("+")) return parseUnary();
     if (eat("~")) return SymExpr::apply(Kind::Not, {parseUnary()});
@@ -800,6 +840,7 @@ class ExprParser {
   std::string_view s_;
   std::string_view ctx_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

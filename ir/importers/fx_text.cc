@@ -733,6 +733,9 @@ const TypeInfo& Importer::annotation(std::string_view text, int line) {
               return std::islower(static_cast<unsigned char>(ch)) || ch == '_';
             }))
           err(line, "malformed device in annotation '" + excerpt(s) + "'");
+        static const char* const kDevices[] = {"cuda", "cpu", "meta", "mps", "xpu", "hpu"};
+        if (std::none_of(std::begin(kDevices), std::end(kDevices), [&](const char* k) { return type == k; }))
+          err(line, "unsupported device '" + excerpt(type) + "' in annotation '" + excerpt(s) + "'");
         t.type.device.type = std::string(type);
         if (colon != std::string_view::npos) {
           std::string_view idx = dev.substr(colon + 1);
