@@ -207,8 +207,7 @@ void* Session::pointer(int id) const {
   char* base = nullptr;
   if (b.kind() == pb::INPUT) {
     base = static_cast<char*>(inputs_.at(static_cast<size_t>(b.input())));
-    if (!base && !plan_.inputs(b.input()).is_symint())
-      fail("input {} ('{}') is not set", b.input(), plan_.inputs(b.input()).name());
+    if (!base) return nullptr;  // not set yet: tensor() still gives the layout; prepare() checks
   } else {
     base = static_cast<char*>(arena_) + eval(b.offset(), "buffer offset");
   }
@@ -232,6 +231,9 @@ DeviceTensor Session::output(size_t i) const {
 }
 
 void Session::prepare() {
+  for (int i = 0; i < plan_.inputs_size(); ++i)
+    if (!plan_.inputs(i).is_symint() && !inputs_[static_cast<size_t>(i)])
+      fail("input {} ('{}') is not set", i, plan_.inputs(i).name());
   steps_.clear();
   launches_ = 0;
   for (int si = 0; si < plan_.steps_size(); ++si) {
