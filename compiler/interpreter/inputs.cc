@@ -194,7 +194,7 @@ RoleInfo roleOf(const Interpreter& in, const ir::GraphInput& gi) {
   return info;
 }
 
-double fp8Sample(Rng& r, DType t) { return roundTo(r.normal() * 32.0, t); }
+double fp8Sample(Rng& r, DType t) { return roundTo(r.uniform(-64.0, 64.0), t); }
 
 // Fills `t` (dense, any strides): position-dependent roles (positions, masks) in logical
 // order, i.i.d. ones directly in storage order.
@@ -269,7 +269,7 @@ Tensor randomTensor(Tensor t, const RoleInfo& role, Rng& rng) {
         for (int64_t i = 0; i < n; ++i) d[i] = static_cast<double>(rng.below(2));
       } else if (ir::isFp8(dt)) {
         for (int64_t i = 0; i < n; ++i) d[i] = fp8Sample(rng, dt);
-      } else if (is_float) {
+      } else if (is_float) {  // N(0, 1)
         for (int64_t i = 0; i < n; ++i) d[i] = roundTo(rng.normal(), dt);
       } else {
         for (int64_t i = 0; i < n; ++i) d[i] = static_cast<double>(rng.below(16));

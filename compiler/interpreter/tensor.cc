@@ -1,11 +1,35 @@
 #include "compiler/interpreter/tensor.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
 namespace fxfuse::interp {
+
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;
+}  // namespace
+
+Storage::Storage(size_t n) : n_(n) {
+  size_t bytes = std::max<size_t>(n, 1) * sizeof(double);
+  if (bytes >= 2 * kHugePage) {
+    size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = std::aligned_alloc(kHugePage, rounded);
+    if (!p) throw std::bad_alloc();
+    madvise(p, rounded, MADV_HUGEPAGE);
+    p_ = static_cast<double*>(p);
+  } else {
+    p_ = static_cast<double*>(std::malloc(bytes));
+    if (!p_) throw std::bad_alloc();
+  }
+}
+
+Storage::~Storage() { std::free(p_); }
 
 int64_t Tensor::numel() const {
   int64_t n = 1;
