@@ -73,6 +73,12 @@ ir::Node* Rewriter::latest(const std::vector<ir::Node*>& nodes) {
   return best;
 }
 
+void Rewriter::eraseNode(ir::Node* n) {
+  pos_.erase(n);
+  g_.erase(n);
+  erased_.insert(n);
+}
+
 void Rewriter::replaceOutputs(ir::Node* n, const std::vector<Out>& outs) {
   for (size_t i = 0; i < outs.size(); ++i)
     if (outs[i].replaces && n->output(i)) outs[i].replaces->replaceAllUsesWith(n->output(i));
@@ -85,22 +91,21 @@ void Rewriter::replace(ir::Value* from, ir::Value* to) {
 
 size_t Rewriter::eraseDead(const std::vector<ir::Node*>& candidates) {
   std::vector<ir::Node*> work(candidates.begin(), candidates.end());
-  std::unordered_set<ir::Node*> erased;
   size_t count = 0;
   while (!work.empty()) {
     ir::Node* n = work.back();
     work.pop_back();
-    if (!n || erased.count(n) || n->graph() != &g_) continue;
+    if (!n || erased_.count(n)) continue;
     if (n->hasUsers() || ir::hasSideEffects(*n)) continue;
     std::vector<ir::Node*> producers;
     for (ir::Value* v : n->operands())
       if (v->producer()) producers.push_back(v->producer());
     pos_.erase(n);
     g_.erase(n);
-    erased.insert(n);
+    erased_.insert(n);
     ++count;
     for (ir::Node* p : producers)
-      if (!erased.count(p)) work.push_back(p);
+      if (!erased_.count(p)) work.push_back(p);
   }
   return count;
 }

@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ class Rewriter {
   // no side effects). Returns the number erased.
   size_t eraseDead(const std::vector<ir::Node*>& candidates);
 
+  // Erases one node (its outputs must be unused) and remembers it.
+  void eraseNode(ir::Node* n);
+  // False for nodes this Rewriter erased. Passes iterating a snapshot (Graph::nodeList())
+  // must skip erased nodes with this: an erased node's memory is freed.
+  bool alive(const ir::Node* n) const { return erased_.count(n) == 0; }
+
   // Restores topological order if any insertion may have broken it.
   void finish();
 
@@ -59,6 +66,7 @@ class Rewriter {
   ir::Graph& g_;
   bool inserted_ = false;
   std::unordered_map<const ir::Node*, double> pos_;
+  std::unordered_set<const ir::Node*> erased_;
   double tiny_ = 0;
 };
 

@@ -125,7 +125,7 @@ class CanonicalizeActivationPass : public Pass {
     compiler::Rewriter rw(g);
     bool changed = false;
     for (ir::Node* n : g.nodeList()) {
-      if (n->graph() != &g || n->target != "aten.mul.Tensor" || !n->output(0)) continue;
+      if (!rw.alive(n) || n->target != "aten.mul.Tensor" || !n->output(0)) continue;
       ir::Value* a = valueArg(*n, "self");
       ir::Value* b = valueArg(*n, "other");
       if (!a || !b) continue;

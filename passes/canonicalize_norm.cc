@@ -58,7 +58,7 @@ class CanonicalizeNormPass : public Pass {
     compiler::Rewriter rw(g);
     bool changed = false;
     for (ir::Node* n : g.nodeList()) {
-      if (n->graph() != &g || n->target != "aten.rsqrt.default") continue;
+      if (!rw.alive(n) || n->target != "aten.rsqrt.default") continue;
       std::string why;
       if (rewrite(g, rw, n, ctx, &why)) {
         changed = true;

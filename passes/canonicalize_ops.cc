@@ -43,7 +43,7 @@ class CanonicalizeOpsPass : public Pass {
     compiler::Rewriter rw(g);
     bool changed = false;
     for (ir::Node* n : g.nodeList()) {
-      if (n->graph() != &g) continue;
+      if (!rw.alive(n)) continue;
       bool did = false;
       if (auto af = AfCall::of(n)) {
         did = customOp(rw, *af, ctx);
@@ -292,7 +292,7 @@ class CanonicalizeOpsPass : public Pass {
       // Other readers of the un-waited value read the reduced value too.
       if (ar->output(0)) rw.replace(ar->output(0), c->output(0));
       // wait_tensor has side effects (it is a synchronization): it is now redundant.
-      if (!n->hasUsers()) n->graph()->erase(n);
+      if (!n->hasUsers()) rw.eraseNode(n);
       rw.eraseDead({ar});
       ctx.addMatch("_c10d_functional.all_reduce");
       ctx.applied("all_reduce", c, "from _c10d_functional.all_reduce + wait_tensor");

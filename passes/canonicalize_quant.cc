@@ -128,7 +128,7 @@ class CanonicalizeQuantPass : public Pass {
     compiler::Rewriter rw(g);
     bool changed = false;
     for (ir::Node* n : g.nodeList()) {
-      if (n->graph() != &g) continue;
+      if (!rw.alive(n)) continue;
       ir::DType to;
       if (!compiler::castInput(*n, &to) || to != ir::DType::F8E4M3FN) continue;
       std::string why;

@@ -116,7 +116,7 @@ class AllReduceRmsNormFusion : public Pass {
     compiler::Rewriter rw(g);
     bool changed = false;
     for (ir::Node* ar : g.nodeList()) {
-      if (ar->graph() != &g || !isFx(ar, "all_reduce")) continue;
+      if (!rw.alive(ar) || !isFx(ar, "all_reduce")) continue;
       std::string why = tryFuse(g, rw, ar, ctx);
       if (!why.empty()) ctx.rejected("all_reduce_rms_norm", ar->name, why);
       else changed = true;
@@ -211,7 +211,7 @@ class RmsNormQuantFusion : public Pass {
     // Fused-add first: the plain pattern is a subgraph of the fused-add one.
     for (const char* kind : {"fused_add_rms_norm", "rms_norm"}) {
       for (ir::Node* n : g.nodeList()) {
-        if (n->graph() != &g || !isFx(n, kind)) continue;
+        if (!rw.alive(n) || !isFx(n, kind)) continue;
         std::string pattern = std::string(kind) + "_quant";
         std::string why = tryFuse(g, rw, n, kind == std::string("fused_add_rms_norm"), ctx);
         if (!why.empty()) ctx.rejected(pattern, n->name, why);
@@ -282,7 +282,7 @@ class SiluMulQuantFusion : public Pass {
     compiler::Rewriter rw(g);
     bool changed = false;
     for (ir::Node* n : g.nodeList()) {
-      if (n->graph() != &g || !isFx(n, "silu_and_mul")) continue;
+      if (!rw.alive(n) || !isFx(n, "silu_and_mul")) continue;
       std::string why = tryFuse(g, rw, n, ctx);
       if (!why.empty()) ctx.rejected("silu_and_mul_quant", n->name, why);
       else changed = true;
@@ -335,7 +335,7 @@ class AttentionQuantFusion : public Pass {
     compiler::Rewriter rw(g);
     bool changed = false;
     for (ir::Node* n : g.nodeList()) {
-      if (n->graph() != &g || !isFx(n, "attention")) continue;
+      if (!rw.alive(n) || !isFx(n, "attention")) continue;
       std::string why = tryFuse(g, rw, n, ctx);
       if (!why.empty()) ctx.rejected("attention_quant", n->name, why);
       else changed = true;

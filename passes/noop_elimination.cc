@@ -11,6 +11,8 @@
 //   _assert_tensor_metadata(...)                        -> (erased)
 //
 // REQUIRES: a functional graph (functionalize), output types on nodes.
+#include <unordered_set>
+
 #include <fmt/format.h>
 
 #include "compiler/op_util.h"
@@ -36,11 +38,16 @@ class NoopEliminationPass : public Pass {
   bool run(ir::Graph& g, PassContext& ctx) override {
     const ir::Module& m = *g.module();
     bool changed = false;
+    std::unordered_set<const ir::Node*> erased;  // a snapshot must not touch freed nodes
+    auto erase = [&](ir::Node* x) {
+      erased.insert(x);
+      g.erase(x);
+    };
     for (ir::Node* n : g.nodeList()) {
-      if (n->graph() != &g) continue;  // erased as a dead reshape in a chain
+      if (erased.count(n)) continue;  // erased as a dead reshape in a chain
       const std::string& t = n->target;
       if (t == "aten._assert_tensor_metadata.default") {
-        g.erase(n);
+        erase(n);
         ctx.addMatch("assert_tensor_metadata");
         changed = true;
         continue;
@@ -58,7 +65,7 @@ class NoopEliminationPass : public Pass {
           if (base && base->type.dtype == in->type.dtype) {
             n->replaceUsesOfWith(in, base);
             if (!inner->hasUsers()) {
-              g.erase(inner);
+              erase(inner);
               ctx.addMatch("reshape_chain");
             }
             changed = true;
@@ -80,7 +87,7 @@ class NoopEliminationPass : public Pass {
             base->type.dtype == src->type.dtype && compiler::sameShape(m, base->type.shape, src->type.shape) &&
             compiler::sameShape(m, out->type.shape, src->type.shape)) {
           out->replaceAllUsesWith(src);
-          g.erase(n);
+          erase(n);
           ctx.addMatch("slice_scatter");
           changed = true;
         }
@@ -117,7 +124,7 @@ class NoopEliminationPass : public Pass {
       if (!in || !compiler::hasKnownType(in) || in->type.dtype != out->type.dtype) continue;
       if (!compiler::sameShape(m, in->type.shape, out->type.shape)) continue;
       out->replaceAllUsesWith(in);
-      g.erase(n);
+      erase(n);
       ctx.addMatch(what);
       changed = true;
     }
