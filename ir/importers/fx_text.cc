@@ -34,7 +34,6 @@
 #include "ir/importers/fx_text_lexer.h"
 #include "ir/op_schema.h"
 #include "ir/status.h"
-#include "ir/verifier.h"
 
 namespace fxfuse::ir {
 
@@ -949,6 +948,9 @@ Attr Importer::callConstant(GraphCtx& c, int ex, int line) {
     if (type_ex < 0 || !strOf(type_ex, s) || s.empty()) err(line, "malformed device '" + excerpt(raw(ex)) + "'");
     auto colon = s.find(':');
     d.type = s.substr(0, colon);
+    if (d.type.empty() || std::isdigit(static_cast<unsigned char>(d.type[0])) ||
+        !std::all_of(d.type.begin(), d.type.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }))
+      err(line, "malformed device '" + excerpt(raw(ex)) + "'");
     if (colon != std::string::npos) {
       std::string idx = s.substr(colon + 1);
       if (idx.empty() || idx.size() > 6 || !std::all_of(idx.begin(), idx.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
@@ -1859,7 +1861,8 @@ std::unique_ptr<Module> Importer::run() {
   }
   for (const ClassInfo& ci : classes_) buildGraph(ci);
   guessProducer();
-  verifyOrThrow(*m_, path_);
+  // Values are defined before use by construction (the text is read in order); the
+  // verifier runs where modules are consumed (CLI, tests, fuzzers), not here.
   return std::move(m_);
 }
 
