@@ -14,6 +14,11 @@ Each case is independent (a failure is logged and skipped). Files written:
   sizes_only.txt            print_readable() without strides/devices
   multi_output.txt          max.dim / split / unbind getitems
   export_module.txt         ep.module().print_readable() (pytree in/out spec)
+
+The checked-in copies were made with torch 2.11.0+cu130 on an H200; absolute paths in their
+`# File:` comments were rewritten afterwards (this script's folder -> `demo/`, the torch
+install -> `site-packages/`):
+  sed -i 's#/.*/tests/importers/#demo/#g; s#/.*/site-packages/#site-packages/#g' *
 """
 import os
 import sys
