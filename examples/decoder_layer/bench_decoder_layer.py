@@ -41,7 +41,7 @@ def rms_norm(x, w):
 
 
 class DecoderLayerFP8(nn.Module):
-    def __init__(self, device="cuda", dtype=torch.bfloat16):
+    def __init__(self, device="cuda", dtype=torch.bfloat16, scalar_scales=False):
         super().__init__()
         g = torch.Generator(device="cpu").manual_seed(0)
 
@@ -49,8 +49,9 @@ class DecoderLayerFP8(nn.Module):
             w = (torch.rand(n_out, n_in, generator=g) * 2 - 1) / math.sqrt(n_in) * 16
             return w.to(device).to(FP8).t()
 
-        def scale(v):
-            return torch.tensor([v], dtype=torch.float32, device=device)
+        def scale(v):  # per-tensor scales: [1] (vLLM), or 0-d when scalar_scales
+            t = torch.tensor([v], dtype=torch.float32, device=device)
+            return t.reshape(()) if scalar_scales else t
 
         self.register_buffer("ln1", (torch.rand(H, generator=g) + 0.5).to(device, dtype))
         self.register_buffer("ln2", (torch.rand(H, generator=g) + 0.5).to(device, dtype))
@@ -156,7 +157,8 @@ def write_report(args, tokens, modes, results, notes, final=False):
         row.append(f"{ar / 2**20:.1f} MiB" if ar else "n/a")
         lines.append("| " + " | ".join(row) + " |")
     table = "\n".join(lines)
-    open(os.path.join(args.out, "decoder_layer_table.md"), "w").write(table + "\n")
+    open(os.path.join(args.out, "decoder_layer_table.md"), "w").write(
+        table + "\n" + "".join(f"\n- {n}" for n in sorted(set(notes))) + "\n")
     if not final:
         return
     print(table)
@@ -204,6 +206,7 @@ def main():
             write_report(args, tokens, modes, results, notes)
 
     model = DecoderLayerFP8()
+    retried = {}
     with torch.no_grad():
         for mode in [m for m in modes if m != "fxfuse"]:
             if mode == "eager":
@@ -226,8 +229,29 @@ def main():
                     results[mode][T] = {"us": us, "kernels": k, "first_call_s": compile_s}
                     print(f"{mode} T={T}: {us:.1f} us, {k} kernels, first call {compile_s:.1f} s", flush=True)
                 except Exception as e:  # noqa: BLE001 - report and go on
-                    results[mode][T] = {"error": f"{type(e).__name__}: {e}"[:300]}
-                    print(f"{mode} T={T}: {results[mode][T]['error']}", flush=True)
+                    import traceback
+                    tb = traceback.format_exc()
+                    print(f"{mode} T={T} failed:\n{tb[-2500:]}", flush=True)
+                    results[mode][T] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]}
+                    if mode != "eager" and not retried.get(mode):
+                        # Inductor's _scaled_mm lowering may reject [1]-shaped scales: retry
+                        # this mode once with 0-d scales (same math), noted in the table.
+                        retried[mode] = True
+                        torch._dynamo.reset()
+                        model_s = DecoderLayerFP8(scalar_scales=True)
+                        fn = torch.compile(model_s, mode=None if mode == "default" else mode, dynamic=False)
+                        try:
+                            fn(*a)
+                            torch.cuda.synchronize()
+                            us = time_fn(fn, a, args.iters)
+                            k = count_kernels(fn, a)
+                            results[mode][T] = {"us": us, "kernels": k, "note": "0-d scales"}
+                            notes.append(f"{mode}: run with 0-d scale tensors (the [1]-shaped form failed to compile)")
+                            print(f"{mode} T={T} (0-d scales): {us:.1f} us, {k} kernels", flush=True)
+                        except Exception as e2:  # noqa: BLE001
+                            tb = traceback.format_exc()
+                            print(f"{mode} T={T} with 0-d scales failed too:\n{tb[-1500:]}", flush=True)
+                            fn = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
                 write_report(args, tokens, modes, results, notes)
 
     write_report(args, tokens, modes, results, notes, final=True)
