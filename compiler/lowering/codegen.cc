@@ -281,7 +281,9 @@ class Emitter {
     if (n.op == "load") {
       const MemTensor& m = cg_.mem(n.mem);
       int p = ptr(m.tref);
-      o << "  long long off = " << sx(m.offset);
+      // The pointer argument already points at the tensor's first element (the runtime adds
+      // the TensorRef's offset), so only the strides enter the index here.
+      o << "  long long off = 0";
       for (size_t k = 0; k < m.shape.size(); ++k) o << " + i[" << k << "] * " << sx(m.stride[k]);
       o << ";\n";
       std::string raw = "((const " + std::string(storeType(m.dtype)) + "*)c.p" + std::to_string(p) + ")[off]";
@@ -660,7 +662,7 @@ KernelSource Codegen::emit(const std::string& name, const std::vector<int>& memb
       else
         em.linearIndex(blk, var, domain, g.shape, "d");
       o << "    {" << blk.str();
-      o << "      long long off = " << em.sx(so.dest.offset);
+      o << "      long long off = 0";
       for (size_t k = 0; k < so.dest.shape.size(); ++k) o << " + " << var << "[" << k << "] * " << em.sx(so.dest.stride[k]);
       o << ";\n";
       std::string v = em.call(so.gnode, var);
