@@ -14,6 +14,8 @@
 //
 // Gemma's `M * (1 + w)` is recognized and left alone (a different op). eps may be a number
 // or a scalar graph input. Exactness of each rewrite: docs/canonical-ops.md.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "compiler/match.h"
@@ -256,6 +258,9 @@ class CanonicalizeNormPass : public Pass {
     outs[0].replaces = out_value;
     if (!residual_outs.empty()) outs[1].replaces = residual_outs[0];
     ir::Node* before = rw.latest(sources);
+    for (ir::Value* v : residual_outs)
+      if (v->producer() && std::find(sources.begin(), sources.end(), v->producer()) == sources.end())
+        sources.push_back(v->producer());
     ir::Node* c = rw.create(compiler::fxfuseTarget("fused_add_rms_norm"),
                             {A("input", V(input)), A("residual", V(residual)), A("weight", V(weight)),
                              A("epsilon", *nm.eps), A("variance_of_rounded_sum", B(rounded_sum)), A("norm_dtype", D(N))},

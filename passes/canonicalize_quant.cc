@@ -168,6 +168,7 @@ class CanonicalizeQuantPass : public Pass {
       return false;
     }
     ir::Value* x = compiler::stripWidening(xf);
+    if (x != xf && xf->producer()) sources.insert(sources.begin(), xf->producer());
     DynScale dyn;
     std::string dyn_why;
     bool is_dyn = matchDynamicScale(s, &dyn, &dyn_why);
