@@ -277,6 +277,7 @@ class LineParser {
   std::string ident() {
     ws();
     size_t start = pos_;
+    if (pos_ < s_.size() && s_[pos_] == '#') ++pos_;  // extension-registry op targets: "#ns:op"
     while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_' ||
                                 s_[pos_] == '.' || s_[pos_] == ':'))
       ++pos_;
@@ -388,15 +389,10 @@ class LineParser {
 
   bool peekDevice() {
     ws();
-    for (const char* k : {"cuda", "cpu", "meta", "mps", "xpu", "hpu"}) {
-      std::string_view kv(k);
-      if (s_.substr(pos_, kv.size()) == kv) {
-        size_t after = pos_ + kv.size();
-        if (after >= s_.size() || s_[after] == ':' || s_[after] == ' ' || s_[after] == ',' || s_[after] == ')')
-          return true;
-      }
-    }
-    return false;
+    size_t end = pos_;
+    while (end < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[end])) || s_[end] == '_')) ++end;
+    if (end == pos_ || !isKnownDeviceType(s_.substr(pos_, end - pos_))) return false;
+    return end >= s_.size() || s_[end] == ':' || s_[end] == ' ' || s_[end] == ',' || s_[end] == ')';
   }
 
   // TYPE := Sym(..) | SymFloat(..) | SymBool(..) | opaque<"t"> | DTYPE[dims][strides]?+(off)? DEVICE? grad?

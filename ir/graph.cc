@@ -1,6 +1,7 @@
 #include "ir/graph.h"
 
 #include <algorithm>
+#include <cctype>
 #include <functional>
 #include <set>
 #include <unordered_map>
@@ -292,6 +293,10 @@ Node* Graph::createNode(std::string target, NodeKind kind, std::vector<Arg> args
   raw->graph_ = this;
   raw->target = std::move(target);
   raw->kind = kind;
+  // Node names are diagnostics; keep them to one printable token so text forms stay
+  // line-oriented (a name from a file may contain anything).
+  for (char& c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-')) c = '_';
   raw->name = uniqueNodeName(n.empty() ? "node" : n);
   raw->outputs_.resize(num_outputs, nullptr);
   auto pos = before ? before->self_ : nodes_.end();
@@ -422,6 +427,32 @@ bool hasSideEffects(const Node& n) {
     std::string op = t.substr(prev + 1, dot - prev - 1);
     if (!op.empty() && op.front() != '_') return true;
   }
+  return false;
+}
+
+bool isValidTarget(std::string_view t) {
+  if (t.empty() || t.size() > 512) return false;
+  for (size_t i = 0; i < t.size(); ++i) {
+    char c = t[i];
+    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':' || (c == '#' && i == 0);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool isValidSymbolName(std::string_view n) {
+  if (n.empty() || n.size() > 256 || std::isdigit(static_cast<unsigned char>(n[0]))) return false;
+  for (char c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  return true;
+}
+
+bool isKnownDeviceType(std::string_view t) {
+  static const char* const kTypes[] = {"cpu", "cuda", "meta", "mps", "xpu", "hpu", "mtia", "xla", "lazy", "ipu",
+                                       "ve", "vulkan", "hip", "ort", "mkldnn", "opengl", "opencl", "ideep", "fpga",
+                                       "maia", "privateuseone", "msnpu"};
+  for (const char* k : kTypes)
+    if (t == k) return true;
   return false;
 }
 

@@ -303,6 +303,14 @@ class Module {
 // Node targets whose nodes must never be removed as dead code.
 bool hasSideEffects(const Node& n);
 
+// Op targets are dotted names: "aten.mm.default", "_operator.add", "#ns:op" (extension
+// registry ops). Importers reject anything else so every target prints and parses back.
+bool isValidTarget(std::string_view target);
+// Symbol names are identifiers ("s0", "s77", "u3").
+bool isValidSymbolName(std::string_view name);
+// torch's device types (c10::DeviceType) by their Python names: "cpu", "cuda", "meta", ...
+bool isKnownDeviceType(std::string_view type);
+
 std::string_view stageName(Stage s);
 
 }  // namespace fxfuse::ir

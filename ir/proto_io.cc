@@ -177,8 +177,7 @@ TensorType typeFromProto(const pb::TensorType& p, const std::string& ctx) {
   if (p.has_storage_offset()) t.storage_offset = symFromProto(p.storage_offset(), ctx);
   if (p.has_device()) {
     t.device = deviceFromProto(p.device(), ctx);
-    static const char* const kTypes[] = {"", "cuda", "cpu", "meta", "mps", "xpu", "hpu"};
-    if (std::none_of(std::begin(kTypes), std::end(kTypes), [&](const char* k) { return t.device.type == k; }))
+    if (!t.device.type.empty() && !isKnownDeviceType(t.device.type))
       fail("{}: unsupported tensor device type '{}'", ctx, t.device.type.substr(0, 80));
   }
   t.requires_grad = p.requires_grad();

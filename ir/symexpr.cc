@@ -783,6 +783,9 @@ class ExprParser {
   SymExpr parseCall(const std::string& fn) {
     if (fn == "Symbol") {
       std::string name = parseQuoted();
+      bool ok = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0]));
+      for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+      if (!ok) error("symbol name '" + name + "' is not an identifier");
       while (eat(",")) skipKeyword();
       if (!eat(")")) error("expected ')' after Symbol");
       return SymExpr::symbol(name);

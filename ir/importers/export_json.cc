@@ -27,6 +27,10 @@ namespace dom = simdjson::dom;
 constexpr size_t kMaxMemberBytes = size_t{4} << 30;  // 4 GiB
 constexpr int kMaxGraphDepth = 32;
 
+// Argument names, subgraph names and device types must be plain identifiers so that the
+// module prints as .fxg and parses back.
+bool isIdentifier(std::string_view s) { return isValidSymbolName(s); }
+
 std::string stripTorchOps(std::string_view t) {
   if (t.rfind("torch.ops.", 0) == 0) return std::string(t.substr(10));
   return std::string(t);
@@ -175,6 +179,7 @@ class ExportImporter {
 
     if (auto rc = root.opt("range_constraints")) {
       for (auto& [name, r] : rc->items()) {
+        if (!isValidSymbolName(name)) fail("{}: range_constraints: symbol name '{}' is not an identifier", base_ctx_, std::string(name.substr(0, 200)));
         SymbolInfo& s = module_->symbols.getOrAdd(std::string(name));
         if (auto lo = r.opt("min_val")) s.min = clampBound(*lo);
         if (auto hi = r.opt("max_val")) s.max = clampBound(*hi);
@@ -284,6 +289,7 @@ class ExportImporter {
     if (auto off = meta.opt("storage_offset")) t.storage_offset = symFromJson(*off);
     if (auto dev = meta.opt("device")) {
       t.device.type = std::string(dev->at("type").str());
+      if (!isKnownDeviceType(t.device.type)) meta.error("unknown device type '" + t.device.type.substr(0, 200) + "'");
       if (auto idx = dev->opt("index")) t.device.index = static_cast<int>(idx->integer());
     }
     if (auto rg = meta.opt("requires_grad")) t.requires_grad = rg->boolean();
@@ -412,13 +418,19 @@ class ExportImporter {
     if (k == "as_device") {
       Device d;
       d.type = std::string(v.at("type").str());
+      if (!isKnownDeviceType(d.type)) arg.error("unknown device type '" + d.type.substr(0, 200) + "'");
       if (auto idx = v.opt("index")) d.index = static_cast<int>(idx->integer());
       return Attr::ofDevice(d);
     }
-    if (k == "as_operator") return Attr::ofOp(stripTorchOps(v.str()));
+    if (k == "as_operator") {
+      std::string op = stripTorchOps(v.str());
+      if (!isValidTarget(op)) arg.error("invalid operator reference '" + op.substr(0, 200) + "'");
+      return Attr::ofOp(op);
+    }
     if (k == "as_graph") {
       if (depth >= kMaxGraphDepth) arg.error("higher-order op bodies nested too deeply");
       std::string name(v.at("name").str());
+      if (!isIdentifier(name)) arg.error("subgraph name '" + name.substr(0, 200) + "' is not an identifier");
       Graph* sub = module_->addGraph(name);
       int index = static_cast<int>(module_->graphs().size()) - 1;
       Ctx saved = ctx_;
@@ -504,10 +516,12 @@ class ExportImporter {
       std::string target = stripTorchOps(node.at("target").str());
       std::string name = node.opt("name") ? std::string(node.at("name").str()) : std::string();
       ctx_.node = name.empty() ? target : name;
+      if (!isValidTarget(target)) fail("{}: invalid op target '{}'", ctx_.str(), target.substr(0, 200));
       std::vector<Arg> args;
       for (const J& na : node.at("inputs").array()) {
         Arg a;
         a.name = na.opt("name") ? std::string(na.at("name").str()) : std::string();
+        if (!a.name.empty() && !isIdentifier(a.name)) na.error("argument name '" + a.name.substr(0, 200) + "' is not an identifier");
         a.keyword = na.opt("kind") && na.at("kind").integer() == 2;
         a.value = argument(sc, na.at("arg"), depth);
         args.push_back(std::move(a));
