@@ -9,37 +9,16 @@ memory: the most favourable setting for Python) and `bench_import` (fxfuse: read
 archive, parse, build the IR), medians of N runs, and writes a Markdown table.
 """
 import argparse
-import gzip
 import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import zipfile
 
-
-def program_bytes(path):
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as z:
-            names = z.namelist()
-            m = next((n for n in names if n.endswith("/models/model.json")), None) or next(
-                n for n in names if n.endswith("serialized_exported_program.json"))
-            return z.read(m)
-    return open(path, "rb").read()
-
-
-def time_json_loads(data, runs):
-    json.loads(data)
-    ts = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        json.loads(data)
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from json_baseline import program_bytes, time_json_loads, unpacked  # noqa: E402
 
 
 def main():
@@ -53,11 +32,7 @@ def main():
     tmp = tempfile.mkdtemp()
     try:
         for f in args.files:
-            src = f
-            if f.endswith(".gz"):
-                src = os.path.join(tmp, os.path.basename(f)[:-3])
-                with gzip.open(f, "rb") as i, open(src, "wb") as o:
-                    shutil.copyfileobj(i, o)
+            src = unpacked(f, tmp)
             data = program_bytes(src)
             py_ms = time_json_loads(data, args.runs)
             out = subprocess.run([args.bench, src, "--runs", str(args.runs)], capture_output=True, text=True, check=True)
