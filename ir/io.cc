@@ -2,8 +2,10 @@
 
 #include <cstdio>
 #include <fstream>
+#include <vector>
 #include <sstream>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include "ir/fxg.h"
 #include "ir/importers/export_json.h"
@@ -61,9 +63,41 @@ void writeFileAtomic(const std::string& path, const std::string& data) {
   }
 }
 
+namespace {
+
+// Reads a gzip-compressed file whole (benchmark graphs ship as .json.gz), keeping the same
+// padding guarantee as readFile.
+std::string readGzipFile(const std::string& path) {
+  readFile(path);  // existence and readability, with the usual messages
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) fail("{}: cannot open for reading", path);
+  std::string out;
+  std::vector<char> buf(1 << 20);
+  int n;
+  while ((n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()))) > 0) {
+    out.append(buf.data(), static_cast<size_t>(n));
+    if (out.size() > (size_t{8} << 30)) {
+      gzclose(f);
+      fail("{}: decompressed size exceeds 8 GiB", path);
+    }
+  }
+  int err = 0;
+  std::string msg = n < 0 ? gzerror(f, &err) : "";
+  gzclose(f);
+  if (n < 0) fail("{}: corrupt gzip data ({})", path, msg);
+  size_t size = out.size();
+  out.resize(size + kReadPadding, '\0');
+  out.resize(size);
+  return out;
+}
+
+}  // namespace
+
 std::unique_ptr<Module> loadModule(const std::string& path) {
-  std::string bytes = readFile(path);
   std::string ext = extensionOf(path);
+  bool gz = ext == ".gz";
+  std::string bytes = gz ? readGzipFile(path) : readFile(path);
+  if (gz) ext = extensionOf(path.substr(0, path.size() - 3));
   std::unique_ptr<Module> m;
   if (ext == ".pt2" || ext == ".zip" || startsWithZipMagic(bytes)) {
     m = importExportArchive(bytes, path);

@@ -2,7 +2,8 @@
 //
 // Input: `.pt2` / `.zip` (torch.export archive), `.json` (fxfuse protobuf JSON or bare
 // torch.export JSON, sniffed), `.pb` (fxfuse binary), `.fxg` (fxfuse text), `.py` /
-// `.txt` (FX readable text). Output: `.fxg`, `.pb`, `.json`.
+// `.txt` (FX readable text), any of these gzip-compressed (`.json.gz`). Output: `.fxg`,
+// `.pb`, `.json`.
 // Every failure is an FxError with a one-line message naming the file.
 #pragma once
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 #include <functional>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "ir/status.h"
@@ -40,6 +41,9 @@ std::vector<std::string> verifyModule(const Module& m) {
   for (const auto& gp : m.graphs()) {
     const Graph& g = *gp;
     std::unordered_set<const Value*> defined;
+    // Uses seen in arguments, compared with each value's use list at the end (linear; a
+    // per-use search of the use list is quadratic for weights and symbols used everywhere).
+    std::unordered_map<const Value*, size_t> arg_uses;
     for (const auto& in : g.inputs()) {
       if (!in.value) {
         out.push_back("graph " + g.name + ": null input");
@@ -58,8 +62,8 @@ std::vector<std::string> verifyModule(const Module& m) {
             out.push_back(where + ": null value argument");
           } else if (!defined.count(a.value)) {
             out.push_back(where + ": uses a value defined later or in another graph (not topologically ordered)");
-          } else if (std::count(a.value->users().begin(), a.value->users().end(), &n) == 0) {
-            out.push_back(where + ": use is missing from the value's use list");
+          } else {
+            arg_uses[a.value]++;
           }
         } else if (a.kind == Attr::Kind::List) {
           for (const auto& x : a.list) check(x);
@@ -84,6 +88,13 @@ std::vector<std::string> verifyModule(const Module& m) {
     }
     for (const auto& o : g.outputs())
       if (o.value && !defined.count(o.value)) out.push_back("graph " + g.name + ": output of an undefined value");
+    for (const Value* v : defined) {
+      auto it = arg_uses.find(v);
+      size_t seen = it == arg_uses.end() ? 0 : it->second;
+      if (seen != v->users().size())
+        out.push_back("graph " + g.name + ": value '" + v->name + "' has " + std::to_string(v->users().size()) +
+                      " entries in its use list but " + std::to_string(seen) + " uses in arguments");
+    }
     if (out.size() > 100) break;
   }
   return out;

@@ -47,6 +47,7 @@ open(os.path.join(t, "cycle.fxg"), "w").write(
     "    %2: f32[4] = aten.add.Tensor(self=%1, other=%3)  // a\n"
     "    %3: f32[4] = aten.neg.default(self=%2)  // b\n    output %3\n  }\n}\n")
 open(os.path.join(t, "unknown_ext.xyz"), "w").write("?")
+open(os.path.join(t, "corrupt.json.gz"), "wb").write(b"\x1f\x8b\x08\x00garbage")
 PY
 
 check() {  # check NAME FILE [extra args]
@@ -86,6 +87,7 @@ check fxfuse_dangling "$T/fxfuse_bad.json"; expect_msg fxfuse_dangling "undefine
 check cycle_fxg "$T/cycle.fxg"; expect_msg cycle_fxg "cycle.fxg:4"
 check unknown_ext "$T/unknown_ext.xyz"
 check missing_file "$T/does_not_exist.pt2"
+check corrupt_gzip "$T/corrupt.json.gz"
 
 # Inspect must fail the same way.
 "$FXFUSE" inspect "$T/truncated.pt2" >/dev/null 2>"$T/stderr"; rc=$?
