@@ -35,13 +35,16 @@ ir::Node* Rewriter::create(const std::string& target, std::vector<ir::Arg> args,
     fused += (fused.empty() ? "" : ",") + name;
   }
   if (!sources.empty()) n->meta["fused_from"] = fused;
-  // Keep the stack trace of the last source (the anchor) for diagnostics.
-  for (auto it = sources.rbegin(); it != sources.rend(); ++it) {
-    if (!*it) continue;
-    auto st = (*it)->meta.find("stack_trace");
-    if (st != (*it)->meta.end()) {
-      n->meta["stack_trace"] = st->second;
-      break;
+  // Keep the stack trace and module path of the last source (the anchor) for diagnostics
+  // and for tools that group nodes by layer (fxfuse draw).
+  for (const char* key : {"stack_trace", "nn_module_stack"}) {
+    for (auto it = sources.rbegin(); it != sources.rend(); ++it) {
+      if (!*it) continue;
+      auto st = (*it)->meta.find(key);
+      if (st != (*it)->meta.end()) {
+        n->meta[key] = st->second;
+        break;
+      }
     }
   }
   inserted_ = true;
