@@ -132,7 +132,7 @@ void saveModule(Module& m, const std::string& path) {
   } else if (ext == ".json") {
     writeFileAtomic(path, moduleToJson(m));
   } else if (ext == ".pt2") {
-    fail("{}: writing .pt2 archives is done by 'fxfuse compile' (see docs/cli.md)", path);
+    fail("{}: writing .pt2 archives is not supported (write .fxg, .pb or .json)", path);
   } else {
     fail("{}: unknown output format (expected .fxg, .pb or .json)", path);
   }
