@@ -549,6 +549,8 @@ class Lowerer {
   void lowerMatmul(Node& n);
   void lowerAttention(Node& n);
   bool lowerFxfuseLibrary(Node& n);
+  int inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr>& shape, DType dt, Value* res_out);
+  bool lowerFusedAllReduceNorm(Node& n);
   void lowerFxfuseGenerated(Node& n);
   void lowerRotary(Node& n);
   void finish();
@@ -1548,6 +1550,33 @@ void Lowerer::lowerAttention(Node& n) {
 
 // ---------------------------------------------------------------------------------- fxfuse ops
 
+// The residual the kernels update in place: the input's own buffer when this node is its only
+// reader (donated), else a fresh buffer the residual is copied into first.
+int Lowerer::inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr>& shape, DType dt, Value* res_out) {
+  int tri = mat(residual, n);
+  const TRef& ri = trefs_[static_cast<size_t>(tri)];
+  const Buf& rb = bufs_[static_cast<size_t>(ri.buffer)];
+  bool donate = rb.kind == pb::ARENA && rb.trefs == 1 && residual->numUses() == 1 &&
+                residual->graphOutputUses() == 0 && isContiguous(ri) && ri.shape == shape;
+  if (donate) return tri;
+  int tres = freshTensor(dt, shape, res_out ? res_out->name : residual->name + ".updated");
+  if (isContiguous(ri) && ri.shape == shape) {
+    pb::Step* cs = addStep({n.name}, "copy residual (updated in place by the next kernel)");
+    auto* c = cs->mutable_copy();
+    c->set_src(tri);
+    c->set_dst(tres);
+    ir::symExprToProto(numelOf(shape) * I(ir::dtypeBytes(dt)), c->mutable_bytes());
+    touch(tri, stepIndex());
+    touch(tres, stepIndex());
+    stats_.copies++;
+  } else {
+    int ld = loadOf(tri);
+    int cp = gnode("cast", "", {ld}, dt, shape, n.name);
+    emitKernel({cp}, shape, 0, {{cp, tres}});
+  }
+  return tres;
+}
+
 bool Lowerer::lowerFxfuseLibrary(Node& n) {
   if (!opts_.library_kernels) return false;
   const std::string name = n.target.substr(7, n.target.size() - 7 - 8);  // fxfuse.<name>.default
@@ -1598,36 +1627,11 @@ bool Lowerer::lowerFxfuseLibrary(Node& n) {
   int tub = ub ? mat(ub, n) : -1;
   closeGroup();
 
-  // Residual: the kernels update it in place. Donate the input's buffer when this node is its
-  // only reader, else copy it into a fresh buffer first.
   int tres = -1;
   Value* res_out = nullptr;
   if (residual) {
-    res_out = n.output(name == "fused_add_rms_norm_quant" ? 1 : 1);
-    int tri = mat(residual, n);
-    const TRef& ri = trefs_[static_cast<size_t>(tri)];
-    const Buf& rb = bufs_[static_cast<size_t>(ri.buffer)];
-    bool donate = rb.kind == pb::ARENA && rb.trefs == 1 && residual->numUses() == 1 &&
-                  residual->graphOutputUses() == 0 && isContiguous(ri) && ri.shape == X.shape;
-    if (donate) {
-      tres = tri;
-    } else {
-      tres = freshTensor(xd, X.shape, res_out ? res_out->name : residual->name + ".updated");
-      if (isContiguous(ri) && ri.shape == X.shape) {
-        pb::Step* cs = addStep({n.name}, "copy residual (updated in place by the next kernel)");
-        auto* c = cs->mutable_copy();
-        c->set_src(tri);
-        c->set_dst(tres);
-        ir::symExprToProto(numelOf(X.shape) * I(ir::dtypeBytes(xd)), c->mutable_bytes());
-        touch(tri, stepIndex());
-        touch(tres, stepIndex());
-        stats_.copies++;
-      } else {
-        int ld = loadOf(tri);
-        int cp = gnode("cast", "", {ld}, xd, X.shape, n.name);
-        emitKernel({cp}, X.shape, 0, {{cp, tres}});
-      }
-    }
+    res_out = n.output(1);
+    tres = inPlaceResidual(n, residual, X.shape, xd, res_out);
   }
   auto scaleSpec = [&](pb::KernelLaunch* k, const std::string& kind_s, Value* scale_out_v) {
     std::string sk = kind_s == "static_tensor" ? "static_per_tensor" : kind_s == "dynamic_token" ? "dynamic_per_token"
@@ -1735,6 +1739,90 @@ bool Lowerer::lowerFxfuseLibrary(Node& n) {
     mat_[out0] = to;
   }
   stats_.library++;
+  return true;
+}
+
+// fxfuse.all_reduce_rms_norm[_quant] -> one FusedAllReduceNorm step (kernels/all_reduce_rms_norm.h
+// at run time, or its NCCL fallback):
+//
+//   input ─ all_reduce ─ a ─(+ residual)─ z ─ rms_norm(weight) ─ n ─ quant_fp8(scale) ─ q
+//                                         └─ residual (in place)  └─ norm_out            └─ quant_out
+//
+// Returns false when the kernels' contract does not cover the node (dtypes other than one
+// 16-bit type throughout, an FP8 output other than e4m3fn).
+bool Lowerer::lowerFusedAllReduceNorm(Node& n) {
+  if (!opts_.library_kernels) return false;
+  const bool quant = n.target == "fxfuse.all_reduce_rms_norm_quant.default";
+  Value* x = valArg(n, "input");
+  if (!x || x->type.shape.empty()) return false;
+  const DType xd = x->type.dtype;
+  if (xd != DType::BF16 && xd != DType::F16) return false;
+  Value* w = valArg(n, "weight");
+  Value* residual = valArg(n, "residual");
+  Value* scale = valArg(n, "scale");
+  if (w && w->type.dtype != xd) return false;
+  if (residual && residual->type.dtype != xd) return false;
+  if (auto nd = dtypeArg(n, "norm_dtype"); nd && *nd != xd) return false;
+  Value* out0 = n.output(0);
+  Value* res_out = n.output(1);
+  if (out0 && out0->type.dtype != (quant ? DType::F8E4M3FN : xd)) return false;
+  if (res_out && res_out->type.dtype != xd) return false;
+  if (quant && (!scale || scale->type.dtype != DType::F32)) return false;
+
+  int tx = contiguous(mat(x, n), n.name);
+  const std::vector<SymExpr> shape = trefs_[static_cast<size_t>(tx)].shape;
+  const SymExpr H = shape.back();
+  const SymExpr T = floorDiv(numelOf(shape), H);
+  int tw = w ? contiguous(mat(w, n), n.name) : -1;
+  int tsc = quant ? mat(scale, n) : -1;
+  closeGroup();
+  int tres = residual ? inPlaceResidual(n, residual, shape, xd, res_out) : -1;
+
+  // Workspace capacity: the token count's largest value, capped by the fusion's size limit.
+  int64_t cap = intArg(n, "max_token_num", 0);
+  auto range = m_.symbols.range(T);
+  int64_t max_tokens = T.isInt() ? T.intValue() : range.hi.value_or(cap > 0 ? cap : 8192);
+  if (cap > 0) max_tokens = std::min(max_tokens, cap);
+
+  pb::Step* st = addStep({n.name}, quant ? "fused all-reduce + rms_norm + fp8 quant" : "fused all-reduce + rms_norm");
+  auto* f = st->mutable_fused_all_reduce_norm();
+  auto use = [&](int t) {
+    if (t >= 0) touch(t, stepIndex());
+    return t;
+  };
+  f->set_input(use(tx));
+  f->set_residual(use(tres));
+  f->set_weight(use(tw));
+  f->set_scale(use(tsc));
+  f->set_allreduce_out(-1);
+  f->set_norm_out(-1);
+  f->set_quant_out(-1);
+  if (out0 && out0->numUses() + out0->graphOutputUses() > 0) {
+    int to = use(freshFor(out0));
+    if (quant) f->set_quant_out(to);
+    else f->set_norm_out(to);
+    mat_[out0] = to;
+  } else if (!quant) {
+    f->set_norm_out(use(freshTensor(xd, shape, n.name + ".norm")));  // the kernels need one output
+  } else {
+    f->set_quant_out(use(freshTensor(DType::F8E4M3FN, shape, n.name + ".q")));
+  }
+  if (residual) {
+    if (res_out) mat_[res_out] = tres;
+  } else if (res_out && res_out->numUses() + res_out->graphOutputUses() > 0) {
+    int ta = use(freshFor(res_out));
+    f->set_allreduce_out(ta);
+    mat_[res_out] = ta;
+  }
+  f->set_epsilon(num(n, "epsilon", 1e-6));
+  f->set_dtype(toPlanDType(xd));
+  ir::symExprToProto(T, f->mutable_num_tokens());
+  ir::symExprToProto(H, f->mutable_hidden_size());
+  f->set_max_tokens(max_tokens);
+  f->set_residual_variance(flag(n, "variance_of_rounded_sum", false) || !residual ? "rounded_sum" : "unrounded_sum");
+  f->set_scale_application(flag(n, "divide", false) ? "divide" : "multiply_by_reciprocal");
+  f->set_group(str(n, "group_name", ""));
+  stats_.collectives++;
   return true;
 }
 
@@ -2018,7 +2106,10 @@ void Lowerer::lowerNode(Node& n) {
       return;
     }
     if (name == "all_reduce_rms_norm" || name == "all_reduce_rms_norm_quant") {
-      if (opts_.world_size > 1) unsupported(n, "fused all-reduce + RMSNorm at world size > 1 is not lowered yet");
+      if (lowerFusedAllReduceNorm(n)) return;
+      if (opts_.world_size > 1)
+        unsupported(n, "fused all-reduce + RMSNorm at world size > 1 needs one 16-bit dtype for input, residual, "
+                       "weight and norm (the kernels' contract)");
       return lowerFxfuseGenerated(n);
     }
     if (lowerFxfuseLibrary(n)) return;
@@ -2200,7 +2291,7 @@ pb::Plan Lowerer::run(LowerStats* stats) {
   finish();
   for (const auto& st : plan_.steps()) {
     stats_.steps++;
-    if (st.has_kernel() || st.has_matmul() || st.has_collective()) stats_.launches++;
+    if (st.has_kernel() || st.has_matmul() || st.has_collective() || st.has_fused_all_reduce_norm()) stats_.launches++;
   }
   if (stats) *stats = stats_;
   return std::move(plan_);

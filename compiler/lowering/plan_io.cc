@@ -74,6 +74,11 @@ pb::Plan parsePlan(const std::string& bytes, bool text, const std::string& sourc
     } else if (s.has_collective()) {
       if (!tensorOk(s.collective().input()) || !tensorOk(s.collective().output()))
         fail("{}: bad collective operand", where);
+    } else if (s.has_fused_all_reduce_norm()) {
+      const auto& f = s.fused_all_reduce_norm();
+      for (int t : {f.input(), f.residual(), f.weight(), f.allreduce_out(), f.norm_out(), f.quant_out(), f.scale()})
+        if (t != -1 && !tensorOk(t)) fail("{}: bad fused all-reduce operand {}", where, t);
+      if (!tensorOk(f.input())) fail("{}: fused all-reduce without an input", where);
     } else {
       fail("{}: empty step", where);
     }
@@ -104,6 +109,11 @@ std::string describePlan(const pb::Plan& p) {
       ++launches;
     } else if (s.has_collective()) {
       what = "collective " + s.collective().op();
+      ++launches;
+    } else if (s.has_fused_all_reduce_norm()) {
+      const auto& f = s.fused_all_reduce_norm();
+      what = fmt::format("all_reduce+rms_norm{} T={} H={} max_tokens={}", f.quant_out() >= 0 ? "+quant" : "",
+                         sx(f.num_tokens()), sx(f.hidden_size()), f.max_tokens());
       ++launches;
     } else if (s.has_copy()) {
       what = "copy " + sx(s.copy().bytes()) + " bytes";
