@@ -369,7 +369,8 @@ std::vector<RValue> Interpreter::makeInputs(uint64_t seed) {
       }
     }
     RoleInfo role = roleOf(*this, gi);
-    Rng rng(seed ^ hashName(v->name.empty() ? gi.target : v->name));
+    uint64_t rank_mix = role.role == Role::Activation ? static_cast<uint64_t>(options_.rank) * 0x9E3779B97F4A7C15ull : 0;
+    Rng rng(seed ^ hashName(v->name.empty() ? gi.target : v->name) ^ rank_mix);
     // Keep the declared strides when they describe a dense layout (a transposed weight).
     Tensor t = Tensor::uninitialized(shape, dt);
     Shape st;

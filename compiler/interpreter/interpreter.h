@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -40,10 +41,17 @@ struct NumericsOptions {
   bool attention_quant_skips_rounding = false;
 };
 
+class RankGroup;  // lockstep.h
+
 struct Options {
   std::map<std::string, int64_t> bind;  // --bind s0=37
   int64_t default_symbol_size = 16;     // free symbols with no bind, hint or forced size
   int world_size = 2;                   // simulated all_reduce
+  // Lockstep tensor parallelism (lockstep.h): this interpreter is rank `rank` of `collective`;
+  // all-reduces sum the ranks' own values. Activation inputs of makeInputs() depend on the
+  // rank (rank 0 gets the single-rank values), weights, scales and indices do not.
+  std::shared_ptr<RankGroup> collective;
+  int rank = 0;
   uint64_t seed = 0;
   std::string graph;                    // the graph to run (default: the module's first)
   NumericsOptions numerics;

@@ -8,6 +8,7 @@
 // at the same points.
 #include <cmath>
 
+#include "compiler/interpreter/lockstep.h"
 #include "compiler/interpreter/ops_common.h"
 
 namespace fxfuse::interp {
@@ -203,6 +204,14 @@ int64_t headsFromOutput(const Call& c, size_t i) {
 // Simulated all-reduce of the vLLM/c10d/fxfuse collectives.
 int worldSize(const Call& c) { return c.interp->options().world_size; }
 
+// all_reduce(sum) of this rank's `x`: the ranks' own values in a lockstep run (lockstep.h),
+// else the single-rank simulation (world_size copies of `x`).
+Tensor allReduceOf(const Call& c, const Tensor& x) {
+  const Options& o = c.interp->options();
+  if (o.collective) return o.collective->allReduceSum(o.rank, x, c.node ? c.node->name : c.target);
+  return allReduceSim(x, worldSize(c));
+}
+
 // ------------------------------------------------------------------ rotary embedding
 
 void rotary(const Tensor& positions, const Tensor& x, int64_t head_size, const Tensor& cache, bool neox) {
@@ -393,12 +402,12 @@ void registerVllmOps(OpTable& t) {
     }
   });
   // Collectives: world_size ranks holding the same partial tensor, summed in f32.
-  t.add("vllm.all_reduce", [](Call& c) { c.out(0, allReduceSim(c.tensor("tensor", 0), worldSize(c))); });
+  t.add("vllm.all_reduce", [](Call& c) { c.out(0, allReduceOf(c, c.tensor("tensor", 0))); });
   t.add("_c10d_functional.all_reduce", [](Call& c) {
     std::string op = c.str("reduce_op", "sum", 1);
     Tensor x = c.tensor("input", 0);
     if (op == "sum") {
-      c.out(0, allReduceSim(x, worldSize(c)));
+      c.out(0, allReduceOf(c, x));
     } else if (op == "avg" || op == "max" || op == "min") {
       c.out(0, clonePreserve(x));
     } else {
@@ -407,11 +416,12 @@ void registerVllmOps(OpTable& t) {
   });
   t.add("_c10d_functional.all_reduce_", [](Call& c) {
     Tensor x = c.tensor("input", 0);
-    copyInto(x, allReduceSim(x, worldSize(c)));
+    copyInto(x, allReduceOf(c, x));
     c.out(0, x);
   });
   t.add("_c10d_functional.wait_tensor", [](Call& c) { c.out(0, c.tensor("tensor", 0)); });
   auto gather = [](Call& c, const Tensor& x, int64_t dim, int64_t n) {
+    if (c.interp->options().collective) fail("{}: all_gather is not supported in a lockstep (multi-rank) run", c.target);
     Shape s = x.shape;
     dim = normDim(dim, x.dim());
     s[dim] *= n;
@@ -420,6 +430,7 @@ void registerVllmOps(OpTable& t) {
     c.out(0, out);
   };
   auto scatter = [](Call& c, const Tensor& x, int64_t dim, int64_t n) {
+    if (c.interp->options().collective) fail("{}: reduce_scatter is not supported in a lockstep (multi-rank) run", c.target);
     dim = normDim(dim, x.dim());
     if (x.shape[dim] % n) fail("reduce_scatter: dim {} of {} is not divisible by {}", dim, x.describe(), n);
     Tensor sum = allReduceSim(x, static_cast<int>(n));
@@ -450,7 +461,7 @@ void registerVllmOps(OpTable& t) {
     Tensor ar = c.tensor("allreduce_in"), residual = c.tensor("residual"), gamma = c.tensor("rms_gamma");
     double eps = c.number("rms_eps", 1e-6);
     int ws = static_cast<int>(c.integer("world_size", worldSize(c)));
-    Tensor a = allReduceSim(ar, ws);
+    Tensor a = c.interp->options().collective ? allReduceOf(c, ar) : allReduceSim(ar, ws);
     std::vector<double> z = roundAll(addF32(a, residual), residual.dtype);
     Rows zr = rowsFromValues(z, ar.shape);
     std::vector<double> n;
@@ -530,7 +541,7 @@ void registerFxfuseOps(OpTable& t) {
   t.add("fxfuse.all_reduce", [](Call& c) {
     std::string op = c.str("reduce_op", "sum");
     if (op != "sum") fail("fxfuse.all_reduce: reduce_op '{}' is not supported", op);
-    c.out(0, allReduceSim(c.tensor("input"), worldSize(c)));
+    c.out(0, allReduceOf(c, c.tensor("input")));
   });
   // ------------------------------------------------------------------ fused
   t.add("fxfuse.rms_norm_quant", [](Call& c) {
@@ -601,7 +612,7 @@ void registerFxfuseOps(OpTable& t) {
     double eps = c.number("epsilon");
     bool rounded = c.flag("variance_of_rounded_sum", false);
     const NumericsOptions& num = c.interp->options().numerics;
-    Tensor a = allReduceSim(x, worldSize(c));
+    Tensor a = allReduceOf(c, x);
     DType n = c.dtype("norm_dtype").value_or(residual ? residual->dtype : x.dtype);
     DType rd = c.outDType(1, residual ? residual->dtype : x.dtype);
     DType o = quant ? (w ? promoteTypes(n, w->dtype) : n) : c.outDType(0, w ? promoteTypes(n, w->dtype) : n);
