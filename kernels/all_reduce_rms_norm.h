@@ -82,9 +82,21 @@ struct AllReduceRmsNormParams {
   const float* scale = nullptr;    // [1] fp32 on the device; required with quant_out
   AllReduceWorkspace workspace;
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
+  // (Added, optional.) Most CTAs this rank's launch may use; 0 = automatic (all CTAs resident
+  // on the device at once). The simulated-rank harness lowers it so that the kernels of all
+  // ranks sharing one GPU are resident together (kernels/allreduce/testing/sim_ranks.h). Every
+  // rank of one call must pass the same value.
+  int max_ctas = 0;
 
   Status Check() const;
 };
+
+// (Added.) The algorithm AllReduceRmsNorm runs for `params` (which must pass Check()): kAuto
+// resolved through the table; kNcclFallback when the call does not fit the fused kernels
+// (more rows than the workspace holds, H not a multiple of 8, H > 32768, or a tensor not
+// 16-byte aligned). Never kAuto. An explicit kOneShot/kTwoShot that does not fit resolves to
+// kNcclFallback too (and AllReduceRmsNorm rejects it). World size 1 needs no workspace.
+AllReduceAlgorithm ResolveAllReduceAlgorithm(const AllReduceRmsNormParams& params);
 
 // Enqueues the fused kernel(s) on `stream` (one-shot or two-shot; kAuto resolves through the
 // table). Returns InvalidArgument when the resolved algorithm is kNcclFallback: the caller,

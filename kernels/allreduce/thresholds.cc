@@ -1,0 +1,64 @@
+// The thresholds table of the fused all-reduce + RMSNorm: which algorithm a call of T rows of
+// H 16-bit values takes, per world size. The only place these numbers live.
+//
+// Message = T * H * 2 bytes (one rank's input). Per world size:
+//   one_shot_max: largest message of the one-shot kernel (every rank reads all N inputs: its
+//     traffic grows with N * message, its latency is one hop);
+//   fused_max: largest message of any fused kernel (two-shot above one_shot_max); above it
+//     NCCL's ring/tree all-reduce + our single-GPU add + RMSNorm (+ quant) kernel.
+//
+// Where the numbers come from:
+//   * fused_max = vLLM's FI_ALLREDUCE_FUSION_MAX_SIZE_MB for Hopper (SM 9.0: 64 MB at 2 ranks,
+//     2 MB at 4, 0.5 MB at 8; vllm/compilation/passes/fusion/allreduce_rms_fusion.py), the
+//     sizes up to which vLLM found FlashInfer's fused kernel faster than NCCL + norm on H100/H200.
+//   * one_shot_max: from the traffic model (one-shot pushes (N-1) x message per rank over
+//     NVLink, two-shot 2 (N-1)/N x message but takes two dependent hops) with the one-shot and
+//     two-shot kernel times measured on one H200 with simulated ranks
+//     (docs/benchmarks/allreduce.md): there the two-shot kernel's extra hop costs a few
+//     microseconds, which the one-shot kernel's extra traffic exceeds at about 512 KiB at 2
+//     ranks on NVLink (450 GB/s per direction), 256 KiB at 4 and 128 KiB at 8.
+//   * These are starting values: the multi-GPU benchmark of issue #10
+//     (kernels/allreduce/bench/run_multigpu.sh) measures the crossover points on 2/4/8 H200s
+//     and replaces them.
+#include <cstdint>
+
+#include "kernels/all_reduce_rms_norm.h"
+
+namespace fxfuse::kernels {
+namespace {
+
+struct Thresholds {
+  int world_size;
+  int64_t one_shot_max_bytes;
+  int64_t fused_max_bytes;
+};
+
+constexpr int64_t kKiB = 1024;
+constexpr int64_t kMiB = 1024 * kKiB;
+
+constexpr Thresholds kTable[] = {
+    {2, 512 * kKiB, 64 * kMiB},
+    {3, 256 * kKiB, 2 * kMiB},
+    {4, 256 * kKiB, 2 * kMiB},
+    {5, 128 * kKiB, kMiB / 2},
+    {6, 128 * kKiB, kMiB / 2},
+    {7, 128 * kKiB, kMiB / 2},
+    {8, 128 * kKiB, kMiB / 2},
+};
+
+}  // namespace
+
+AllReduceAlgorithm ChooseAllReduceAlgorithm(int world_size, int64_t num_tokens, int64_t hidden_size,
+                                            DType dtype) {
+  if (world_size <= 1) return AllReduceAlgorithm::kOneShot;  // add + norm + quant, no communication
+  const int64_t message = num_tokens * hidden_size * DTypeSize(dtype);
+  for (const Thresholds& t : kTable) {
+    if (t.world_size != world_size) continue;
+    if (message <= t.one_shot_max_bytes) return AllReduceAlgorithm::kOneShot;
+    if (message <= t.fused_max_bytes) return AllReduceAlgorithm::kTwoShot;
+    return AllReduceAlgorithm::kNcclFallback;
+  }
+  return AllReduceAlgorithm::kNcclFallback;  // world size above kMaxAllReduceRanks
+}
+
+}  // namespace fxfuse::kernels
