@@ -97,8 +97,15 @@ const NcclApi& nccl() {
   static std::once_flag once;
   std::call_once(once, [] {
     void* h = openLib({"libnccl.so.2", "libnccl.so"}, "NCCL");
-    FXFUSE_SYM(api, h, ncclAllReduce, "NCCL");
-    FXFUSE_SYM(api, h, ncclGetErrorString, "NCCL");
+    const std::string l = "NCCL";
+    FXFUSE_SYM(api, h, ncclAllReduce, l);
+    FXFUSE_SYM(api, h, ncclAllGather, l);
+    FXFUSE_SYM(api, h, ncclGetErrorString, l);
+    FXFUSE_SYM(api, h, ncclGetUniqueId, l);
+    FXFUSE_SYM(api, h, ncclCommInitRank, l);
+    FXFUSE_SYM(api, h, ncclCommDestroy, l);
+    FXFUSE_SYM(api, h, ncclCommCount, l);
+    FXFUSE_SYM(api, h, ncclCommUserRank, l);
   });
   return api;
 }

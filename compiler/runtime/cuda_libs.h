@@ -46,7 +46,13 @@ struct NvrtcApi {
 
 struct NcclApi {
   FXFUSE_FN(ncclAllReduce);
+  FXFUSE_FN(ncclAllGather);
   FXFUSE_FN(ncclGetErrorString);
+  FXFUSE_FN(ncclGetUniqueId);
+  FXFUSE_FN(ncclCommInitRank);
+  FXFUSE_FN(ncclCommDestroy);
+  FXFUSE_FN(ncclCommCount);
+  FXFUSE_FN(ncclCommUserRank);
 };
 
 #undef FXFUSE_FN

@@ -1,6 +1,7 @@
 #include "compiler/runtime/runtime.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <set>
 
@@ -51,6 +52,43 @@ cudaDataType_t cudaType(pb::DType t, const std::string& what) {
     case pb::F8E5M2: return CUDA_R_8F_E5M2;
     default: fail("{}: dtype {} is not supported by cuBLASLt steps", what, pb::DType_Name(t));
   }
+}
+
+ncclDataType_t ncclType(pb::DType t, const std::string& what) {
+  switch (t) {
+    case pb::BF16: return ncclBfloat16;
+    case pb::F16: return ncclFloat16;
+    case pb::F32: return ncclFloat32;
+    case pb::F64: return ncclFloat64;
+    case pb::I32: return ncclInt32;
+    case pb::I64: return ncclInt64;
+    default: fail("{}: NCCL does not reduce dtype {}", what, pb::DType_Name(t));
+  }
+}
+
+void checkNcclCall(ncclResult_t r, const std::string& what) {
+  if (r != ncclSuccess) fail("NCCL error in {}: {}", what, nccl().ncclGetErrorString(r));
+}
+
+const char* algorithmName(k::AllReduceAlgorithm a) {
+  switch (a) {
+    case k::AllReduceAlgorithm::kAuto: return "auto";
+    case k::AllReduceAlgorithm::kOneShot: return "one_shot";
+    case k::AllReduceAlgorithm::kTwoShot: return "two_shot";
+    case k::AllReduceAlgorithm::kNcclFallback: return "nccl_fallback";
+  }
+  return "?";
+}
+
+// $FXFUSE_ALLREDUCE: auto | oneshot | twoshot | nccl (unset: auto).
+k::AllReduceAlgorithm algorithmFromEnv() {
+  const char* e = std::getenv("FXFUSE_ALLREDUCE");
+  std::string v = e ? e : "auto";
+  if (v == "auto" || v.empty()) return k::AllReduceAlgorithm::kAuto;
+  if (v == "oneshot" || v == "one_shot") return k::AllReduceAlgorithm::kOneShot;
+  if (v == "twoshot" || v == "two_shot") return k::AllReduceAlgorithm::kTwoShot;
+  if (v == "nccl" || v == "nccl_fallback") return k::AllReduceAlgorithm::kNcclFallback;
+  fail("FXFUSE_ALLREDUCE={} is not one of auto, oneshot, twoshot, nccl", v);
 }
 
 AttnDType attnType(pb::DType t, const std::string& what) {
@@ -139,8 +177,17 @@ struct Session::Prepared {
   }
 };
 
-Session::Session(const Program& program) : program_(program), plan_(program.plan()) {
+Session::Session(const Program& program, Communicator* comm)
+    : program_(program), plan_(program.plan()), comm_(comm), allreduce_algorithm_(algorithmFromEnv()) {
   inputs_.assign(static_cast<size_t>(plan_.inputs_size()), nullptr);
+  const int plan_ws = std::max(1, plan_.world_size());
+  if (comm_ && comm_->worldSize() != plan_ws)
+    fail("the plan is for world size {}, the communicator has {} ranks", plan_ws, comm_->worldSize());
+}
+
+void Session::setAllReduceAlgorithm(k::AllReduceAlgorithm a) {
+  allreduce_algorithm_ = a;
+  dirty_ = true;
 }
 
 Session::~Session() {
@@ -149,6 +196,7 @@ Session::~Session() {
   if (graph_) cudaGraphDestroy(graph_);
   if (arena_) cudaFree(arena_);
   if (workspace_) cudaFree(workspace_);
+  if (scratch_) cudaFree(scratch_);
   if (cublas_) cublasLt().cublasLtDestroy(static_cast<cublasLtHandle_t>(cublas_));
 }
 
@@ -236,6 +284,8 @@ void Session::prepare() {
       fail("input {} ('{}') is not set", i, plan_.inputs(i).name());
   steps_.clear();
   launches_ = 0;
+  fused_algorithms_.clear();
+  prepareCollectives();
   for (int si = 0; si < plan_.steps_size(); ++si) {
     const pb::Step& st = plan_.steps(si);
     std::string where = fmt::format("step {} ({})", si, st.nodes_size() ? st.nodes(0) : st.comment());
@@ -576,12 +626,179 @@ void Session::prepare() {
         if (n) check(cudaMemsetAsync(dst, v, n, s), where);
       };
     } else if (st.has_collective()) {
-      fail("{}: collective steps need an NCCL communicator (world size {}); this runtime runs one GPU", where,
-           plan_.world_size());
+      const auto& c = st.collective();
+      if (c.op() != "all_reduce" || (c.reduce_op() != "sum" && !c.reduce_op().empty()))
+        fail("{}: collective {}({}) is not supported (all_reduce sum only)", where, c.op(), c.reduce_op());
+      if (!comm_ || !comm_->nccl())
+        fail("{}: the plan is for world size {}: this step needs a communicator (fxfuse run --world-size {})", where,
+             plan_.world_size(), plan_.world_size());
+      const void* src = pointer(c.input());
+      void* dst = pointer(c.output());
+      size_t count = static_cast<size_t>(eval(c.count(), where));
+      ncclDataType_t dt = ncclType(c.dtype(), where);
+      ncclComm_t nc = comm_->nccl();
+      launches_++;
+      p->run = [src, dst, count, dt, nc, where](cudaStream_t s) {
+        if (count) checkNcclCall(nccl().ncclAllReduce(src, dst, count, dt, ncclSum, nc, s), where);
+      };
+    } else if (st.has_fused_all_reduce_norm()) {
+      p->run = prepareFusedAllReduceNorm(st.fused_all_reduce_norm(), where);
     }
     steps_.push_back(std::move(p));
   }
   dirty_ = false;
+}
+
+// Sizes the NCCL-fallback scratch buffer and maps the peer workspace (collective: every rank
+// derives the same sizes from the same plan and symbols) before the steps are prepared.
+void Session::prepareCollectives() {
+  int64_t scratch = 0, max_tokens = 0, hidden = 0;
+  bool any = false;
+  for (int si = 0; si < plan_.steps_size(); ++si) {
+    if (!plan_.steps(si).has_fused_all_reduce_norm()) continue;
+    const auto& f = plan_.steps(si).fused_all_reduce_norm();
+    std::string where = fmt::format("step {}", si);
+    int64_t T = eval(f.num_tokens(), where), H = eval(f.hidden_size(), where);
+    scratch = std::max(scratch, T * H * bytesOf(f.dtype()));
+    max_tokens = std::max(max_tokens, f.max_tokens());
+    hidden = std::max(hidden, H);
+    any = true;
+  }
+  if (!any) return;
+  const int ws = std::max(1, plan_.world_size());
+  if (ws > 1 && (!comm_ || !comm_->nccl()))
+    fail("the plan is for world size {}: its fused all-reduce steps need a communicator (fxfuse run --world-size {})",
+         ws, ws);
+  if (ws > 1 && scratch > scratch_bytes_) {
+    if (scratch_) check(cudaFree(scratch_), "freeing the all-reduce scratch");
+    scratch_ = nullptr;
+    check(cudaMalloc(&scratch_, static_cast<size_t>(scratch)), "allocating the all-reduce scratch");
+    scratch_bytes_ = scratch;
+  }
+  if (ws > 1 && Communicator::fusedKernelsAvailable() && allreduce_algorithm_ != k::AllReduceAlgorithm::kNcclFallback)
+    comm_->workspace(max_tokens, hidden);
+}
+
+// One FusedAllReduceNorm step: the fused kernels when they take the call, else NCCL all-reduce
+// (identity at world size 1) followed by the single-GPU fused add + RMSNorm (+ FP8 quant).
+std::function<void(cudaStream_t)> Session::prepareFusedAllReduceNorm(const pb::FusedAllReduceNorm& f,
+                                                                      const std::string& where) {
+  const int ws = std::max(1, plan_.world_size());
+  auto opt = [&](int t) -> void* { return t >= 0 ? pointer(t) : nullptr; };
+  const int64_t T = eval(f.num_tokens(), where), H = eval(f.hidden_size(), where);
+  const k::DType dt = kdtype(f.dtype(), where);
+  void* input = pointer(f.input());
+  void* residual = opt(f.residual());
+  void* allreduce_out = opt(f.allreduce_out());
+  const void* weight = opt(f.weight());
+  void* norm_out = opt(f.norm_out());
+  void* quant_out = opt(f.quant_out());
+  const float* scale = static_cast<const float*>(opt(f.scale()));
+  if (quant_out && !scale) fail("{}: FP8 output without a scale", where);
+  const bool rounded = f.residual_variance() != "unrounded_sum";
+  const bool divide = f.scale_application() == "divide";
+
+  k::AllReduceAlgorithm algo = k::AllReduceAlgorithm::kNcclFallback;
+#ifdef FXFUSE_HAVE_ALLREDUCE_KERNELS
+  k::AllReduceRmsNormParams q;
+  q.num_tokens = T;
+  q.hidden_size = H;
+  q.dtype = dt;
+  q.input = input;
+  q.residual = residual;
+  q.allreduce_out = allreduce_out;
+  q.weight = weight;
+  q.epsilon = static_cast<float>(f.epsilon());
+  q.norm_out = norm_out;
+  q.quant_out = quant_out;
+  q.scale = scale;
+  q.algorithm = allreduce_algorithm_;
+  if (ws > 1 && allreduce_algorithm_ != k::AllReduceAlgorithm::kNcclFallback)
+    q.workspace = comm_->workspace(f.max_tokens(), H);
+  bool kernel_ok = allreduce_algorithm_ != k::AllReduceAlgorithm::kNcclFallback && (rounded || !residual) && !divide;
+  if (kernel_ok) {
+    k::Status cs = q.Check();
+    if (!cs.ok()) fail("{}: {}", where, cs.ToString());
+    algo = k::ResolveAllReduceAlgorithm(q);
+  }
+  if (algo != k::AllReduceAlgorithm::kNcclFallback) {
+    q.algorithm = algo;
+    fused_algorithms_.push_back(algorithmName(algo));
+    launches_++;
+    return [q, where](cudaStream_t s) {
+      k::Status r = k::AllReduceRmsNorm(q, s);
+      if (!r.ok()) fail("{}: {}", where, r.ToString());
+    };
+  }
+#endif
+  fused_algorithms_.push_back(algorithmName(algo));
+  // Fallback: a = all_reduce(input) (into allreduce_out when the graph wants it, else scratch).
+  const size_t count = static_cast<size_t>(T * H);
+  void* a = input;
+  std::function<void(cudaStream_t)> reduce;
+  if (ws > 1) {
+    a = allreduce_out ? allreduce_out : scratch_;
+    ncclComm_t nc = comm_->nccl();
+    ncclDataType_t nt = ncclType(f.dtype(), where);
+    reduce = [input, a, count, nt, nc, where](cudaStream_t s) {
+      if (count) checkNcclCall(nccl().ncclAllReduce(input, a, count, nt, ncclSum, nc, s), where);
+    };
+    launches_++;
+  } else if (allreduce_out && allreduce_out != input) {
+    size_t bytes = count * static_cast<size_t>(bytesOf(f.dtype()));
+    reduce = [input, allreduce_out, bytes, where](cudaStream_t s) {
+      if (bytes) check(cudaMemcpyAsync(allreduce_out, input, bytes, cudaMemcpyDeviceToDevice, s), where);
+    };
+  }
+  const k::ResidualVariance variance = rounded ? k::ResidualVariance::kRoundedSum : k::ResidualVariance::kUnroundedSum;
+  // The fields RmsNorm and RmsNormQuantFp8 share: rows of a (+ residual), weight, epsilon.
+  auto rowsOf = [&](auto& n) {
+    n.num_tokens = T;
+    n.hidden_size = H;
+    n.dtype = dt;
+    n.weight_dtype = dt;
+    n.input = a;
+    n.input_row_stride = H;
+    n.weight = weight;
+    if (residual) {
+      n.residual = residual;
+      n.residual_row_stride = H;
+      n.residual_variance = variance;
+    }
+    n.epsilon = static_cast<float>(f.epsilon());
+  };
+  std::function<void(cudaStream_t)> norm;
+  if (quant_out) {
+    k::RmsNormQuantFp8Params n;
+    rowsOf(n);
+    n.output = quant_out;
+    n.output_row_stride = H;
+    n.scale.kind = k::Fp8ScaleKind::kStaticPerTensor;
+    n.scale.scale = const_cast<float*>(scale);
+    n.scale.application = divide ? k::ScaleApplication::kDivide : k::ScaleApplication::kMultiplyByReciprocal;
+    k::Status cs = n.Check();
+    if (!cs.ok()) fail("{}: {}", where, cs.ToString());
+    norm = [n, where](cudaStream_t s) {
+      k::Status r = k::RmsNormQuantFp8(n, s);
+      if (!r.ok()) fail("{}: {}", where, r.ToString());
+    };
+  } else {
+    k::RmsNormParams n;
+    rowsOf(n);
+    n.output = norm_out;
+    n.output_row_stride = H;
+    k::Status cs = n.Check();
+    if (!cs.ok()) fail("{}: {}", where, cs.ToString());
+    norm = [n, where](cudaStream_t s) {
+      k::Status r = k::RmsNorm(n, s);
+      if (!r.ok()) fail("{}: {}", where, r.ToString());
+    };
+  }
+  launches_++;
+  return [reduce, norm](cudaStream_t s) {
+    if (reduce) reduce(s);
+    norm(s);
+  };
 }
 
 void Session::run(cudaStream_t stream) {

@@ -15,12 +15,15 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "compiler/runtime/communicator.h"
 #include "compiler/runtime/embedded.h"
+#include "kernels/all_reduce_rms_norm.h"
 #include "proto/fxfuse_plan.pb.h"
 
 namespace fxfuse::runtime {
@@ -65,7 +68,10 @@ struct DeviceTensor {
 
 class Session {
  public:
-  explicit Session(const Program& program);
+  // `comm`: this rank of a multi-GPU run (not owned; must outlive the session). Needed for
+  // plans of world size > 1 (Collective and FusedAllReduceNorm steps); world size 1 plans run
+  // without one. With a communicator, bind() and the first run() are collective calls.
+  explicit Session(const Program& program, Communicator* comm = nullptr);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -86,6 +92,13 @@ class Session {
   void replay(cudaStream_t stream);
   bool captured() const { return graph_exec_ != nullptr; }
 
+  // How FusedAllReduceNorm steps reduce: kAuto (the thresholds table, kernels/allreduce),
+  // kOneShot/kTwoShot (forced where the call fits the workspace), kNcclFallback (always NCCL +
+  // the single-GPU fused norm). Default: $FXFUSE_ALLREDUCE (auto|oneshot|twoshot|nccl), else kAuto.
+  void setAllReduceAlgorithm(kernels::AllReduceAlgorithm a);
+  // Per fused step of the last prepare: the algorithm each one runs ("one_shot", "nccl_fallback", ...).
+  const std::vector<std::string>& fusedAlgorithms() const { return fused_algorithms_; }
+
   DeviceTensor output(size_t i) const;
   DeviceTensor tensor(int id) const;
   int64_t arenaBytes() const { return arena_bytes_; }
@@ -95,6 +108,9 @@ class Session {
  private:
   struct Prepared;
   void prepare();
+  void prepareCollectives();
+  std::function<void(cudaStream_t)> prepareFusedAllReduceNorm(const fxfuse::plan::v1::FusedAllReduceNorm& f,
+                                                              const std::string& where);
   int64_t eval(const fxfuse::ir::v1::SymExpr& e, const std::string& what) const;
   void* pointer(int tensor) const;
 
@@ -110,6 +126,11 @@ class Session {
   std::vector<std::unique_ptr<Prepared>> steps_;
   bool dirty_ = true;
   int launches_ = 0;
+  Communicator* comm_ = nullptr;
+  kernels::AllReduceAlgorithm allreduce_algorithm_ = kernels::AllReduceAlgorithm::kAuto;
+  std::vector<std::string> fused_algorithms_;
+  void* scratch_ = nullptr;  // the all-reduce result of fused steps on the NCCL fallback
+  int64_t scratch_bytes_ = 0;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
 };

@@ -1,0 +1,157 @@
+#include "compiler/runtime/launcher.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "compiler/runtime/rendezvous.h"
+#include "ir/io.h"
+#include "ir/status.h"
+
+namespace fxfuse::runtime {
+
+namespace {
+
+std::string describeStatus(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* name = strsignal(sig);
+    return fmt::format("was killed by signal {} ({})", sig, name ? name : "?");
+  }
+  return "stopped";
+}
+
+std::string joinRanks(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> selfCommandLine() {
+  std::string raw = ir::readFile("/proc/self/cmdline");
+  std::vector<std::string> argv;
+  size_t start = 0;
+  while (start < raw.size()) {
+    size_t end = raw.find('\0', start);
+    if (end == std::string::npos) end = raw.size();
+    argv.push_back(raw.substr(start, end - start));
+    start = end + 1;
+  }
+  if (argv.empty()) fail("cannot read this process's command line");
+  argv[0] = std::filesystem::read_symlink("/proc/self/exe").string();
+  return argv;
+}
+
+int runRanks(const std::vector<std::string>& argv, const LaunchOptions& opts) {
+  if (argv.empty()) fail("runRanks: empty command");
+  if (opts.world_size < 1) fail("world size must be >= 1, got {}", opts.world_size);
+  std::string dir = opts.rendezvous_dir;
+  bool own_dir = dir.empty();
+  if (own_dir) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fxfuse-ranks-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) fail("cannot create a rendezvous directory under {}", tmpl);
+    dir = tmpl;
+  }
+  struct Child {
+    int rank;
+    pid_t pid;
+    bool done = false;
+    int status = 0;
+  };
+  std::vector<Child> kids;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t parent = getpid();
+  for (int r = 0; r < opts.world_size; ++r) {
+    std::vector<std::string> args = argv;
+    for (std::string a : {std::string("--rank"), std::to_string(r), std::string("--rendezvous"), dir}) args.push_back(a);
+    std::vector<char*> cargs;
+    for (auto& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    std::vector<std::string> env = opts.extra_env;
+    env.push_back("NCCL_NVLS_ENABLE=0");  // no NVLink multicast, ever
+    env.push_back(fmt::format("FXFUSE_RANK={}", r));
+    pid_t pid = fork();
+    if (pid < 0) {
+      for (auto& k : kids) kill(k.pid, SIGKILL);
+      fail("fork failed for rank {}: {}", r, std::strerror(errno));
+    }
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      for (auto& e : env) putenv(e.data());
+      execv(cargs[0], cargs.data());
+      std::fprintf(stderr, "fxfuse: error: rank %d: cannot execute %s: %s\n", r, cargs[0], std::strerror(errno));
+      _exit(2);
+    }
+    kids.push_back({r, pid});
+  }
+  auto stopAll = [&](const std::string& why) {
+    FileRendezvous::abortRun(dir, why);
+    for (auto& k : kids)
+      if (!k.done) kill(k.pid, SIGKILL);
+    for (auto& k : kids)
+      if (!k.done) {
+        waitpid(k.pid, &k.status, 0);
+        k.done = true;
+      }
+  };
+  auto cleanup = [&] {
+    if (own_dir) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts.timeout_s);
+  int mismatches = 0;
+  size_t finished = 0;
+  while (finished < kids.size()) {
+    bool progressed = false;
+    for (auto& k : kids) {
+      if (k.done) continue;
+      pid_t got = waitpid(k.pid, &k.status, WNOHANG);
+      if (got != k.pid) continue;
+      k.done = true;
+      ++finished;
+      progressed = true;
+      if (WIFEXITED(k.status) && WEXITSTATUS(k.status) == 0) continue;
+      if (WIFEXITED(k.status) && WEXITSTATUS(k.status) == 1) {
+        ++mismatches;
+        continue;
+      }
+      std::string why = fmt::format("rank {} {}", k.rank, describeStatus(k.status));
+      stopAll(why);
+      cleanup();
+      fail("{}; stopped the other ranks", why);
+    }
+    if (progressed) continue;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::vector<int> hung;
+      for (auto& k : kids)
+        if (!k.done) hung.push_back(k.rank);
+      std::string why = fmt::format("rank{} {} did not finish within {} s (--timeout-s)", hung.size() > 1 ? "s" : "",
+                                    joinRanks(hung), opts.timeout_s);
+      stopAll(why);
+      cleanup();
+      fail("{}; stopped {}", why, hung.size() > 1 ? "them" : "it");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  cleanup();
+  return mismatches ? 1 : 0;
+}
+
+}  // namespace fxfuse::runtime
