@@ -1,0 +1,202 @@
+// Benchmark of the sm90 attention kernels (docs/benchmarks/attention.md): prefill at 16k tokens
+// per batch (32 query heads, 8 KV heads, head 128, causal and not, bf16 and FP8 output) and
+// split-KV decode (batch 1..64, context 1k..32k), plus the device-to-device copy ceiling.
+// CUDA events, warm-up, median of repeated launches; inputs random (uniform [-1, 1)), decode KV
+// caches rotated so that each launch reads from beyond L2. One JSON object per line on stdout.
+//   bench_attention [--quick]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "compiler/runtime/kernels/fill.h"
+#include "kernels/attention/attention.h"
+
+namespace {
+
+using namespace fxfuse::attention;
+
+#define CK(expr)                                                                        \
+  do {                                                                                  \
+    cudaError_t e_ = (expr);                                                            \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+constexpr int kPlanBF16 = 8;
+
+void* devRandom(size_t elems, unsigned seed) {
+  void* p = nullptr;
+  CK(cudaMalloc(&p, elems * 2));
+  CK(fxfuse::runtime::FillRandom(p, static_cast<int64_t>(elems), kPlanBF16, seed, nullptr));
+  return p;
+}
+
+template <class F>
+double medianMs(F&& launch, int warmup, int reps) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) launch(i);
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a));
+    launch(warmup + i);
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return ms[ms.size() / 2];
+}
+
+void copyCeiling() {
+  const size_t bytes = size_t{1} << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  CK(cudaMemset(a, 1, bytes));
+  const double ms = medianMs([&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 3, 20);
+  std::printf("{\"kind\": \"copy\", \"bytes\": %zu, \"ms\": %.5f, \"gbps\": %.1f}\n", bytes, ms, 2.0 * bytes / ms / 1e6);
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+}
+
+void prefill(int seqlen, bool causal, bool fp8, int reps) {
+  const int tokens = 16384, batch = tokens / seqlen, hq = 32, hk = 8, E = 128;
+  void* q = devRandom(size_t{1} * tokens * hq * E, 1);
+  void* k = devRandom(size_t{1} * tokens * hk * E, 2);
+  void* v = devRandom(size_t{1} * tokens * hk * E, 3);
+  void* out = nullptr;
+  float* scale = nullptr;
+  CK(cudaMalloc(&out, size_t{1} * tokens * hq * E * 2));
+  CK(cudaMalloc(reinterpret_cast<void**>(&scale), sizeof(float)));
+  const float s = 0.01f;
+  CK(cudaMemcpy(scale, &s, sizeof(float), cudaMemcpyHostToDevice));
+  PrefillParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.out = out;
+  p.batch = batch;
+  p.heads_q = hq;
+  p.heads_kv = hk;
+  p.head_size = E;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  // [B, S, H, E] memory (what torch's flash backend reads), strides (batch, head, token)
+  p.q_stride[0] = p.o_stride[0] = int64_t{seqlen} * hq * E;
+  p.q_stride[1] = p.o_stride[1] = E;
+  p.q_stride[2] = p.o_stride[2] = int64_t{hq} * E;
+  p.k_stride[0] = p.v_stride[0] = int64_t{seqlen} * hk * E;
+  p.k_stride[1] = p.v_stride[1] = E;
+  p.k_stride[2] = p.v_stride[2] = int64_t{hk} * E;
+  p.softmax_scale = 0.08838834764831845f;
+  p.causal = causal;
+  p.out_dtype = fp8 ? DType::kF8E4M3 : DType::kBF16;
+  p.out_scale = fp8 ? scale : nullptr;
+  const double ms = medianMs([&](int) { CK(LaunchPrefill(p, nullptr)); }, 3, reps);
+  const double flops = 4.0 * batch * hq * double(seqlen) * seqlen * E * (causal ? 0.5 : 1.0);
+  std::printf(
+      "{\"kind\": \"prefill\", \"seqlen\": %d, \"batch\": %d, \"causal\": %s, \"out\": \"%s\", \"ms\": %.5f, \"tflops\": %.1f}\n",
+      seqlen, batch, causal ? "true" : "false", fp8 ? "fp8" : "bf16", ms, flops / ms / 1e9);
+  std::fflush(stdout);
+  for (void* x : {q, k, v, out}) CK(cudaFree(x));
+  CK(cudaFree(scale));
+}
+
+void decode(int batch, int ctx, bool fp8, int reps) {
+  const int hq = 32, hk = 8, E = 128;
+  const size_t kv_elems = size_t{1} * batch * ctx * hk * E;
+  const size_t kv_bytes = 2 * kv_elems * 2;
+  const int copies = static_cast<int>(std::max<size_t>(1, (size_t{400} << 20) / kv_bytes + 1));
+  std::vector<void*> ks, vs;
+  for (int c = 0; c < copies; ++c) {
+    ks.push_back(devRandom(kv_elems, 10 + 2 * c));
+    vs.push_back(devRandom(kv_elems, 11 + 2 * c));
+  }
+  void* q = devRandom(size_t{1} * batch * hq * E, 4);
+  void* out = nullptr;
+  float* scale = nullptr;
+  CK(cudaMalloc(&out, size_t{1} * batch * hq * E * 2));
+  CK(cudaMalloc(reinterpret_cast<void**>(&scale), sizeof(float)));
+  const float s = 0.01f;
+  CK(cudaMemcpy(scale, &s, sizeof(float), cudaMemcpyHostToDevice));
+  DecodeParams p;
+  p.q = q;
+  p.out = out;
+  p.batch = batch;
+  p.heads_q = hq;
+  p.heads_kv = hk;
+  p.head_size = E;
+  p.num_query_tokens = 1;
+  p.q_stride[0] = p.o_stride[0] = int64_t{hq} * E;
+  p.q_stride[1] = p.o_stride[1] = E;
+  p.q_stride[2] = p.o_stride[2] = int64_t{hq} * E;
+  // [B, S, Hk, E] cache, strides (batch, token, head)
+  p.k_stride[0] = p.v_stride[0] = int64_t{ctx} * hk * E;
+  p.k_stride[1] = p.v_stride[1] = int64_t{hk} * E;
+  p.k_stride[2] = p.v_stride[2] = E;
+  p.max_context_len = ctx;
+  p.softmax_scale = 0.08838834764831845f;
+  p.causal = true;
+  p.out_dtype = fp8 ? DType::kF8E4M3 : DType::kBF16;
+  p.out_scale = fp8 ? scale : nullptr;
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const size_t ws_bytes = DecodeWorkspaceBytes(p, sms);
+  void* ws = nullptr;
+  if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
+  p.workspace = ws;
+  const double ms = medianMs(
+      [&](int i) {
+        p.k_cache = ks[static_cast<size_t>(i % copies)];
+        p.v_cache = vs[static_cast<size_t>(i % copies)];
+        CK(LaunchDecode(p, nullptr));
+      },
+      3, reps);
+  const double bytes = double(kv_bytes) + 2.0 * 2 * batch * hq * E;
+  std::printf(
+      "{\"kind\": \"decode\", \"batch\": %d, \"ctx\": %d, \"out\": \"%s\", \"splits\": %d, \"ms\": %.5f, \"gbps\": %.1f}\n",
+      batch, ctx, fp8 ? "fp8" : "bf16", DecodeSplits(p, sms), ms, bytes / ms / 1e6);
+  std::fflush(stdout);
+  for (void* x : ks) CK(cudaFree(x));
+  for (void* x : vs) CK(cudaFree(x));
+  CK(cudaFree(q));
+  CK(cudaFree(out));
+  CK(cudaFree(scale));
+  if (ws) CK(cudaFree(ws));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool profile = argc > 1 && std::strcmp(argv[1], "--profile") == 0;
+  if (profile) {  // one prefill and one decode launch set for ncu
+    prefill(4096, true, false, 1);
+    decode(16, 8192, false, 1);
+    return 0;
+  }
+  const int reps = quick ? 5 : 20;
+  copyCeiling();
+  for (int s : {512, 1024, 2048, 4096, 8192, 16384})
+    for (bool causal : {false, true})
+      for (bool fp8 : {false, true}) prefill(s, causal, fp8, reps);
+  for (int b : {1, 4, 16, 64})
+    for (int ctx : {1024, 2048, 8192, 32768}) {
+      decode(b, ctx, false, reps);
+      if (b == 16) decode(b, ctx, true, reps);
+    }
+  return 0;
+}

@@ -1,0 +1,370 @@
+// Split-KV decode attention: a few query tokens per sequence against a long KV cache
+// (contiguous or paged through a block table). Memory-bound: each CTA streams one KV head's
+// share of the context (a "split") through a three-stage cp.async ring of 64-key tiles and
+// serves all query heads of that KV head (GQA) and all query tokens from it, so K and V are
+// read once. Per tile: scores on CUDA cores (fp32), online softmax per row, P·V. With one split
+// the CTA writes the final output; with several it writes (O/l, m, l) per split and row, and a
+// combine kernel merges them. Output bf16/fp16 or FP8 e4m3 with a static scale (no D16 rounding).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention/attention.h"
+#include "kernels/attention/device/sm90.cuh"
+
+namespace fxfuse::attention {
+namespace {
+
+using device::Elem;
+
+constexpr int kThreads = 128;
+constexpr int kTileKeys = 64;
+constexpr int kStages = 3;
+
+struct DecodeArgs {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  float* part_o;   // [splits][rows_total][E]
+  float* part_ml;  // [splits][rows_total][2]
+  const int* block_table;
+  const int* context_lens;
+  const float* out_scale;
+  int64_t q_stride[3], o_stride[3], k_stride[3], v_stride[3];
+  int64_t block_table_stride;
+  int block_size;  // 0: contiguous
+  int heads_q, heads_kv, group, nq, rows;  // rows = group * nq
+  int max_ctx, chunk;                      // keys per split (multiple of kTileKeys)
+  float scale_log2;
+  bool causal;
+};
+
+template <int E>
+struct DecodeLayout {
+  static constexpr int kRowBytes = E * 2 + 16;  // padded K/V rows: conflict-free 16-byte reads
+  static constexpr int kTileBytes = kTileKeys * kRowBytes;
+  static constexpr int kColThreads = E / 2;      // each thread owns a column pair in P·V
+  static constexpr int kRowStep = kThreads / kColThreads;
+  static constexpr int kMaxRowsPerThread = kDecodeMaxRows / kRowStep;
+  static constexpr int kChunks = E / 8;  // 16-byte chunks per K/V row
+  // dynamic: q [rows][E] f32 | scores [rows][64] f32 | m, l, corr [rows] | K, V stages
+  static int bytes(int rows) { return rows * E * 4 + rows * kTileKeys * 4 + 3 * rows * 4 + 2 * kStages * kTileBytes + 16; }
+};
+
+__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+template <int E, typename T, bool kFp8>
+__global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeArgs a) {
+  using L = DecodeLayout<E>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int split = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int rows = a.rows;
+  float* s_q = reinterpret_cast<float*>(smem);
+  float* s_p = s_q + rows * E;
+  float* s_m = s_p + rows * kTileKeys;
+  float* s_l = s_m + rows;
+  float* s_corr = s_l + rows;
+  const uint32_t kv_base = (device::smemAddr(s_corr + rows) + 15u) & ~15u;
+
+  const int ctx = a.context_lens ? a.context_lens[b] : a.max_ctx;
+  const int k_begin = split * a.chunk;
+  const int k_end = min(ctx, k_begin + a.chunk);
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + kTileKeys - 1) / kTileKeys : 0;
+
+  // Row r: query head hk * group + r % group, query token r / group.
+  for (int i = tid; i < rows * E; i += kThreads) {
+    const int r = i / E, e = i % E;
+    const int hq = hk * a.group + r % a.group, t = r / a.group;
+    const T* q = static_cast<const T*>(a.q);
+    s_q[i] = static_cast<float>(q[b * a.q_stride[0] + hq * a.q_stride[1] + t * a.q_stride[2] + e]);
+  }
+  for (int r = tid; r < rows; r += kThreads) {
+    s_m[r] = -INFINITY;
+    s_l[r] = 0.0f;
+  }
+
+  auto tokenOffset = [&](int tok, const int64_t (&st)[3]) -> int64_t {
+    if (a.block_size > 0) {
+      const int blk = a.block_table[b * a.block_table_stride + tok / a.block_size];
+      return static_cast<int64_t>(blk) * st[0] + static_cast<int64_t>(tok % a.block_size) * st[1] + hk * st[2];
+    }
+    return static_cast<int64_t>(b) * st[0] + static_cast<int64_t>(tok) * st[1] + hk * st[2];
+  };
+  auto loadTile = [&](int j) {
+    if (j < n_tiles) {
+      const int stage = j % kStages;
+      const uint32_t ks = kv_base + stage * 2 * L::kTileBytes, vs = ks + L::kTileBytes;
+      for (int c = tid; c < kTileKeys * L::kChunks; c += kThreads) {
+        const int key = c / L::kChunks, ch = c % L::kChunks;
+        const int tok = k_begin + j * kTileKeys + key;
+        const bool valid = tok < k_end;
+        const int safe = valid ? tok : k_begin;
+        const T* kp = static_cast<const T*>(a.k) + tokenOffset(safe, a.k_stride) + ch * 8;
+        const T* vp = static_cast<const T*>(a.v) + tokenOffset(safe, a.v_stride) + ch * 8;
+        cpAsync16(ks + key * L::kRowBytes + ch * 16, kp, valid);
+        cpAsync16(vs + key * L::kRowBytes + ch * 16, vp, valid);
+      }
+    }
+    cpAsyncCommit();  // empty groups keep the wait counts uniform
+  };
+
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) loadTile(j);
+
+  const int col_pair = tid % L::kColThreads, row_start = tid / L::kColThreads;
+  float acc[L::kMaxRowsPerThread][2];
+#pragma unroll
+  for (int i = 0; i < L::kMaxRowsPerThread; ++i) acc[i][0] = acc[i][1] = 0.0f;
+  const int key_lane = tid % kTileKeys, row_half = tid / kTileKeys;
+  const int warp = tid / 32, lane = tid % 32;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    loadTile(j + kStages - 1);
+    cpAsyncWait<kStages - 1>();
+    __syncthreads();
+    const int stage = j % kStages;
+    const uint8_t* ks = smem + (kv_base - device::smemAddr(smem)) + stage * 2 * L::kTileBytes;
+    const uint8_t* vs = ks + L::kTileBytes;
+
+    // Scores: thread (key_lane, row_half) computes rows row_half, row_half + 2, ...
+    {
+      float sc[kDecodeMaxRows / 2];
+#pragma unroll
+      for (int i = 0; i < kDecodeMaxRows / 2; ++i) sc[i] = 0.0f;
+      const uint4* krow = reinterpret_cast<const uint4*>(ks + key_lane * L::kRowBytes);
+#pragma unroll 4
+      for (int c = 0; c < L::kChunks; ++c) {
+        const uint4 kv = krow[c];
+        const uint32_t w[4] = {kv.x, kv.y, kv.z, kv.w};
+        float kf[8];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float2 f = Elem<T>::unpack(w[q]);
+          kf[2 * q] = f.x;
+          kf[2 * q + 1] = f.y;
+        }
+#pragma unroll
+        for (int i = 0; i < kDecodeMaxRows / 2; ++i) {
+          const int r = row_half + 2 * i;
+          if (r < rows) {
+            const float4* qv = reinterpret_cast<const float4*>(s_q + r * E + c * 8);
+            const float4 q0 = qv[0], q1 = qv[1];
+            sc[i] += q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] + q1.x * kf[4] + q1.y * kf[5] +
+                     q1.z * kf[6] + q1.w * kf[7];
+          }
+        }
+      }
+      const int key = k_begin + j * kTileKeys + key_lane;
+#pragma unroll
+      for (int i = 0; i < kDecodeMaxRows / 2; ++i) {
+        const int r = row_half + 2 * i;
+        if (r < rows) {
+          const int t = r / a.group;
+          const bool visible = key < k_end && (!a.causal || key <= ctx - a.nq + t);
+          s_p[r * kTileKeys + key_lane] = visible ? sc[i] * a.scale_log2 : -INFINITY;
+        }
+      }
+    }
+    __syncthreads();
+
+    // Online softmax: warp w owns rows w, w + 4, ...
+    for (int r = warp; r < rows; r += kThreads / 32) {
+      const float x0 = s_p[r * kTileKeys + lane], x1 = s_p[r * kTileKeys + lane + 32];
+      float mx = fmaxf(x0, x1);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_old = s_m[r];
+      const float m_new = fmaxf(m_old, mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float p0 = exp2f(x0 - m_use), p1 = exp2f(x1 - m_use);
+      s_p[r * kTileKeys + lane] = p0;
+      s_p[r * kTileKeys + lane + 32] = p1;
+      float sum = p0 + p1;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      __syncwarp();
+      if (lane == 0) {
+        const float corr = exp2f(m_old - m_use);
+        s_corr[r] = corr;
+        s_l[r] = s_l[r] * corr + sum;
+        s_m[r] = m_new;
+      }
+    }
+    __syncthreads();
+
+    // P V: thread owns columns 2 col_pair, 2 col_pair + 1 of rows row_start + kRowStep i.
+#pragma unroll
+    for (int i = 0; i < L::kMaxRowsPerThread; ++i) {
+      const int r = row_start + L::kRowStep * i;
+      if (r < rows) {
+        const float c = s_corr[r];
+        acc[i][0] *= c;
+        acc[i][1] *= c;
+      }
+    }
+#pragma unroll 4
+    for (int key = 0; key < kTileKeys; ++key) {
+      const float2 v = Elem<T>::unpack(*reinterpret_cast<const uint32_t*>(vs + key * L::kRowBytes + col_pair * 4));
+#pragma unroll
+      for (int i = 0; i < L::kMaxRowsPerThread; ++i) {
+        const int r = row_start + L::kRowStep * i;
+        if (r < rows) {
+          const float p = s_p[r * kTileKeys + key];
+          acc[i][0] = fmaf(p, v.x, acc[i][0]);
+          acc[i][1] = fmaf(p, v.y, acc[i][1]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  cpAsyncWait<0>();
+
+  const bool final_out = gridDim.x == 1;
+  const float inv_scale = kFp8 && final_out ? 1.0f / *a.out_scale : 1.0f;
+#pragma unroll
+  for (int i = 0; i < L::kMaxRowsPerThread; ++i) {
+    const int r = row_start + L::kRowStep * i;
+    if (r >= rows) continue;
+    const int hq = hk * a.group + r % a.group, t = r / a.group;
+    const float l = s_l[r];
+    const float inv = l > 0.0f ? 1.0f / l : (final_out ? __int_as_float(0x7fc00000) : 0.0f);
+    if (final_out) {
+      const int64_t oi = b * a.o_stride[0] + hq * a.o_stride[1] + t * a.o_stride[2] + 2 * col_pair;
+      device::storePair<T, kFp8>(a.out, oi, acc[i][0] * inv, acc[i][1] * inv, inv_scale);
+    } else {
+      const int64_t row_id = (static_cast<int64_t>(b) * a.heads_q + hq) * a.nq + t;
+      const int64_t rows_total = static_cast<int64_t>(gridDim.z) * a.heads_q * a.nq;
+      float2* po = reinterpret_cast<float2*>(a.part_o + (split * rows_total + row_id) * E + 2 * col_pair);
+      *po = make_float2(acc[i][0] * inv, acc[i][1] * inv);
+      if (col_pair == 0) {
+        a.part_ml[(split * rows_total + row_id) * 2] = s_m[r];
+        a.part_ml[(split * rows_total + row_id) * 2 + 1] = l;
+      }
+    }
+  }
+}
+
+// Combine: one warp per (batch, query head, token); out = Σ_s w_s O_s / Σ_s w_s with
+// w_s = l_s 2^(m_s - max m).
+template <int E, typename T, bool kFp8>
+__global__ void __launch_bounds__(128) combineKernel(const DecodeArgs a, int splits, int batch) {
+  const int64_t rows_total = static_cast<int64_t>(batch) * a.heads_q * a.nq;
+  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row_id >= rows_total) return;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, a.part_ml[(s * rows_total + row_id) * 2]);
+  const float m_use = mx == -INFINITY ? 0.0f : mx;
+  float acc[E / 32];
+#pragma unroll
+  for (int c = 0; c < E / 32; ++c) acc[c] = 0.0f;
+  float total = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float m = a.part_ml[(s * rows_total + row_id) * 2], l = a.part_ml[(s * rows_total + row_id) * 2 + 1];
+    if (l <= 0.0f) continue;
+    const float w = l * exp2f(m - m_use);
+    total += w;
+    const float* po = a.part_o + (s * rows_total + row_id) * E;
+#pragma unroll
+    for (int c = 0; c < E / 64; ++c) {
+      const float2 v = *reinterpret_cast<const float2*>(po + 64 * c + 2 * lane);
+      acc[2 * c] = fmaf(w, v.x, acc[2 * c]);
+      acc[2 * c + 1] = fmaf(w, v.y, acc[2 * c + 1]);
+    }
+  }
+  const float inv = total > 0.0f ? 1.0f / total : __int_as_float(0x7fc00000);
+  const float inv_scale = kFp8 ? 1.0f / *a.out_scale : 1.0f;
+  const int t = static_cast<int>(row_id % a.nq);
+  const int hq = static_cast<int>((row_id / a.nq) % a.heads_q);
+  const int64_t b = row_id / (static_cast<int64_t>(a.nq) * a.heads_q);
+  const int64_t ob = b * a.o_stride[0] + hq * a.o_stride[1] + t * a.o_stride[2];
+#pragma unroll
+  for (int c = 0; c < E / 64; ++c)
+    device::storePair<T, kFp8>(a.out, ob + 64 * c + 2 * lane, acc[2 * c] * inv, acc[2 * c + 1] * inv, inv_scale);
+}
+
+int numSms() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return v;
+  }();
+  return n;
+}
+
+template <int E, typename T, bool kFp8>
+cudaError_t launchTyped(const DecodeParams& p, cudaStream_t stream) {
+  using L = DecodeLayout<E>;
+  const int splits = DecodeSplits(p, numSms());
+  if (splits > 1 && !p.workspace) return cudaErrorInvalidValue;
+  DecodeArgs a;
+  a.q = p.q;
+  a.k = p.k_cache;
+  a.v = p.v_cache;
+  a.out = p.out;
+  a.part_o = static_cast<float*>(p.workspace);
+  const int64_t rows_total = static_cast<int64_t>(p.batch) * p.heads_q * p.num_query_tokens;
+  a.part_ml = a.part_o ? a.part_o + splits * rows_total * E : nullptr;
+  a.block_table = p.block_table;
+  a.context_lens = p.context_lens;
+  a.out_scale = p.out_scale;
+  for (int d = 0; d < 3; ++d) {
+    a.q_stride[d] = p.q_stride[d];
+    a.o_stride[d] = p.o_stride[d];
+    a.k_stride[d] = p.k_stride[d];
+    a.v_stride[d] = p.v_stride[d];
+  }
+  a.block_table_stride = p.block_table_stride;
+  a.block_size = p.block_table ? p.block_size : 0;
+  a.heads_q = p.heads_q;
+  a.heads_kv = p.heads_kv;
+  a.group = p.heads_q / p.heads_kv;
+  a.nq = p.num_query_tokens;
+  a.rows = a.group * a.nq;
+  a.max_ctx = static_cast<int>(p.max_context_len);
+  const int64_t per_split = (p.max_context_len + splits - 1) / splits;
+  a.chunk = static_cast<int>((per_split + kTileKeys - 1) / kTileKeys * kTileKeys);
+  a.scale_log2 = static_cast<float>(p.softmax_scale * 1.4426950408889634);
+  a.causal = p.causal;
+  const int smem = L::bytes(a.rows);
+  auto kernel = decodeKernel<E, T, kFp8>;
+  static cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::bytes(kDecodeMaxRows));
+  if (attr != cudaSuccess) return attr;
+  kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch)),
+           kThreads, smem, stream>>>(a);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || splits == 1) return e;
+  combineKernel<E, T, kFp8><<<static_cast<unsigned>((rows_total + 3) / 4), 128, 0, stream>>>(a, splits, p.batch);
+  return cudaGetLastError();
+}
+
+template <int E, typename T>
+cudaError_t launchOut(const DecodeParams& p, cudaStream_t stream) {
+  return p.out_dtype == DType::kF8E4M3 ? launchTyped<E, T, true>(p, stream) : launchTyped<E, T, false>(p, stream);
+}
+
+template <int E>
+cudaError_t launchE(const DecodeParams& p, cudaStream_t stream) {
+  return p.dtype == DType::kBF16 ? launchOut<E, __nv_bfloat16>(p, stream) : launchOut<E, __half>(p, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchDecode(const DecodeParams& p, cudaStream_t stream) {
+  if (!CheckDecode(p).empty()) return cudaErrorInvalidValue;
+  return p.head_size == 64 ? launchE<64>(p, stream) : launchE<128>(p, stream);
+}
+
+}  // namespace fxfuse::attention
