@@ -1,5 +1,7 @@
 #include "compiler/runtime/launcher.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -66,10 +68,12 @@ int runRanks(const std::vector<std::string>& argv, const LaunchOptions& opts) {
     dir = tmpl;
   }
   struct Child {
-    int rank;
-    pid_t pid;
+    int rank = 0;
+    pid_t pid = 0;
     bool done = false;
     int status = 0;
+    int fd[2] = {-1, -1};  // read ends of the child's stdout, stderr pipes (prefix_output)
+    std::string pending[2];
   };
   std::vector<Child> kids;
   std::fflush(stdout);
@@ -84,6 +88,8 @@ int runRanks(const std::vector<std::string>& argv, const LaunchOptions& opts) {
     std::vector<std::string> env = opts.extra_env;
     env.push_back("NCCL_NVLS_ENABLE=0");  // no NVLink multicast, ever
     env.push_back(fmt::format("FXFUSE_RANK={}", r));
+    int pout[2] = {-1, -1}, perr[2] = {-1, -1};
+    if (opts.prefix_output && (pipe(pout) != 0 || pipe(perr) != 0)) fail("pipe failed: {}", std::strerror(errno));
     pid_t pid = fork();
     if (pid < 0) {
       for (auto& k : kids) kill(k.pid, SIGKILL);
@@ -92,13 +98,73 @@ int runRanks(const std::vector<std::string>& argv, const LaunchOptions& opts) {
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(127);
+      if (opts.prefix_output) {
+        dup2(pout[1], 1);
+        dup2(perr[1], 2);
+        for (int fd : {pout[0], pout[1], perr[0], perr[1]}) close(fd);
+      }
       for (auto& e : env) putenv(e.data());
       execv(cargs[0], cargs.data());
       std::fprintf(stderr, "fxfuse: error: rank %d: cannot execute %s: %s\n", r, cargs[0], std::strerror(errno));
       _exit(2);
     }
-    kids.push_back({r, pid});
+    Child c;
+    c.rank = r;
+    c.pid = pid;
+    if (opts.prefix_output) {
+      close(pout[1]);
+      close(perr[1]);
+      c.fd[0] = pout[0];
+      c.fd[1] = perr[0];
+      for (int fd : c.fd) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    }
+    kids.push_back(c);
   }
+  // Forwards complete lines (all of it when `flush`) of every child's output, prefixed.
+  auto forward = [&](int wait_ms, bool flush) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Child*, int>> who;
+    for (auto& k : kids)
+      for (int s = 0; s < 2; ++s)
+        if (k.fd[s] >= 0) {
+          fds.push_back({k.fd[s], POLLIN, 0});
+          who.push_back({&k, s});
+        }
+    if (fds.empty()) {
+      if (wait_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+      return;
+    }
+    poll(fds.data(), fds.size(), wait_ms);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      auto [k, s] = who[i];
+      char buf[4096];
+      while (true) {
+        ssize_t n = read(k->fd[s], buf, sizeof buf);
+        if (n > 0) {
+          k->pending[s].append(buf, static_cast<size_t>(n));
+          continue;
+        }
+        if (n == 0) {  // the child closed it
+          close(k->fd[s]);
+          k->fd[s] = -1;
+        }
+        break;
+      }
+      FILE* to = s == 0 ? stdout : stderr;
+      std::string& p = k->pending[s];
+      size_t start = 0, nl;
+      while ((nl = p.find('\n', start)) != std::string::npos) {
+        std::fprintf(to, "[rank %d] %.*s\n", k->rank, static_cast<int>(nl - start), p.data() + start);
+        start = nl + 1;
+      }
+      p.erase(0, start);
+      if ((flush || k->fd[s] < 0) && !p.empty()) {
+        std::fprintf(to, "[rank %d] %s\n", k->rank, p.c_str());
+        p.clear();
+      }
+      std::fflush(to);
+    }
+  };
   auto stopAll = [&](const std::string& why) {
     FileRendezvous::abortRun(dir, why);
     for (auto& k : kids)
@@ -110,6 +176,13 @@ int runRanks(const std::vector<std::string>& argv, const LaunchOptions& opts) {
       }
   };
   auto cleanup = [&] {
+    forward(0, true);
+    for (auto& k : kids)
+      for (int& fd : k.fd)
+        if (fd >= 0) {
+          close(fd);
+          fd = -1;
+        }
     if (own_dir) {
       std::error_code ec;
       std::filesystem::remove_all(dir, ec);
@@ -138,6 +211,7 @@ int runRanks(const std::vector<std::string>& argv, const LaunchOptions& opts) {
       fail("{}; stopped the other ranks", why);
     }
     if (progressed) continue;
+    forward(10, false);
     if (std::chrono::steady_clock::now() > deadline) {
       std::vector<int> hung;
       for (auto& k : kids)
@@ -148,7 +222,6 @@ int runRanks(const std::vector<std::string>& argv, const LaunchOptions& opts) {
       cleanup();
       fail("{}; stopped {}", why, hung.size() > 1 ? "them" : "it");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   cleanup();
   return mismatches ? 1 : 0;

@@ -22,6 +22,9 @@ struct LaunchOptions {
   double timeout_s = 120;
   std::string rendezvous_dir;                     // empty: a fresh temporary directory (removed after)
   std::vector<std::string> extra_env;             // "NAME=value" for every child
+  // Forward each child's stdout/stderr line by line to ours with "[rank r] " in front (false:
+  // the children write to ours directly).
+  bool prefix_output = true;
 };
 
 // Runs `argv` (argv[0] is the executable path) as world_size ranks. Returns 0 when every rank
