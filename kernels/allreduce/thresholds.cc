@@ -11,12 +11,17 @@
 //   * fused_max = vLLM's FI_ALLREDUCE_FUSION_MAX_SIZE_MB for Hopper (SM 9.0: 64 MB at 2 ranks,
 //     2 MB at 4, 0.5 MB at 8; vllm/compilation/passes/fusion/allreduce_rms_fusion.py), the
 //     sizes up to which vLLM found FlashInfer's fused kernel faster than NCCL + norm on H100/H200.
-//   * one_shot_max: from the traffic model (one-shot pushes (N-1) x message per rank over
-//     NVLink, two-shot 2 (N-1)/N x message but takes two dependent hops) with the one-shot and
-//     two-shot kernel times measured on one H200 with simulated ranks
-//     (docs/benchmarks/allreduce.md): there the two-shot kernel's extra hop costs a few
-//     microseconds, which the one-shot kernel's extra traffic exceeds at about 512 KiB at 2
-//     ranks on NVLink (450 GB/s per direction), 256 KiB at 4 and 128 KiB at 8.
+//   * one_shot_max: the crossover of our one-shot and two-shot kernels measured on one H200
+//     with simulated ranks (docs/benchmarks/allreduce.md, run of 2026-11-29), corrected for
+//     NVLink traffic. Simulated: at 8 ranks the two-shot kernel wins from 256 KiB (T=32,
+//     H=4096: 23.8 vs 26.7 us) and loses at 128 KiB (T=8, H=8192: 22.9 vs 19.5 us); at 4 ranks
+//     the two are even at 1 MiB (T=128, H=4096: 25.2 vs 24.6 us) and two-shot wins at 2 MiB
+//     (35.5 vs 38.7 us); at 2 ranks one-shot wins up to its 4 MiB region (T=512, H=4096: 26.7
+//     vs 32.9 us). Over NVLink a rank's one-shot kernel sends (N-1) x message, the two-shot
+//     kernel 2 (N-1)/N x message: the same at N = 2 (one-shot up to its 4 MiB region), twice
+//     as much at N = 4 (one-shot up to 512 KiB, half the simulated crossover), four times at
+//     N = 8 (128 KiB, the largest size one-shot still won simulated). World sizes 3, 5, 6, 7
+//     are interpolated, not measured.
 //   * These are starting values: the multi-GPU benchmark of issue #10
 //     (kernels/allreduce/bench/run_multigpu.sh) measures the crossover points on 2/4/8 H200s
 //     and replaces them.
@@ -37,11 +42,11 @@ constexpr int64_t kKiB = 1024;
 constexpr int64_t kMiB = 1024 * kKiB;
 
 constexpr Thresholds kTable[] = {
-    {2, 512 * kKiB, 64 * kMiB},
-    {3, 256 * kKiB, 2 * kMiB},
-    {4, 256 * kKiB, 2 * kMiB},
-    {5, 128 * kKiB, kMiB / 2},
-    {6, 128 * kKiB, kMiB / 2},
+    {2, 4 * kMiB, 64 * kMiB},
+    {3, kMiB, 2 * kMiB},
+    {4, 512 * kKiB, 2 * kMiB},
+    {5, 256 * kKiB, kMiB / 2},
+    {6, 256 * kKiB, kMiB / 2},
     {7, 128 * kKiB, kMiB / 2},
     {8, 128 * kKiB, kMiB / 2},
 };
