@@ -49,6 +49,8 @@ class Communicator {
   // exchanged and initialized on the first call; a later call with larger sizes remaps it).
   // Collective. Throws when peers cannot be mapped (no peer access between the devices).
   const kernels::AllReduceWorkspace& workspace(int64_t max_tokens, int64_t hidden_size);
+  // The workspace as last mapped (null before the first workspace() call). Not collective.
+  const kernels::AllReduceWorkspace* mappedWorkspace() const { return own_ ? &ws_ : nullptr; }
   // Whether this build has the fused kernels (kernels/allreduce); without them every fused
   // step takes the NCCL fallback.
   static bool fusedKernelsAvailable();

@@ -87,6 +87,8 @@ int runRanks(const std::vector<std::string>& argv, const LaunchOptions& opts) {
     cargs.push_back(nullptr);
     std::vector<std::string> env = opts.extra_env;
     env.push_back("NCCL_NVLS_ENABLE=0");  // no NVLink multicast, ever
+    // One host: NCCL's bootstrap over loopback unless the user chose an interface.
+    if (!std::getenv("NCCL_SOCKET_IFNAME")) env.push_back("NCCL_SOCKET_IFNAME=lo");
     env.push_back(fmt::format("FXFUSE_RANK={}", r));
     int pout[2] = {-1, -1}, perr[2] = {-1, -1};
     if (opts.prefix_output && (pipe(pout) != 0 || pipe(perr) != 0)) fail("pipe failed: {}", std::strerror(errno));
