@@ -19,10 +19,9 @@ def main():
     for r in rows:
         key = (r["mode"], r["world_size"], r["hidden"], r["tokens"], r["variant"])
         groups.setdefault(key, {})[r["method"]] = r
-    print("| mode | ranks | H | T | variant | one-shot µs | two-shot µs | table picks | "
-          "(a) NCCL + our add-norm µs | (b) torch NCCL + compiled norm µs | our norm alone µs | "
-          "speed-up of the pick vs best of (a), (b) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    header = ["mode", "ranks", "H", "T", "variant", "one-shot µs", "two-shot µs", "table picks",
+              "(a) NCCL + our add-norm µs", "(b) torch NCCL + compiled norm µs", "our norm alone µs",
+              "speed-up of the pick vs best of (a), (b)"]
 
     def us(m, name):
         return m[name]["us"] if name in m else None
@@ -30,6 +29,7 @@ def main():
     def fmt(v):
         return "n/a" if v is None else f"{v:.2f}"
 
+    lines = []
     for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], k[3], k[4])):
         m = groups[key]
         one, two = us(m, "fused_one_shot"), us(m, "fused_two_shot")
@@ -40,8 +40,14 @@ def main():
         unfused = [v for v in (a, b) if v is not None]
         speedup = f"{min(unfused) / fused:.2f}x" if fused and unfused and key[0] == "gpus" else "—"
         mode = "simulated" if key[0] == "simulated" else "GPUs"
-        print(f"| {mode} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {fmt(one)} | {fmt(two)} | {pick} | "
-              f"{fmt(a)} | {fmt(b)} | {fmt(alone)} | {speedup} |")
+        lines.append([mode, str(key[1]), str(key[2]), str(key[3]), key[4], fmt(one), fmt(two), pick, fmt(a), fmt(b),
+                      fmt(alone), speedup])
+    # Columns without a single measured value (e.g. NCCL on simulated ranks) are left out.
+    keep = [i for i in range(len(header)) if any(line[i] not in ("n/a", "—") for line in lines)]
+    print("| " + " | ".join(header[i] for i in keep) + " |")
+    print("|" + "---|" * len(keep))
+    for line in lines:
+        print("| " + " | ".join(line[i] for i in keep) + " |")
 
 
 if __name__ == "__main__":
