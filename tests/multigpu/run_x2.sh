@@ -9,7 +9,7 @@
 #      unfused plan (NCCL collective steps) and the error paths (a rank killed, a world size
 #      larger than the machine)
 #   3. the kernel benchmark of issue #10 (kernels/allreduce/bench/run_multigpu.sh 2), when staged
-# Budgets (seconds, env): PARITY_BUDGET (200), BENCH_BUDGET (220).
+# Budgets (seconds, env): PARITY_BUDGET (220), BENCH_BUDGET (200); about 19 parity runs of 5-10 s.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fxfuse_x2}
@@ -36,7 +36,7 @@ PY
 } 2>&1 | tee -a "$OUT/env.txt"
 
 echo "== 2. parity (world size 2)" | tee "$OUT/parity.txt"
-LOG="$OUT/parity_full.log" PER_RUN_TIMEOUT=${PER_RUN_TIMEOUT:-60} timeout "${PARITY_BUDGET:-200}" \
+LOG="$OUT/parity_full.log" PER_RUN_TIMEOUT=${PER_RUN_TIMEOUT:-60} timeout "${PARITY_BUDGET:-220}" \
   bash tests/multigpu/parity.sh "$FXFUSE" 2 2>&1 | tee -a "$OUT/parity.txt"
 parity_rc=${PIPESTATUS[0]}
 # Error paths: more ranks than GPUs; a rank that dies (SIGKILL from outside) is reported by
@@ -54,7 +54,7 @@ parity_rc=${PIPESTATUS[0]}
 echo "== 3. all-reduce + RMSNorm benchmark (world size 2)" | tee "$OUT/bench.txt"
 if [[ -x "$D/allreduce_bench/run_multigpu.sh" ]]; then
   left=$(( 460 - ($(date +%s) - START) ))
-  budget=${BENCH_BUDGET:-220}; (( left < budget )) && budget=$left
+  budget=${BENCH_BUDGET:-200}; (( left < budget )) && budget=$left
   echo "budget ${budget}s" | tee -a "$OUT/bench.txt"
   OUT="$OUT/allreduce" timeout "$budget" bash "$D/allreduce_bench/run_multigpu.sh" 2 "$D/allreduce_bench" 2>&1 | tee -a "$OUT/bench.txt" | tail -40
 else
