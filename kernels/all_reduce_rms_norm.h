@@ -63,6 +63,8 @@ Status InitAllReduceWorkspace(const AllReduceWorkspace& workspace, cudaStream_t 
 //   a = round16(Σ_{r=0..N-1} float(input_r))            (fp32 sum in rank order)
 //   residual given:   z = round16(float(a) + float(residual));  residual <- z
 //   no residual:      z = a;  allreduce_out <- a (when given)
+//   (allreduce_out is written whenever it is given, with or without a residual; the residual
+//   must not alias input, allreduce_out or norm_out)
 //   n = the RmsNorm of z with weight and epsilon, rounded exactly as kernels/rms_norm.h's
 //       kRoundedSum path; norm_out <- n (when given)
 //   quant_out <- fp8(clamp(float(n) * (1 / *scale), ±448)) (when given; static per-tensor)

@@ -57,7 +57,9 @@ Status AllReduceRmsNormParams::Check() const {
     return Invalid("epsilon must be finite and >= 0, got " + std::to_string(epsilon));
   }
   if (max_ctas < 0) return Invalid("max_ctas must be >= 0, got " + std::to_string(max_ctas));
-  if (residual != nullptr && residual == input) return Invalid("residual must not alias input");
+  if (residual != nullptr && (residual == input || residual == allreduce_out || residual == norm_out)) {
+    return Invalid("residual must not alias input, allreduce_out or norm_out");
+  }
   if (quant_out != nullptr && (quant_out == input || quant_out == residual)) {
     return Invalid("quant_out must not alias input or residual");
   }

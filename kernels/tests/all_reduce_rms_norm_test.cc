@@ -76,6 +76,16 @@ TEST_CASE("AllReduceRmsNormParams::Check") {
   p.residual = g_in;
   CHECK(Mentions(p.Check(), "alias"));
   p = Valid();
+  p.norm_out = g_res;  // the new residual and n would overwrite each other
+  CHECK(Mentions(p.Check(), "alias"));
+  p = Valid();
+  p.allreduce_out = g_res;
+  CHECK(Mentions(p.Check(), "alias"));
+  p = Valid();
+  p.norm_out = g_in;  // n into the input: allowed (vLLM's fused-add pattern)
+  p.allreduce_out = nullptr;
+  CHECK(p.Check().ok());
+  p = Valid();
   p.hidden_size = 0;
   CHECK(Mentions(p.Check(), "hidden_size"));
   p = Valid();
