@@ -889,6 +889,7 @@ std::vector<RValue> Interpreter::runGraph(const ir::Graph& g, std::vector<RValue
         if (!n.output(k)) continue;
         if (k >= outs.size()) fail("output {} was not produced", k);
         checkOutput(n, k, outs[k]);
+        if (options_.after_output) options_.after_output(n, k, outs[k]);
         env[n.output(k)] = outs[k];
       }
     } catch (const FxError& e) {

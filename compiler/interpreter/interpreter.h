@@ -55,6 +55,10 @@ struct Options {
   uint64_t seed = 0;
   std::string graph;                    // the graph to run (default: the module's first)
   NumericsOptions numerics;
+  // Called with each node output the interpreter computed, before later nodes read it; may
+  // replace the value (`fxfuse run --compare-cpu` substitutes the GPU's value to check every
+  // node on the GPU's own inputs).
+  std::function<void(const ir::Node& node, size_t output, RValue& value)> after_output;
 };
 
 class Interpreter;

@@ -625,9 +625,10 @@ bool Lowerer::tryAlias(Node& n) {
                     t == "_c10d_functional.all_reduce.default";
   if (collective && opts_.world_size > 1) return false;
   if (t == "aten.dropout.default" && flag(n, "train", false)) unsupported(n, "dropout in training mode");
-  // Casts are views only when the dtype does not change.
+  // Casts are views only when the dtype does not change (`aten.to.device` may carry a dtype:
+  // HF rotary's `inv_freq.to(device, dtype=f32)`).
   if (t == "prims.convert_element_type.default" || t == "aten._to_copy.default" || t == "aten.to.dtype" ||
-      t == "aten.to.dtype_layout" || t == "aten.type_as.default" || t == "aten.view.dtype") {
+      t == "aten.to.dtype_layout" || t == "aten.type_as.default" || t == "aten.view.dtype" || t == "aten.to.device") {
     if (!n.output(0) || n.output(0)->type.dtype != self->type.dtype) return false;
   }
   if (pending(self)) return false;  // an index remap inside the open group instead
@@ -921,7 +922,7 @@ void Lowerer::lowerGenerated(Node& n) {
                t == "aten.slice_scatter.default" || t == "aten.cumsum.default" || t == "aten.triu.default" ||
                t == "aten.tril.default" || t == "aten.split.Tensor" || t == "aten.split_with_sizes.default" ||
                t == "aten.chunk.default" || t == "aten.unbind.int" || t == "aten.contiguous.default" ||
-               t == "aten.as_strided.default";
+               t == "aten.as_strided.default" || t == "aten.diff.default";
   if (n.numOutputs() > 1) {
     // Multi-output views (split/chunk/unbind): each output is a slice/select of the input.
     prepareGroup(n, {valArg(n, "self")->type.shape, 0}, true);
@@ -1238,6 +1239,45 @@ void Lowerer::lowerGenerated(Node& n) {
     int id = gnode("cumsum", "", {operand(x, n)}, odt, osh, o);
     cg_.node(id).iv = {normDim(n, intArg(n, "dim", 0), x->type.shape.size())};
     define(out, id);
+    return;
+  }
+  if (t == "aten.diff.default") {
+    // diff(x, n=1, dim, prepend, append): out[i] = y[i+1] - y[i] along dim, where
+    // y = cat(prepend, x, append); generated as the difference of two slices of the concatenation:
+    //   prepend ─┐                 ┌─ slice(1:)  ─┐
+    //   x ───────┼─ cat(dim) = y ──┤              ├─ sub ─ out
+    //   append ──┘                 └─ slice(:-1) ─┘
+    if (intArg(n, "n", 1) != 1) unsupported(n, "diff with n != 1");
+    Value* x = valArg(n, "self");
+    int64_t d = normDim(n, intArg(n, "dim", -1), x->type.shape.size());
+    std::vector<int> parts;
+    std::vector<SymExpr> ysh = x->type.shape;
+    ysh[static_cast<size_t>(d)] = I(0);
+    for (const char* name : {"prepend", "self", "append"}) {
+      Value* v = valArg(n, name);
+      if (!v) continue;
+      if (v->type.shape.size() != x->type.shape.size()) unsupported(n, "diff with a prepend/append of another rank");
+      int a = operand(v, n);
+      parts.push_back(gCast(a, x->type.dtype, cg_.node(a).shape, o));
+      if (parts.back() != a) member(parts.back());
+      ysh[static_cast<size_t>(d)] = ysh[static_cast<size_t>(d)] + v->type.shape[static_cast<size_t>(d)];
+    }
+    int y = parts.front();
+    if (parts.size() > 1) {
+      y = gnode("cat", "", parts, x->type.dtype, ysh, o);
+      cg_.node(y).iv = {d};
+      member(y);
+    }
+    int hi = gnode("remap", "slice", {y}, x->type.dtype, osh, o);
+    cg_.node(hi).iv = {d};
+    cg_.node(hi).sv = {I(1), I(1)};
+    member(hi);
+    int lo = gnode("remap", "slice", {y}, x->type.dtype, osh, o);
+    cg_.node(lo).iv = {d};
+    cg_.node(lo).sv = {I(0), I(1)};
+    member(lo);
+    DType ct = x->type.dtype == DType::Bool ? DType::Bool : odt;
+    define(out, gBin(ct == DType::Bool ? "bxor" : "sub", hi, lo, odt, osh, o));
     return;
   }
   if (t == "aten.triu.default" || t == "aten.tril.default") {

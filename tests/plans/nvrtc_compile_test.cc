@@ -32,6 +32,8 @@ TEST_CASE("generated kernels compile with NVRTC for sm_90a") {
       "tests/data/hf/hf_qwen3.post_grad.fxg.json",
       "tests/plans/softmax_mask.fxg",
       "tests/plans/generated_norms.fxg",
+      "tests/plans/diff_positions.fxg",
+      "tests/data/hf/hf_llama.train_ir.pt2",  // aten.diff + cumsum mask
   };
   size_t compiled = 0;
   for (const auto& f : files) {
