@@ -107,6 +107,7 @@ def inputs(T, device="cuda"):
 
 
 def time_fn(fn, args, iters, warmup=5):
+    """Median of `iters` calls, each timed with CUDA events (CPU launch cost included)."""
     for _ in range(warmup):
         fn(*args)
     torch.cuda.synchronize()
@@ -120,6 +121,20 @@ def time_fn(fn, args, iters, warmup=5):
         ms.append(a.elapsed_time(b))
     ms.sort()
     return ms[len(ms) // 2] * 1000.0
+
+
+def time_graph(fn, args, iters):
+    """The same call captured once in a CUDA graph: median of `iters` replays (as fxfuse bench)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(*args)
+    return time_fn(lambda: graph.replay(), (), iters)
 
 
 def count_kernels(fn, args):
@@ -137,22 +152,25 @@ def count_kernels(fn, args):
     return n
 
 
-def write_report(args, tokens, modes, results, notes, final=False):
+COMPILED = ("default", "default (graph)", "max-autotune", "max-autotune (graph)")
+
+
+def write_report(args, tokens, columns, results, notes, final=False):
     json.dump({"results": {m: {str(t): v for t, v in r.items()} for m, r in results.items()},
                "torch": torch.__version__, "device": torch.cuda.get_device_name(0), "notes": notes},
               open(os.path.join(args.out, "decoder_layer.json"), "w"), indent=1)
-    # Markdown table.
-    lines = ["| T | " + " | ".join(modes) + " | fxfuse vs best torch.compile | kernels (fxfuse / eager / compile / max-autotune) | fxfuse arena |",
-             "|---|" + "---|" * len(modes) + "---|---|---|"]
+    lines = ["| T | " + " | ".join(columns) + " | fxfuse vs best torch.compile (any) | kernels (" +
+             " / ".join(c for c in columns if "(graph)" not in c) + ") | fxfuse arena |",
+             "|---|" + "---|" * len(columns) + "---|---|---|"]
     for T in tokens:
         row = [str(T)]
-        for m in modes:
+        for m in columns:
             r = results[m].get(T, {})
             row.append(f"{r['us']:.1f} us" if "us" in r else "n/a")
         fx = results.get("fxfuse", {}).get(T, {}).get("us")
-        best = [results[m][T]["us"] for m in ("default", "max-autotune") if m in results and "us" in results[m].get(T, {})]
+        best = [results[m][T]["us"] for m in COMPILED if m in results and "us" in results[m].get(T, {})]
         row.append(f"{min(best) / fx:.2f}x" if fx and best else "n/a")
-        row.append(" / ".join(str(results[m].get(T, {}).get("kernels", "-")) for m in modes))
+        row.append(" / ".join(str(results[m].get(T, {}).get("kernels", "-")) for m in columns if "(graph)" not in m))
         ar = results.get("fxfuse", {}).get(T, {}).get("arena")
         row.append(f"{ar / 2**20:.1f} MiB" if ar else "n/a")
         lines.append("| " + " | ".join(row) + " |")
@@ -162,12 +180,34 @@ def write_report(args, tokens, modes, results, notes, final=False):
     if not final:
         return
     print(table)
-    for m in modes:
+    for n in sorted(set(notes)):
+        print("note:", n)
+    for m in columns:
         for T, r in results[m].items():
             if "error" in r:
                 print(f"error {m} T={T}: {r['error']}")
 
 
+def innermost_failure(e):
+    """Where the exception chain started: the innermost exception and its last frames."""
+    import traceback
+    while e.__cause__ is not None or (e.__context__ is not None and not e.__suppress_context__):
+        e = e.__cause__ or e.__context__
+    frames = traceback.extract_tb(e.__traceback__)[-4:]
+    where = "; ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}: {f.line}" for f in frames)
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} at {where}"
+
+
+# Ways to get max-autotune through Inductor's _scaled_mm lowering, tried in order until one
+# compiles (same math in every one; the table's notes say which was used):
+#   as-is; 0-d scale tensors instead of [1]; no prologue fusion into the GEMM templates;
+#   the GEMMs from ATen (cuBLASLt) only, every other max-autotune choice kept.
+MAX_AUTOTUNE_VARIANTS = [
+    ("as-is", False, {}),
+    ("0-d scales", True, {}),
+    ("0-d scales, prologue_fusion=False", True, {"prologue_fusion": False}),
+    ("0-d scales, max_autotune_gemm_backends=ATEN", True, {"max_autotune_gemm_backends": "ATEN"}),
+]
 
 
 def main():
@@ -180,81 +220,126 @@ def main():
     ap.add_argument("--deadline-s", type=float, default=200, help="stop starting new torch.compile work after this")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--modes", default="fxfuse,eager,default,max-autotune")
+    ap.add_argument("--max-autotune-tokens", default=None,
+                    help="T values for max-autotune, in this order (default: --tokens); it runs after the other modes")
+    ap.add_argument("--first-variant", type=int, default=0,
+                    help="index into MAX_AUTOTUNE_VARIANTS to start from (a known failure need not be re-run)")
     args = ap.parse_args()
     t_start = time.time()
     tokens = [int(t) for t in args.tokens.split(",")]
     modes = args.modes.split(",")
+    columns = [c for m in modes for c in ((m,) if m == "fxfuse" else (m, m + " (graph)"))]
     os.makedirs(args.out, exist_ok=True)
-    results = {m: {} for m in modes}
+    results = {c: {} for c in columns}
     notes = []
     torch.backends.cuda.matmul.allow_tf32 = False
+
+    def iters_for(us_estimate):  # about 2 s of timing at most, at least 10 iterations
+        return max(10, min(args.iters, int(2e6 / max(us_estimate, 1.0))))
 
     if "fxfuse" in modes:
         os.makedirs(args.work, exist_ok=True)
         plan = os.path.join(args.work, "decoder_layer.plan.pb")
         subprocess.run([args.fxfuse, "compile", args.graph, "--emit=plan", "-o", plan, "-q"], check=True)
+        est = 100.0
         for T in tokens:
             js = os.path.join(args.work, f"fxfuse_T{T}.json")
-            r = subprocess.run([args.fxfuse, "bench", plan, "--device=cuda", "--bind", f"s0={T}", "--iters",
-                                str(args.iters), "--json", js], capture_output=True, text=True)
+            n = iters_for(est)
+            r = subprocess.run([args.fxfuse, "bench", plan, "--device=cuda", "--bind", f"s0={T}", "--iters", str(n),
+                                "--warmup", str(min(20, n)), "--json", js], capture_output=True, text=True)
             print(r.stdout.strip(), r.stderr.strip(), flush=True)
             if r.returncode == 0:
                 d = json.load(open(js))
-                results["fxfuse"][T] = {"us": d["median_us"], "kernels": d["kernels"], "arena": d["arena_bytes"]}
+                results["fxfuse"][T] = {"us": d["median_us"], "kernels": d["kernels"], "arena": d["arena_bytes"],
+                                        "iters": n}
+                est = d["median_us"] * (64 if T >= 512 else 8)  # attention grows as T^2
             else:
                 results["fxfuse"][T] = {"error": (r.stderr or r.stdout).strip()[-300:]}
-            write_report(args, tokens, modes, results, notes)
+            write_report(args, tokens, columns, results, notes)
 
-    model = DecoderLayerFP8()
-    retried = {}
+    models = {False: DecoderLayerFP8()}
+    # Every mode x shape compiles its own entry of the one forward(): room for all of them
+    # (the default limit of 8 would silently fall back to eager).
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 256)
+
+    def build(mode, v):
+        name, scalar, patch = MAX_AUTOTUNE_VARIANTS[v] if mode == "max-autotune" else ("as-is", False, {})
+        if scalar not in models:
+            models[scalar] = DecoderLayerFP8(scalar_scales=scalar)
+        if mode == "eager":
+            return name, models[scalar]
+        # max-autotune without Inductor's own cudagraph trees: the graph column captures the
+        # compiled call in a CUDA graph the same way as for eager and default.
+        compiled = torch.compile(models[scalar], mode=None if mode == "default" else "max-autotune-no-cudagraphs",
+                                 dynamic=False)
+        if not patch:
+            return name, compiled
+        import torch._inductor.config as icfg
+        patch = {k: x for k, x in patch.items() if hasattr(icfg, k)}
+
+        def patched(*a):
+            with icfg.patch(patch):
+                return compiled(*a)
+        return name, patched
+
+    state = {}  # mode -> [variant index, variant name, callable]
+    # Eager and default at every T, then max-autotune (minutes of autotuning per T) on its list.
+    mat_tokens = [int(t) for t in args.max_autotune_tokens.split(",")] if args.max_autotune_tokens else tokens
+    plan = [(m, tokens) for m in modes if m not in ("fxfuse", "max-autotune")]
+    if "max-autotune" in modes:
+        plan.append(("max-autotune", mat_tokens))
     with torch.no_grad():
-        for mode in [m for m in modes if m != "fxfuse"]:
-            if mode == "eager":
-                fn = model
-            else:
-                torch._dynamo.reset()
-                fn = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
-            for T in tokens:
+        for mode, mode_tokens in plan:
+            if mode not in state:
+                first = args.first_variant if mode == "max-autotune" else 0
+                state[mode] = [first, *build(mode, first)]
+                if first:
+                    notes.append(f"max-autotune: variants before '{MAX_AUTOTUNE_VARIANTS[first][0]}' not retried "
+                                 f"(--first-variant {first}; they failed in an earlier run)")
+            for T in mode_tokens:
                 if mode != "eager" and time.time() - t_start > args.deadline_s:
                     results[mode][T] = {"error": "not run: time budget of the device call"}
                     continue
                 a = inputs(T)
+                first_s = None
+                while True:
+                    variant, vname, fn = state[mode]
+                    try:
+                        t0 = time.time()
+                        fn(*a)
+                        torch.cuda.synchronize()
+                        first_s = time.time() - t0
+                        break
+                    except Exception as e:  # noqa: BLE001 - report, then the next variant
+                        why = innermost_failure(e)
+                        print(f"{mode} T={T} [{vname}] failed: {why}", flush=True)
+                        notes.append(f"{mode} [{vname}] failed: {why}"[:600])
+                        if mode != "max-autotune" or variant + 1 >= len(MAX_AUTOTUNE_VARIANTS):
+                            break
+                        state[mode] = [variant + 1, *build(mode, variant + 1)]
+                if first_s is None:
+                    results[mode][T] = {"error": notes[-1][:200]}
+                    continue
                 try:
-                    t0 = time.time()
-                    fn(*a)
-                    torch.cuda.synchronize()
-                    compile_s = time.time() - t0
-                    us = time_fn(fn, a, args.iters)
+                    us = time_fn(fn, a, iters_for(1000.0))
                     k = count_kernels(fn, a)
-                    results[mode][T] = {"us": us, "kernels": k, "first_call_s": compile_s}
-                    print(f"{mode} T={T}: {us:.1f} us, {k} kernels, first call {compile_s:.1f} s", flush=True)
-                except Exception as e:  # noqa: BLE001 - report and go on
-                    import traceback
-                    tb = traceback.format_exc()
-                    print(f"{mode} T={T} failed:\n{tb[-2500:]}", flush=True)
-                    results[mode][T] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]}
-                    if mode != "eager" and not retried.get(mode):
-                        # Inductor's _scaled_mm lowering may reject [1]-shaped scales: retry
-                        # this mode once with 0-d scales (same math), noted in the table.
-                        retried[mode] = True
-                        torch._dynamo.reset()
-                        model_s = DecoderLayerFP8(scalar_scales=True)
-                        fn = torch.compile(model_s, mode=None if mode == "default" else mode, dynamic=False)
-                        try:
-                            fn(*a)
-                            torch.cuda.synchronize()
-                            us = time_fn(fn, a, args.iters)
-                            k = count_kernels(fn, a)
-                            results[mode][T] = {"us": us, "kernels": k, "note": "0-d scales"}
-                            notes.append(f"{mode}: run with 0-d scale tensors (the [1]-shaped form failed to compile)")
-                            print(f"{mode} T={T} (0-d scales): {us:.1f} us, {k} kernels", flush=True)
-                        except Exception as e2:  # noqa: BLE001
-                            tb = traceback.format_exc()
-                            print(f"{mode} T={T} with 0-d scales failed too:\n{tb[-1500:]}", flush=True)
-                            fn = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
-                write_report(args, tokens, modes, results, notes)
+                    results[mode][T] = {"us": us, "kernels": k, "first_call_s": first_s, "variant": vname}
+                    gus = time_graph(fn, a, iters_for(us))
+                    results[mode + " (graph)"][T] = {"us": gus, "variant": vname}
+                    if vname != "as-is":
+                        notes.append(f"{mode}: compiled with {vname}")
+                    print(f"{mode} T={T} [{vname}]: {us:.1f} us per call, {gus:.1f} us in a CUDA graph, {k} kernels, "
+                          f"first call {first_s:.1f} s", flush=True)
+                except Exception as e:  # noqa: BLE001
+                    why = innermost_failure(e)
+                    print(f"{mode} T={T} timing failed: {why}", flush=True)
+                    if "us" not in results[mode].get(T, {}):
+                        results[mode][T] = {"error": why[:200]}
+                write_report(args, tokens, columns, results, notes)
 
-    write_report(args, tokens, modes, results, notes, final=True)
+    write_report(args, tokens, columns, results, notes, final=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 # GPU parity (tag gpu): every graph given is compiled, lowered and run on the GPU with
 # seeded inputs, and its outputs are compared with the CPU interpreter's on the same inputs
 # (`fxfuse run --compare-cpu`): fused (the default pipeline) and unfused (canonicalization
-# only, no fusion pass). Graph files: .fxg, .fxg.json, .core_aten.pt2 (others are skipped).
+# only, no fusion pass). Graph files: .fxg, .fxg.json, .core_aten.pt2, .train_ir.pt2 (others
+# are skipped). A run whose outputs differ passes only if `fxfuse run` proves, node by node,
+# that every kernel is within one rounding step on its own inputs (docs/runtime.md "Parity").
 # Runs JOBS at a time. Prints one line per run and "N passed, M failed" last.
 #   tests/runtime/gpu_parity.sh FXFUSE GRAPH...      (env: JOBS=8, LOG=file, PARITY_TIMEOUT=120)
 set -uo pipefail
@@ -13,7 +15,7 @@ UNFUSED=functionalize,noop-elimination,canonicalize-ops,canonicalize-norm,canoni
 runs=()
 for f in "$@"; do
   case "$f" in
-    *.fxg|*.fxg.json|*.core_aten.pt2) runs+=("$f|fused" "$f|unfused") ;;
+    *.fxg|*.fxg.json|*.core_aten.pt2|*.train_ir.pt2) runs+=("$f|fused" "$f|unfused") ;;
   esac
 done
 set -- "${runs[@]}"
@@ -36,7 +38,7 @@ for f in "$@"; do
   key=$(echo "$f" | tr '/|' '__')
   cat "$tmp/$key.status" 2>/dev/null || echo "FAIL $f (no status)"
   { echo "===== $f"; cat "$tmp/$key.log"; } >> "$LOG"
-  if grep -q '^PASS' "$tmp/$key.status"; then passed=$((passed + 1)); else failed=$((failed + 1)); tail -5 "$tmp/$key.log" | cut -c1-400; fi
+  if grep -q '^PASS' "$tmp/$key.status"; then passed=$((passed + 1)); else failed=$((failed + 1)); tail -14 "$tmp/$key.log" | cut -c1-400; fi
 done
 rm -rf "$tmp"
 echo "$passed passed, $failed failed"
