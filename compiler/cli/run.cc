@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "compiler/cli/node_check.h"
+#include "compiler/cli/multigpu.h"
 #include "compiler/interpreter/compare.h"
 #include "compiler/interpreter/interpreter.h"
 #include "compiler/interpreter/numerics.h"
@@ -218,6 +219,7 @@ void registerRun(CLI::App& app, int& exit_code) {
   static int world_size = 1;
   static std::vector<std::string> passes;
   static double rtol = -1, atol = -1, mismatch_frac = 0.001;
+  static MultiGpuFlags mg;
   cmd->add_option("input", input, "launch plan (.plan.pb, .plan.txt) or graph (.pt2, .json, .pb, .fxg)")->required();
   cmd->add_option("--device", device, "device to run on (cuda)");
   cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
@@ -234,7 +236,11 @@ void registerRun(CLI::App& app, int& exit_code) {
   cmd->add_flag("--check-nodes", check_nodes,
                 "graphs only, with --compare-cpu: also run the node-by-node check when the outputs match");
   cmd->add_flag("--strict", strict, "with --compare-cpu: the outputs must match; no node-by-node proof");
+  addMultiGpuFlags(cmd, mg);
   cmd->callback([&exit_code] {
+    // World size > 1: this process launches one rank per GPU and waits (multigpu.h).
+    const int world = runWorldSize(input, isPlanPath(input), world_size);
+    if (!describe && !cpu_only && launchRanks(mg, world, exit_code)) return;
     if (check_nodes && (isPlanPath(input) || !compare)) fail("--check-nodes needs a graph input and --compare-cpu");
     Loaded l = loadInput(input, world_size, compare && !describe, passes);
     if (describe) {
@@ -243,6 +249,7 @@ void registerRun(CLI::App& app, int& exit_code) {
       return;
     }
     if (!cpu_only) requireDevice(device);
+    std::unique_ptr<rt::Communicator> comm = cpu_only ? nullptr : rankCommunicator(mg, world);  // selects GPU `rank`
     auto env = symbolValues(l.plan, parseBinds(binds));
     // Inputs from the interpreter (same values for both sides).
     std::unique_ptr<ir::Module> ref_module = l.graph ? std::move(l.graph) : ir::loadModule(input);
@@ -250,12 +257,23 @@ void registerRun(CLI::App& app, int& exit_code) {
     io.bind = env;
     io.seed = seed;
     io.world_size = std::max(1, l.plan.world_size());
+    io.rank = std::max(0, mg.rank);  // activations depend on the rank (lockstep.h)
     interp::Interpreter in(*ref_module, io);
     std::vector<interp::RValue> host_inputs = in.makeInputs(seed);
     if (static_cast<int>(host_inputs.size()) != l.plan.inputs_size())
       fail("the graph has {} inputs, the plan {}", host_inputs.size(), l.plan.inputs_size());
     for (const auto& [k, v] : in.bindings())
       if (!env.count(k)) env[k] = v;
+    if (cpu_only && world > 1) {  // every rank's reference, in lockstep
+      auto all = lockstepReference(*ref_module, io, world, seed);
+      for (int r = 0; r < world; ++r)
+        for (int i = 0; i < l.plan.outputs_size() && i < static_cast<int>(all[static_cast<size_t>(r)].size()); ++i)
+          if (all[static_cast<size_t>(r)][static_cast<size_t>(i)].isTensor())
+            std::printf("cpu rank %d output %d %s: %s\n", r, i, l.plan.outputs(i).name().c_str(),
+                        summary(all[static_cast<size_t>(r)][static_cast<size_t>(i)].t).c_str());
+      exit_code = 0;
+      return;
+    }
     if (cpu_only) {
       std::vector<interp::RValue> ref = in.run(host_inputs);
       for (int i = 0; i < l.plan.outputs_size() && i < static_cast<int>(ref.size()); ++i)
@@ -269,7 +287,8 @@ void registerRun(CLI::App& app, int& exit_code) {
     auto t0 = std::chrono::steady_clock::now();
     auto prog = rt::Program::fromPlan(l.plan, lo);
     double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    rt::Session s(*prog);
+    rt::Session s(*prog, comm.get());
+    if (mg.allreduce != "auto") s.setAllReduceAlgorithm(allReduceAlgorithm(mg));
     s.bind(env);
     Inputs owned;
     for (int i = 0; i < l.plan.inputs_size(); ++i) {
@@ -287,8 +306,14 @@ void registerRun(CLI::App& app, int& exit_code) {
     std::printf("plan: %d steps, %d launches, %d generated kernels (%d from cache, load %.0f ms), arena %lld bytes;%s\n",
                 l.plan.steps_size(), s.launchesPerRun(), l.plan.kernels_size(), prog->cacheHits(), load_ms,
                 static_cast<long long>(s.arenaBytes()), binds_s.c_str());
+    if (!s.fusedAlgorithms().empty()) {
+      std::string algos;
+      for (const auto& a : s.fusedAlgorithms()) algos += (algos.empty() ? "" : ", ") + a;
+      std::printf("fused all-reduce steps (world size %d): %s\n", world, algos.c_str());
+    }
     std::vector<interp::RValue> ref;
-    if (compare) ref = in.run(host_inputs);
+    if (compare) ref = world > 1 ? lockstepReference(*ref_module, io, world, seed).at(static_cast<size_t>(mg.rank))
+                                 : in.run(host_inputs);
     interp::CompareOptions co;
     if (rtol >= 0) co.rtol = rtol;
     if (atol >= 0) co.atol = atol;
@@ -316,7 +341,7 @@ void registerRun(CLI::App& app, int& exit_code) {
     // Outputs differ: is every kernel right on its own inputs (the difference only rounding
     // carried forward)? node_check.h; docs/runtime.md "Parity".
     bool proven = false;
-    if (compare && !isPlanPath(input) && ((!all_pass && !strict) || check_nodes)) {
+    if (compare && world == 1 && !isPlanPath(input) && ((!all_pass && !strict) || check_nodes)) {
       compiler::CompileOptions cop;
       cop.world_size = world_size;
       cop.passes = passes;
@@ -360,6 +385,7 @@ void registerBench(CLI::App& app, int& exit_code) {
   static std::vector<std::string> binds;
   static int warmup = 20, iters = 200, world_size = 1;
   static bool no_graph = false;
+  static MultiGpuFlags mg;
   cmd->add_option("input", input, "launch plan (.plan.pb, .plan.txt) or graph")->required();
   cmd->add_option("--device", device, "device to run on (cuda)");
   cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
@@ -368,12 +394,17 @@ void registerBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--world-size", world_size, "tensor-parallel world size (graphs only)");
   cmd->add_flag("--no-graph", no_graph, "time plain run() launches instead of CUDA graph replays");
   cmd->add_option("--json", json, "also write the result as JSON to this file");
+  addMultiGpuFlags(cmd, mg);
   cmd->callback([&exit_code] {
+    const int world = runWorldSize(input, isPlanPath(input), world_size);
+    if (launchRanks(mg, world, exit_code)) return;
     requireDevice(device);
+    std::unique_ptr<rt::Communicator> comm = rankCommunicator(mg, world);  // selects GPU `rank`
     Loaded l = loadInput(input, world_size, false);
     auto env = symbolValues(l.plan, parseBinds(binds));
     auto prog = rt::Program::fromPlan(l.plan);
-    rt::Session s(*prog);
+    rt::Session s(*prog, comm.get());
+    if (mg.allreduce != "auto") s.setAllReduceAlgorithm(allReduceAlgorithm(mg));
     s.bind(env);
     Inputs owned;
     for (int i = 0; i < l.plan.inputs_size(); ++i) {
@@ -398,6 +429,7 @@ void registerBench(CLI::App& app, int& exit_code) {
       s.replay(stream);
       cudaCheck(cudaStreamSynchronize(stream), "first replay");
     }
+    if (comm) comm->barrier(stream);  // the ranks start timing together
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
@@ -422,7 +454,7 @@ void registerBench(CLI::App& app, int& exit_code) {
                 input.c_str(), binds_s.c_str(), med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
                 no_graph ? "runs" : "CUDA graph replays", s.launchesPerRun(), static_cast<long long>(s.arenaBytes()),
                 static_cast<long long>(l.plan.arena().no_reuse_bytes_at_hint()));
-    if (!json.empty())
+    if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers
       ir::writeFileAtomic(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
                                             "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
                                             "\"arena_bytes\": {}}}\n",

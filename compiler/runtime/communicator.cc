@@ -85,11 +85,12 @@ std::unique_ptr<Communicator> Communicator::fromNccl(ncclComm_t comm, int device
   c->device_ = device;
   c->nccl_ = comm;
   check(cudaSetDevice(device), "selecting the communicator's GPU");
-  // Blobs of at most 256 bytes (IPC handles), gathered through the user's communicator.
+  // Blobs of at most 255 bytes (IPC handles), gathered through the user's communicator: one
+  // 256-byte slot per rank, the length in its last byte.
   Communicator* self = c.get();
   c->all_gather_ = [self](const std::string& tag, const std::string& mine) {
     constexpr size_t kSlot = 256;
-    if (mine.size() > kSlot) fail("communicator exchange '{}': {} bytes exceed {}", tag, mine.size(), kSlot);
+    if (mine.size() >= kSlot) fail("communicator exchange '{}': {} bytes exceed {}", tag, mine.size(), kSlot - 1);
     const size_t n = static_cast<size_t>(self->world_size_);
     void* dev = nullptr;
     check(cudaMalloc(&dev, kSlot * (n + 1)), "allocating the exchange buffer");
