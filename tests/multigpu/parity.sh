@@ -29,7 +29,7 @@ passed=0; failed=0
 one() {  # one LABEL ARGS...
   local label="$1"; shift
   local start=$(date +%s) rc
-  timeout "${PER_RUN_TIMEOUT:-90}" "$FXFUSE" run "$@" --compare-cpu --seed 1 --mismatch-frac "${MISMATCH_FRAC:-0.01}" --timeout-s $(( ${PER_RUN_TIMEOUT:-90} - 5 )) > /tmp/mg_one.log 2>&1
+  timeout "${PER_RUN_TIMEOUT:-90}" "$FXFUSE" run "$@" --compare-cpu --seed 1 --mismatch-frac "${MISMATCH_FRAC:-0.01}" --timeout-s $(( ${PER_RUN_TIMEOUT:-90} - 5 )) < /dev/null > /tmp/mg_one.log 2>&1
   rc=$?
   { echo "===== $label: $FXFUSE run $*"; cat /tmp/mg_one.log; } >> "$LOG"
   if [[ $rc -eq 0 ]]; then
