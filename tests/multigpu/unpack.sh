@@ -13,3 +13,16 @@ fi
 FXFUSE="$D/fxfuse"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export FXFUSE_CACHE_DIR=${FXFUSE_CACHE_DIR:-/tmp/fxfuse_kernel_cache}
+# NCCL for the ranks (dlopened): the loader path or /usr/local/cuda first, else the PyTorch wheels'.
+if [[ -z "${FXFUSE_CUDA_LIB_DIR:-}" ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2' && [[ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]]; then
+  nccl=$(python3 - <<'PY' 2>/dev/null
+import glob, site
+for d in site.getsitepackages() + [site.getusersitepackages()]:
+    for f in glob.glob(d + "/nvidia/nccl/lib/libnccl.so*") + glob.glob(d + "/nvidia/*/lib/libnccl.so*"):
+        print(f)
+        raise SystemExit
+PY
+  )
+  [[ -n "$nccl" ]] && export FXFUSE_CUDA_LIB_DIR=$(dirname "$nccl")
+fi
+echo "NCCL: ${FXFUSE_CUDA_LIB_DIR:-loader path}"
