@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <set>
 
 #include "compiler/lowering/codegen.h"
 #include "compiler/lowering/memory_planner.h"
 #include "ir/op_schema.h"
+#include "kernels/attention/attention.h"
 #include "ir/proto_io.h"
 #include "ir/status.h"
 
@@ -548,6 +550,7 @@ class Lowerer {
   void lowerGenerated(Node& n);
   void lowerMatmul(Node& n);
   void lowerAttention(Node& n);
+  attention::AttentionShapeFacts attentionFacts(int q4, int k4, int v4, int o4, bool has_mask, bool fp8_out) const;
   bool lowerFxfuseLibrary(Node& n);
   int inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr>& shape, DType dt, Value* res_out);
   bool lowerFusedAllReduceNorm(Node& n);
@@ -1584,8 +1587,45 @@ void Lowerer::lowerAttention(Node& n) {
   const Attr* sc = arg(n, "scale");
   if (sc && sc->asDouble()) argF(kl, "scale", *sc->asDouble());
   argD(kl, "round_dtype", trefs_[static_cast<size_t>(q4)].dtype);
+  // Kernel choice: the sm90 kernels (kernels/attention) when the static facts fit; the runtime
+  // re-checks pointers and strides and falls back to the reference kernel otherwise.
+  {
+    std::string why;
+    const bool fast = attention::FitsSm90(attentionFacts(q4, k4, v4, o4, tm >= 0, ts >= 0), &why);
+    argS(kl, "impl", fast ? "sm90" : "reference");
+    if (!fast) argS(kl, "impl_reason", why);
+  }
   mat_[out] = to;
   stats_.attention++;
+}
+
+// What the sm90 attention kernels need to know at plan time (kernels/attention/attention.h).
+attention::AttentionShapeFacts Lowerer::attentionFacts(int q4, int k4, int v4, int o4, bool has_mask, bool fp8_out) const {
+  const TRef& q = trefs_[static_cast<size_t>(q4)];
+  const TRef& k = trefs_[static_cast<size_t>(k4)];
+  const TRef& v = trefs_[static_cast<size_t>(v4)];
+  const TRef& o = trefs_[static_cast<size_t>(o4)];
+  attention::AttentionShapeFacts f;
+  auto dim = [](const SymExpr& e) { return e.isInt() ? static_cast<int>(e.intValue()) : 0; };
+  f.head_size = dim(q.shape[3]);
+  f.head_size_v = dim(v.shape[3]);
+  f.d16_inputs = (q.dtype == DType::BF16 || q.dtype == DType::F16) && k.dtype == q.dtype && v.dtype == q.dtype;
+  f.has_mask = has_mask;
+  f.last_dim_contiguous = true;
+  int64_t gcd = -1;
+  for (const TRef* t : {&q, &k, &v, &o}) {
+    if (!(t->stride[3].isInt() && t->stride[3].intValue() == 1)) f.last_dim_contiguous = false;
+    for (int d = 0; d < 3; ++d) {
+      const SymExpr& st = t->stride[static_cast<size_t>(d)];
+      if (!st.isInt() || st.intValue() == 0) continue;
+      int64_t x = st.intValue() < 0 ? -st.intValue() : st.intValue();
+      if (t == &o && fp8_out) x = x % 16 == 0 ? 8 : 1;  // FP8 rows need 16-byte strides: 16 elements
+      gcd = gcd < 0 ? x : std::gcd(gcd, x);
+    }
+  }
+  f.stride_gcd_elems = gcd;
+  f.out_ok = o.dtype == q.dtype || (o.dtype == DType::F8E4M3FN && fp8_out);
+  return f;
 }
 
 // ---------------------------------------------------------------------------------- fxfuse ops

@@ -14,6 +14,7 @@
 #include "compiler/runtime/nvrtc_compile.h"
 #include "ir/proto_io.h"
 #include "ir/status.h"
+#include "kernels/attention/attention.h"
 #include "kernels/kernels.h"
 
 namespace fxfuse::runtime {
@@ -100,6 +101,80 @@ AttnDType attnType(pb::DType t, const std::string& what) {
     case pb::F8E4M3FN: return AttnDType::kF8E4M3;
     default: fail("{}: attention does not support dtype {}", what, pb::DType_Name(t));
   }
+}
+
+// The sm90 attention kernels for a rt.attention step (plan arg impl = "sm90"): split-KV decode
+// for a few query rows per KV head without a causal offset (Sq == Sk or no causal mask), else the
+// wgmma prefill kernel. Returns an empty function when the params do not fit (odd strides,
+// misaligned pointers, mask, fp32, ...): the caller uses the reference kernel then. A decode
+// workspace is allocated here and freed with the step.
+std::function<cudaError_t(cudaStream_t)> sm90Attention(const AttentionParams& q, std::vector<std::function<void()>>* cleanup) {
+  namespace fa = fxfuse::attention;
+  if (q.mask_dtype != AttnDType::kNone || q.E != q.Ev) return {};
+  if (q.dtype != AttnDType::kBF16 && q.dtype != AttnDType::kF16) return {};
+  if (q.B > (int64_t{1} << 16) || q.Hq > 65535 || q.Hk <= 0 || q.Hq % q.Hk != 0) return {};
+  const fa::DType dt = q.dtype == AttnDType::kBF16 ? fa::DType::kBF16 : fa::DType::kF16;
+  fa::DType out_dt;
+  if (q.out_dtype == q.dtype) out_dt = dt;
+  else if (q.out_dtype == AttnDType::kF8E4M3) out_dt = fa::DType::kF8E4M3;
+  else return {};
+  if (q.q_stride[3] != 1 || q.k_stride[3] != 1 || q.v_stride[3] != 1 || q.o_stride[3] != 1) return {};
+  // Fields both kernels' params share.
+  auto common = [&](auto& x) {
+    x.dtype = dt;
+    x.q = q.q;
+    x.out = q.out;
+    x.batch = static_cast<int>(q.B);
+    x.heads_q = static_cast<int>(q.Hq);
+    x.heads_kv = static_cast<int>(q.Hk);
+    x.head_size = static_cast<int>(q.E);
+    x.softmax_scale = q.scale;
+    x.causal = q.causal;
+    x.out_dtype = out_dt;
+    x.out_scale = q.out_scale;
+  };
+  const int64_t group = q.Hq / q.Hk;
+  if (q.Sq <= 8 && group * q.Sq <= fa::kDecodeMaxRows && (!q.causal || q.Sq == q.Sk) && q.Sk > 0) {
+    fa::DecodeParams d;
+    common(d);
+    d.k_cache = q.k;
+    d.v_cache = q.v;
+    d.num_query_tokens = static_cast<int>(q.Sq);
+    for (int i = 0; i < 3; ++i) {
+      d.q_stride[i] = q.q_stride[i];
+      d.o_stride[i] = q.o_stride[i];
+    }
+    // cache strides in (batch, token, head) order
+    d.k_stride[0] = q.k_stride[0], d.k_stride[1] = q.k_stride[2], d.k_stride[2] = q.k_stride[1];
+    d.v_stride[0] = q.v_stride[0], d.v_stride[1] = q.v_stride[2], d.v_stride[2] = q.v_stride[1];
+    d.max_context_len = q.Sk;
+    if (!fa::CheckDecode(d).empty()) return {};
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return {};
+    const size_t ws = fa::DecodeWorkspaceBytes(d, sms);
+    if (ws > 0) {
+      void* w = nullptr;
+      if (cudaMalloc(&w, ws) != cudaSuccess) return {};
+      cleanup->push_back([w] { cudaFree(w); });
+      d.workspace = w;
+    }
+    return [d](cudaStream_t s) { return fa::LaunchDecode(d, s); };
+  }
+  fa::PrefillParams p;
+  common(p);
+  p.k = q.k;
+  p.v = q.v;
+  p.seqlen_q = q.Sq;
+  p.seqlen_k = q.Sk;
+  for (int i = 0; i < 3; ++i) {
+    p.q_stride[i] = q.q_stride[i];
+    p.k_stride[i] = q.k_stride[i];
+    p.v_stride[i] = q.v_stride[i];
+    p.o_stride[i] = q.o_stride[i];
+  }
+  if (!fa::CheckPrefill(p).empty()) return {};
+  return [p](cudaStream_t s) { return fa::LaunchPrefill(p, s); };
 }
 
 }  // namespace
@@ -476,7 +551,12 @@ void Session::prepare() {
         q.out_dtype = attnType(to.dtype, where);
         q.round_dtype = has("round_dtype") ? attnType(D("round_dtype"), where) : q.dtype;
         if (has("out_scale")) q.out_scale = static_cast<const float*>(T("out_scale").data);
-        p->run = [q, where](cudaStream_t s) { check(LaunchAttention(q, s), where); };
+        std::function<cudaError_t(cudaStream_t)> fast;
+        if (S("impl", "reference") == "sm90") fast = sm90Attention(q, &p->cleanup);
+        if (fast)
+          p->run = [fast, where](cudaStream_t s) { check(fast(s), where); };
+        else
+          p->run = [q, where](cudaStream_t s) { check(LaunchAttention(q, s), where); };
       } else {
         fail("{}: unknown kernel '{}'", where, name);
       }

@@ -93,7 +93,7 @@ struct AttentionShapeFacts {
   bool d16_inputs = false;       // q, k, v all bf16 or all fp16
   bool has_mask = false;         // arbitrary mask (only causal is built in)
   bool last_dim_contiguous = false;
-  int64_t min_stride_elems = -1; // smallest token/head/batch stride of q, k, v, out (if known)
+  int64_t stride_gcd_elems = -1; // gcd of the known token/head/batch strides of q, k, v, out (-1: none known)
   bool out_ok = false;           // output is the input dtype or fp8 e4m3 with a scale
 };
 bool FitsSm90(const AttentionShapeFacts& f, std::string* reason);

@@ -55,24 +55,37 @@ std::string CheckPrefill(const PrefillParams& p) {
   if (!(e = checkStrides("v", p.v_stride, dense && p.batch > 1)).empty()) return e;
   if (p.o_stride[1] <= 0 || p.o_stride[2] <= 0 || (dense && p.batch > 1 && p.o_stride[0] <= 0))
     return "output strides must be positive";
-  // The epilogue stores element pairs (4 bytes bf16/fp16, 2 bytes fp8).
-  if ((reinterpret_cast<uintptr_t>(p.out) & 3u) != 0 || p.o_stride[0] % 2 != 0 || p.o_stride[1] % 2 != 0 ||
-      p.o_stride[2] % 2 != 0)
-    return "output not 4-byte aligned or an output stride is odd";
+  // The epilogue writes 16-byte chunks of each output row.
+  const int64_t o_align = p.out_dtype == DType::kF8E4M3 ? 16 : 8;
+  if (!aligned16(p.out) || p.o_stride[0] % o_align != 0 || p.o_stride[1] % o_align != 0 || p.o_stride[2] % o_align != 0)
+    return "output not 16-byte aligned or an output stride is not a multiple of 16 bytes";
   if (!dense && (p.total_q < p.seqlen_q || p.total_k < p.seqlen_k)) return "varlen: total_q/total_k below the maxima";
   if (!(p.softmax_scale > 0)) return "softmax scale must be positive";
   return checkOut(p.dtype, p.out_dtype, p.out_scale);
 }
 
+// Split count from a cost model: waves of CTAs (3, 2 or 1 per SM for the 4-, 16- and 64-row
+// variants, by shared memory) times the keys each CTA streams (plus two tiles' worth of fixed
+// cost), plus the combine pass when splitting; at least 256 keys per split. Ties go to fewer
+// splits.
 int DecodeSplits(const DecodeParams& p, int num_sms) {
   if (p.num_splits > 0) return p.num_splits;
   const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_kv;
-  if (blocks <= 0) return 1;
-  const int64_t want = (2 * static_cast<int64_t>(num_sms > 0 ? num_sms : 132) + blocks - 1) / blocks;
-  const int64_t by_len = (p.max_context_len + 255) / 256;  // at least 256 keys per split
-  int64_t s = want < by_len ? want : by_len;
-  if (s > 64) s = 64;
-  return s < 1 ? 1 : static_cast<int>(s);
+  if (blocks <= 0 || p.max_context_len <= 0 || p.heads_kv <= 0) return 1;
+  const int64_t rows = static_cast<int64_t>(p.heads_q / p.heads_kv) * p.num_query_tokens;
+  const int64_t per_sm = rows <= 4 ? 3 : rows <= 16 ? 2 : 1;
+  const int64_t slots = per_sm * static_cast<int64_t>(num_sms > 0 ? num_sms : 132);
+  int64_t max_s = (p.max_context_len + 255) / 256;
+  if (max_s > 64) max_s = 64;
+  int best = 1;
+  int64_t best_cost = -1;
+  for (int64_t s = 1; s <= max_s; ++s) {
+    const int64_t waves = (blocks * s + slots - 1) / slots;
+    const int64_t keys = ((p.max_context_len + s - 1) / s + 63) / 64 * 64;
+    const int64_t cost = waves * (keys + 128) + (s > 1 ? 256 : 0);
+    if (best_cost < 0 || cost < best_cost) best_cost = cost, best = static_cast<int>(s);
+  }
+  return best;
 }
 
 size_t DecodeWorkspaceBytes(const DecodeParams& p, int num_sms) {
@@ -111,7 +124,7 @@ bool FitsSm90(const AttentionShapeFacts& f, std::string* reason) {
   if (!f.d16_inputs) return no("inputs are not all bf16 or all fp16");
   if (f.has_mask) return no("arbitrary attention mask");
   if (!f.last_dim_contiguous) return no("head dimension is not contiguous");
-  if (f.min_stride_elems >= 0 && f.min_stride_elems % 8 != 0) return no("a token/head stride is not a multiple of 8 elements");
+  if (f.stride_gcd_elems >= 0 && f.stride_gcd_elems % 8 != 0) return no("a token/head stride is not a multiple of 8 elements");
   if (!f.out_ok) return no("output dtype");
   if (reason) reason->clear();
   return true;

@@ -1,6 +1,6 @@
 // Split-KV decode attention: a few query tokens per sequence against a long KV cache
 // (contiguous or paged through a block table). Memory-bound: each CTA streams one KV head's
-// share of the context (a "split") through a three-stage cp.async ring of 64-key tiles and
+// share of the context (a "split") through a two-stage cp.async ring of 64-key tiles and
 // serves all query heads of that KV head (GQA) and all query tokens from it, so K and V are
 // read once. Per tile: scores on CUDA cores (fp32), online softmax per row, P·V. With one split
 // the CTA writes the final output; with several it writes (O/l, m, l) per split and row, and a
@@ -22,7 +22,7 @@ using device::Elem;
 
 constexpr int kThreads = 128;
 constexpr int kTileKeys = 64;
-constexpr int kStages = 3;
+constexpr int kStages = 2;
 
 struct DecodeArgs {
   const void* q;
@@ -40,19 +40,19 @@ struct DecodeArgs {
   int heads_q, heads_kv, group, nq, rows;  // rows = group * nq
   int max_ctx, chunk;                      // keys per split (multiple of kTileKeys)
   float scale_log2;
-  bool causal;
+  bool causal, fp8;
 };
 
-template <int E>
+template <int E, int kRows>
 struct DecodeLayout {
   static constexpr int kRowBytes = E * 2 + 16;  // padded K/V rows: conflict-free 16-byte reads
   static constexpr int kTileBytes = kTileKeys * kRowBytes;
   static constexpr int kColThreads = E / 2;      // each thread owns a column pair in P·V
   static constexpr int kRowStep = kThreads / kColThreads;
-  static constexpr int kMaxRowsPerThread = kDecodeMaxRows / kRowStep;
+  static constexpr int kRowsPerThread = kRows / kRowStep > 0 ? kRows / kRowStep : 1;
   static constexpr int kChunks = E / 8;  // 16-byte chunks per K/V row
   // dynamic: q [rows][E] f32 | scores [rows][64] f32 | m, l, corr [rows] | K, V stages
-  static int bytes(int rows) { return rows * E * 4 + rows * kTileKeys * 4 + 3 * rows * 4 + 2 * kStages * kTileBytes + 16; }
+  static constexpr int kBytes = kRows * E * 4 + kRows * kTileKeys * 4 + 3 * kRows * 4 + 2 * kStages * kTileBytes + 16;
 };
 
 __device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool valid) {
@@ -64,18 +64,25 @@ __device__ __forceinline__ void cpAsyncWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-template <int E, typename T, bool kFp8>
+// kRows: rows (query heads of the group x query tokens) padded to 4, 16 or 64; padded rows have
+// q = 0 and are not stored. P V: with 4 rows each thread owns 8 columns of all rows for a subset
+// of the tile's keys (16-byte V reads, partial sums reduced across key groups at the end); with
+// more rows each thread owns a column pair of some rows for all keys.
+template <int E, typename T, int kRows>
 __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeArgs a) {
-  using L = DecodeLayout<E>;
+  using L = DecodeLayout<E, kRows>;
+  constexpr bool kKeySplitPV = kRows == 4;
+  constexpr int kColGroups = E / 8, kKeyGroups = kThreads / kColGroups;  // key-split P V
   extern __shared__ __align__(16) uint8_t smem[];
   const int split = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int rows = a.rows;
-  float* s_q = reinterpret_cast<float*>(smem);
-  float* s_p = s_q + rows * E;
-  float* s_m = s_p + rows * kTileKeys;
-  float* s_l = s_m + rows;
-  float* s_corr = s_l + rows;
-  const uint32_t kv_base = (device::smemAddr(s_corr + rows) + 15u) & ~15u;
+  float* s_q = reinterpret_cast<float*>(smem);  // [kRows][E]
+  float* s_p = s_q + kRows * E;                 // [kRows][kTileKeys]
+  float* s_m = s_p + kRows * kTileKeys;
+  float* s_l = s_m + kRows;
+  float* s_corr = s_l + kRows;
+  const uint32_t kv_base = (device::smemAddr(s_corr + kRows) + 15u) & ~15u;
+  uint8_t* const kv_ptr = smem + (kv_base - device::smemAddr(smem));
 
   const int ctx = a.context_lens ? a.context_lens[b] : a.max_ctx;
   const int k_begin = split * a.chunk;
@@ -83,37 +90,44 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeArgs a) {
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + kTileKeys - 1) / kTileKeys : 0;
 
   // Row r: query head hk * group + r % group, query token r / group.
-  for (int i = tid; i < rows * E; i += kThreads) {
+  for (int i = tid; i < kRows * E; i += kThreads) {
     const int r = i / E, e = i % E;
     const int hq = hk * a.group + r % a.group, t = r / a.group;
     const T* q = static_cast<const T*>(a.q);
-    s_q[i] = static_cast<float>(q[b * a.q_stride[0] + hq * a.q_stride[1] + t * a.q_stride[2] + e]);
+    s_q[i] = r < rows ? static_cast<float>(q[b * a.q_stride[0] + hq * a.q_stride[1] + t * a.q_stride[2] + e]) : 0.0f;
   }
-  for (int r = tid; r < rows; r += kThreads) {
+  for (int r = tid; r < kRows; r += kThreads) {
     s_m[r] = -INFINITY;
     s_l[r] = 0.0f;
   }
 
-  auto tokenOffset = [&](int tok, const int64_t (&st)[3]) -> int64_t {
-    if (a.block_size > 0) {
-      const int blk = a.block_table[b * a.block_table_stride + tok / a.block_size];
-      return static_cast<int64_t>(blk) * st[0] + static_cast<int64_t>(tok % a.block_size) * st[1] + hk * st[2];
-    }
-    return static_cast<int64_t>(b) * st[0] + static_cast<int64_t>(tok) * st[1] + hk * st[2];
-  };
+  // Loads: this thread always copies 16-byte chunk `load_chunk` of keys load_key0 + kLoadStep k.
+  constexpr int kLoadStep = kThreads / L::kChunks;
+  const int load_chunk = tid % L::kChunks, load_key0 = tid / L::kChunks;
+  const T* const kbase = static_cast<const T*>(a.k) + hk * a.k_stride[2] + load_chunk * 8;
+  const T* const vbase = static_cast<const T*>(a.v) + hk * a.v_stride[2] + load_chunk * 8;
   auto loadTile = [&](int j) {
     if (j < n_tiles) {
       const int stage = j % kStages;
       const uint32_t ks = kv_base + stage * 2 * L::kTileBytes, vs = ks + L::kTileBytes;
-      for (int c = tid; c < kTileKeys * L::kChunks; c += kThreads) {
-        const int key = c / L::kChunks, ch = c % L::kChunks;
+#pragma unroll
+      for (int k = 0; k < kTileKeys / kLoadStep; ++k) {
+        const int key = load_key0 + kLoadStep * k;
         const int tok = k_begin + j * kTileKeys + key;
         const bool valid = tok < k_end;
         const int safe = valid ? tok : k_begin;
-        const T* kp = static_cast<const T*>(a.k) + tokenOffset(safe, a.k_stride) + ch * 8;
-        const T* vp = static_cast<const T*>(a.v) + tokenOffset(safe, a.v_stride) + ch * 8;
-        cpAsync16(ks + key * L::kRowBytes + ch * 16, kp, valid);
-        cpAsync16(vs + key * L::kRowBytes + ch * 16, vp, valid);
+        int64_t ko, vo;
+        if (a.block_size > 0) {
+          const int64_t blk = a.block_table[b * a.block_table_stride + safe / a.block_size];
+          const int64_t in_blk = safe % a.block_size;
+          ko = blk * a.k_stride[0] + in_blk * a.k_stride[1];
+          vo = blk * a.v_stride[0] + in_blk * a.v_stride[1];
+        } else {
+          ko = b * a.k_stride[0] + static_cast<int64_t>(safe) * a.k_stride[1];
+          vo = b * a.v_stride[0] + static_cast<int64_t>(safe) * a.v_stride[1];
+        }
+        cpAsync16(ks + key * L::kRowBytes + load_chunk * 16, kbase + ko, valid);
+        cpAsync16(vs + key * L::kRowBytes + load_chunk * 16, vbase + vo, valid);
       }
     }
     cpAsyncCommit();  // empty groups keep the wait counts uniform
@@ -122,10 +136,16 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeArgs a) {
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) loadTile(j);
 
-  const int col_pair = tid % L::kColThreads, row_start = tid / L::kColThreads;
-  float acc[L::kMaxRowsPerThread][2];
+  // P V accumulators: key-split (kRows x 8 columns) or column pairs of kRowsPerThread rows.
+  constexpr int kAccRows = kKeySplitPV ? kRows : L::kRowsPerThread;
+  constexpr int kAccCols = kKeySplitPV ? 8 : 2;
+  float acc[kAccRows][kAccCols];
 #pragma unroll
-  for (int i = 0; i < L::kMaxRowsPerThread; ++i) acc[i][0] = acc[i][1] = 0.0f;
+  for (int i = 0; i < kAccRows; ++i)
+#pragma unroll
+    for (int c = 0; c < kAccCols; ++c) acc[i][c] = 0.0f;
+  const int col_pair = tid % L::kColThreads, row_start = tid / L::kColThreads;
+  const int col_group = tid % kColGroups, key_group = tid / kColGroups;
   const int key_lane = tid % kTileKeys, row_half = tid / kTileKeys;
   const int warp = tid / 32, lane = tid % 32;
 
@@ -134,52 +154,40 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeArgs a) {
     cpAsyncWait<kStages - 1>();
     __syncthreads();
     const int stage = j % kStages;
-    const uint8_t* ks = smem + (kv_base - device::smemAddr(smem)) + stage * 2 * L::kTileBytes;
+    const uint8_t* ks = kv_ptr + stage * 2 * L::kTileBytes;
     const uint8_t* vs = ks + L::kTileBytes;
 
     // Scores: thread (key_lane, row_half) computes rows row_half, row_half + 2, ...
     {
-      float sc[kDecodeMaxRows / 2];
+      float sc[kRows / 2];
 #pragma unroll
-      for (int i = 0; i < kDecodeMaxRows / 2; ++i) sc[i] = 0.0f;
+      for (int i = 0; i < kRows / 2; ++i) sc[i] = 0.0f;
       const uint4* krow = reinterpret_cast<const uint4*>(ks + key_lane * L::kRowBytes);
 #pragma unroll 4
       for (int c = 0; c < L::kChunks; ++c) {
-        const uint4 kv = krow[c];
-        const uint32_t w[4] = {kv.x, kv.y, kv.z, kv.w};
         float kf[8];
+        device::unpack8<T>(krow[c], kf);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float2 f = Elem<T>::unpack(w[q]);
-          kf[2 * q] = f.x;
-          kf[2 * q + 1] = f.y;
-        }
-#pragma unroll
-        for (int i = 0; i < kDecodeMaxRows / 2; ++i) {
-          const int r = row_half + 2 * i;
-          if (r < rows) {
-            const float4* qv = reinterpret_cast<const float4*>(s_q + r * E + c * 8);
-            const float4 q0 = qv[0], q1 = qv[1];
-            sc[i] += q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] + q1.x * kf[4] + q1.y * kf[5] +
-                     q1.z * kf[6] + q1.w * kf[7];
-          }
+        for (int i = 0; i < kRows / 2; ++i) {
+          const float4* qv = reinterpret_cast<const float4*>(s_q + (row_half + 2 * i) * E + c * 8);
+          const float4 q0 = qv[0], q1 = qv[1];
+          sc[i] += q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] + q1.x * kf[4] + q1.y * kf[5] +
+                   q1.z * kf[6] + q1.w * kf[7];
         }
       }
       const int key = k_begin + j * kTileKeys + key_lane;
 #pragma unroll
-      for (int i = 0; i < kDecodeMaxRows / 2; ++i) {
+      for (int i = 0; i < kRows / 2; ++i) {
         const int r = row_half + 2 * i;
-        if (r < rows) {
-          const int t = r / a.group;
-          const bool visible = key < k_end && (!a.causal || key <= ctx - a.nq + t);
-          s_p[r * kTileKeys + key_lane] = visible ? sc[i] * a.scale_log2 : -INFINITY;
-        }
+        const int t = r / a.group;
+        const bool visible = key < k_end && (!a.causal || key <= ctx - a.nq + t);
+        s_p[r * kTileKeys + key_lane] = visible ? sc[i] * a.scale_log2 : -INFINITY;
       }
     }
     __syncthreads();
 
     // Online softmax: warp w owns rows w, w + 4, ...
-    for (int r = warp; r < rows; r += kThreads / 32) {
+    for (int r = warp; r < kRows; r += kThreads / 32) {
       const float x0 = s_p[r * kTileKeys + lane], x1 = s_p[r * kTileKeys + lane + 32];
       float mx = fmaxf(x0, x1);
 #pragma unroll
@@ -203,26 +211,47 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeArgs a) {
     }
     __syncthreads();
 
-    // P V: thread owns columns 2 col_pair, 2 col_pair + 1 of rows row_start + kRowStep i.
+    if constexpr (kKeySplitPV) {
 #pragma unroll
-    for (int i = 0; i < L::kMaxRowsPerThread; ++i) {
-      const int r = row_start + L::kRowStep * i;
-      if (r < rows) {
+      for (int r = 0; r < kRows; ++r) {
         const float c = s_corr[r];
-        acc[i][0] *= c;
-        acc[i][1] *= c;
-      }
-    }
-#pragma unroll 4
-    for (int key = 0; key < kTileKeys; ++key) {
-      const float2 v = Elem<T>::unpack(*reinterpret_cast<const uint32_t*>(vs + key * L::kRowBytes + col_pair * 4));
 #pragma unroll
-      for (int i = 0; i < L::kMaxRowsPerThread; ++i) {
-        const int r = row_start + L::kRowStep * i;
-        if (r < rows) {
+        for (int q = 0; q < 8; ++q) acc[r][q] *= c;
+      }
+#pragma unroll
+      for (int k = 0; k < kTileKeys / kKeyGroups; ++k) {
+        const int key = key_group + kKeyGroups * k;
+        float vf[8];
+        device::unpack8<T>(*reinterpret_cast<const uint4*>(vs + key * L::kRowBytes + col_group * 16), vf);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
           const float p = s_p[r * kTileKeys + key];
-          acc[i][0] = fmaf(p, v.x, acc[i][0]);
-          acc[i][1] = fmaf(p, v.y, acc[i][1]);
+#pragma unroll
+          for (int q = 0; q < 8; ++q) acc[r][q] = fmaf(p, vf[q], acc[r][q]);
+        }
+      }
+    } else {
+      // thread owns columns 2 col_pair, 2 col_pair + 1 of rows row_start + kRowStep i
+#pragma unroll
+      for (int i = 0; i < L::kRowsPerThread; ++i) {
+        const int r = row_start + L::kRowStep * i;
+        if (r < kRows) {
+          const float c = s_corr[r];
+          acc[i][0] *= c;
+          acc[i][1] *= c;
+        }
+      }
+#pragma unroll 4
+      for (int key = 0; key < kTileKeys; ++key) {
+        const float2 v = Elem<T>::unpack(*reinterpret_cast<const uint32_t*>(vs + key * L::kRowBytes + col_pair * 4));
+#pragma unroll
+        for (int i = 0; i < L::kRowsPerThread; ++i) {
+          const int r = row_start + L::kRowStep * i;
+          if (r < kRows) {  // compile-time true except for 4 rows of a 64-wide head
+            const float p = s_p[r * kTileKeys + key];
+            acc[i][0] = fmaf(p, v.x, acc[i][0]);
+            acc[i][1] = fmaf(p, v.y, acc[i][1]);
+          }
         }
       }
     }
@@ -230,24 +259,70 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeArgs a) {
   }
   cpAsyncWait<0>();
 
-  const bool final_out = gridDim.x == 1;
-  const float inv_scale = kFp8 && final_out ? 1.0f / *a.out_scale : 1.0f;
+  // Output values of (row, column pair) items: item i of this thread is row out_row(i),
+  // columns 2 out_pair(i) and + 1.
+  constexpr int kOutItems = kKeySplitPV ? (kRows * E / 2 + kThreads - 1) / kThreads : L::kRowsPerThread;
+  float outv[kOutItems][2];
+  int out_row[kOutItems], out_pair[kOutItems];
+  if constexpr (kKeySplitPV) {
+    // Reduce the key groups' partial sums through shared memory (the K/V stages are free now).
+    __syncthreads();
+    float* red = reinterpret_cast<float*>(kv_ptr);  // [kKeyGroups][kRows][E]
 #pragma unroll
-  for (int i = 0; i < L::kMaxRowsPerThread; ++i) {
-    const int r = row_start + L::kRowStep * i;
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int q = 0; q < 8; q += 4)
+        *reinterpret_cast<float4*>(red + (key_group * kRows + r) * E + col_group * 8 + q) =
+            make_float4(acc[r][q], acc[r][q + 1], acc[r][q + 2], acc[r][q + 3]);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kOutItems; ++i) {
+      const int item = tid + kThreads * i;
+      out_row[i] = item / (E / 2);
+      out_pair[i] = item % (E / 2);
+      float x = 0.0f, y = 0.0f;
+      if (out_row[i] < kRows) {
+        for (int g = 0; g < kKeyGroups; ++g) {
+          const float2 v = *reinterpret_cast<const float2*>(red + (g * kRows + out_row[i]) * E + 2 * out_pair[i]);
+          x += v.x;
+          y += v.y;
+        }
+      }
+      outv[i][0] = x;
+      outv[i][1] = y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kOutItems; ++i) {
+      out_row[i] = row_start + L::kRowStep * i;
+      out_pair[i] = col_pair;
+      outv[i][0] = acc[i][0];
+      outv[i][1] = acc[i][1];
+    }
+  }
+
+  const bool final_out = gridDim.x == 1;
+  const bool fp8 = a.fp8;
+  const float inv_scale = fp8 && final_out ? 1.0f / *a.out_scale : 1.0f;
+#pragma unroll
+  for (int i = 0; i < kOutItems; ++i) {
+    const int r = out_row[i];
     if (r >= rows) continue;
     const int hq = hk * a.group + r % a.group, t = r / a.group;
     const float l = s_l[r];
     const float inv = l > 0.0f ? 1.0f / l : (final_out ? __int_as_float(0x7fc00000) : 0.0f);
+    const float x = outv[i][0] * inv, y = outv[i][1] * inv;
     if (final_out) {
-      const int64_t oi = b * a.o_stride[0] + hq * a.o_stride[1] + t * a.o_stride[2] + 2 * col_pair;
-      device::storePair<T, kFp8>(a.out, oi, acc[i][0] * inv, acc[i][1] * inv, inv_scale);
+      const int64_t oi = b * a.o_stride[0] + hq * a.o_stride[1] + t * a.o_stride[2] + 2 * out_pair[i];
+      if (fp8)
+        device::storePair<T, true>(a.out, oi, x, y, inv_scale);
+      else
+        device::storePair<T, false>(a.out, oi, x, y, 1.0f);
     } else {
       const int64_t row_id = (static_cast<int64_t>(b) * a.heads_q + hq) * a.nq + t;
       const int64_t rows_total = static_cast<int64_t>(gridDim.z) * a.heads_q * a.nq;
-      float2* po = reinterpret_cast<float2*>(a.part_o + (split * rows_total + row_id) * E + 2 * col_pair);
-      *po = make_float2(acc[i][0] * inv, acc[i][1] * inv);
-      if (col_pair == 0) {
+      *reinterpret_cast<float2*>(a.part_o + (split * rows_total + row_id) * E + 2 * out_pair[i]) = make_float2(x, y);
+      if (out_pair[i] == 0) {
         a.part_ml[(split * rows_total + row_id) * 2] = s_m[r];
         a.part_ml[(split * rows_total + row_id) * 2 + 1] = l;
       }
@@ -257,7 +332,7 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeArgs a) {
 
 // Combine: one warp per (batch, query head, token); out = Σ_s w_s O_s / Σ_s w_s with
 // w_s = l_s 2^(m_s - max m).
-template <int E, typename T, bool kFp8>
+template <int E, typename T>
 __global__ void __launch_bounds__(128) combineKernel(const DecodeArgs a, int splits, int batch) {
   const int64_t rows_total = static_cast<int64_t>(batch) * a.heads_q * a.nq;
   const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
@@ -284,14 +359,18 @@ __global__ void __launch_bounds__(128) combineKernel(const DecodeArgs a, int spl
     }
   }
   const float inv = total > 0.0f ? 1.0f / total : __int_as_float(0x7fc00000);
-  const float inv_scale = kFp8 ? 1.0f / *a.out_scale : 1.0f;
+  const float inv_scale = a.fp8 ? 1.0f / *a.out_scale : 1.0f;
   const int t = static_cast<int>(row_id % a.nq);
   const int hq = static_cast<int>((row_id / a.nq) % a.heads_q);
   const int64_t b = row_id / (static_cast<int64_t>(a.nq) * a.heads_q);
   const int64_t ob = b * a.o_stride[0] + hq * a.o_stride[1] + t * a.o_stride[2];
 #pragma unroll
-  for (int c = 0; c < E / 64; ++c)
-    device::storePair<T, kFp8>(a.out, ob + 64 * c + 2 * lane, acc[2 * c] * inv, acc[2 * c + 1] * inv, inv_scale);
+  for (int c = 0; c < E / 64; ++c) {
+    if (a.fp8)
+      device::storePair<T, true>(a.out, ob + 64 * c + 2 * lane, acc[2 * c] * inv, acc[2 * c + 1] * inv, inv_scale);
+    else
+      device::storePair<T, false>(a.out, ob + 64 * c + 2 * lane, acc[2 * c] * inv, acc[2 * c + 1] * inv, 1.0f);
+  }
 }
 
 int numSms() {
@@ -304,9 +383,22 @@ int numSms() {
   return n;
 }
 
-template <int E, typename T, bool kFp8>
+template <int E, typename T, int kRows>
+cudaError_t launchRows(const DecodeArgs& a, int splits, int batch, int heads_kv, int64_t rows_total, cudaStream_t stream) {
+  using L = DecodeLayout<E, kRows>;
+  auto kernel = decodeKernel<E, T, kRows>;
+  static cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
+  if (attr != cudaSuccess) return attr;
+  kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(heads_kv), static_cast<unsigned>(batch)), kThreads,
+           L::kBytes, stream>>>(a);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || splits == 1) return e;
+  combineKernel<E, T><<<static_cast<unsigned>((rows_total + 3) / 4), 128, 0, stream>>>(a, splits, batch);
+  return cudaGetLastError();
+}
+
+template <int E, typename T>
 cudaError_t launchTyped(const DecodeParams& p, cudaStream_t stream) {
-  using L = DecodeLayout<E>;
   const int splits = DecodeSplits(p, numSms());
   if (splits > 1 && !p.workspace) return cudaErrorInvalidValue;
   DecodeArgs a;
@@ -338,26 +430,15 @@ cudaError_t launchTyped(const DecodeParams& p, cudaStream_t stream) {
   a.chunk = static_cast<int>((per_split + kTileKeys - 1) / kTileKeys * kTileKeys);
   a.scale_log2 = static_cast<float>(p.softmax_scale * 1.4426950408889634);
   a.causal = p.causal;
-  const int smem = L::bytes(a.rows);
-  auto kernel = decodeKernel<E, T, kFp8>;
-  static cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::bytes(kDecodeMaxRows));
-  if (attr != cudaSuccess) return attr;
-  kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch)),
-           kThreads, smem, stream>>>(a);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess || splits == 1) return e;
-  combineKernel<E, T, kFp8><<<static_cast<unsigned>((rows_total + 3) / 4), 128, 0, stream>>>(a, splits, p.batch);
-  return cudaGetLastError();
-}
-
-template <int E, typename T>
-cudaError_t launchOut(const DecodeParams& p, cudaStream_t stream) {
-  return p.out_dtype == DType::kF8E4M3 ? launchTyped<E, T, true>(p, stream) : launchTyped<E, T, false>(p, stream);
+  a.fp8 = p.out_dtype == DType::kF8E4M3;
+  if (a.rows <= 4) return launchRows<E, T, 4>(a, splits, p.batch, p.heads_kv, rows_total, stream);
+  if (a.rows <= 16) return launchRows<E, T, 16>(a, splits, p.batch, p.heads_kv, rows_total, stream);
+  return launchRows<E, T, 64>(a, splits, p.batch, p.heads_kv, rows_total, stream);
 }
 
 template <int E>
 cudaError_t launchE(const DecodeParams& p, cudaStream_t stream) {
-  return p.dtype == DType::kBF16 ? launchOut<E, __nv_bfloat16>(p, stream) : launchOut<E, __half>(p, stream);
+  return p.dtype == DType::kBF16 ? launchTyped<E, __nv_bfloat16>(p, stream) : launchTyped<E, __half>(p, stream);
 }
 
 }  // namespace

@@ -97,13 +97,16 @@ void compareOutput(const DevBuf& out, size_t out_elems, DType in_dt, bool fp8, f
       }
       bool ok;
       if (fp8) {
+        // The kernel's own error (P rounded to 16 bits) is ~0.01 in o units, i.e. 0.01 / scale
+        // after scaling; e4m3 rounding adds up to 1/16 relative.
         const double q = want / out_scale;
         const double expect = std::max(-448.0, std::min(448.0, q));
-        if (std::fabs(q) > 460) {
+        const double tol_q = (0.01 + 0.01 * std::fabs(want)) / out_scale;
+        if (std::fabs(q) - tol_q > 448) {
           ++saturated;
           ok = got == expect;
         } else {
-          ok = std::isfinite(got) && std::fabs(got - expect) <= 0.07 * std::fabs(expect) + 0.02;
+          ok = std::isfinite(got) && std::fabs(got - expect) <= 0.07 * std::fabs(expect) + tol_q;
         }
         err2 += (got - expect) * (got - expect);
         ref2 += expect * expect;
@@ -471,6 +474,12 @@ TEST_CASE("decode: paged cache, several query tokens, causal among them") {
   c.hk = 2;
   c.nq = 2;
   c.causal = false;
+  runDecode(c);
+  c.E = 128;  // 64 rows per KV head (the largest row bucket)
+  c.hq = 32;
+  c.hk = 1;
+  c.causal = true;
+  c.splits = 0;
   runDecode(c);
 }
 

@@ -79,7 +79,7 @@ TEST_CASE("CheckPrefill accepts a GQA bf16 problem and names each rejection") {
   CHECK(CheckPrefill(p) == "");
   p = goodPrefill();
   p.o_stride[2] = 4095;
-  CHECK(CheckPrefill(p).find("odd") != std::string::npos);
+  CHECK(CheckPrefill(p).find("multiple of 16 bytes") != std::string::npos);
 }
 
 TEST_CASE("LaunchPrefill and LaunchDecode refuse bad params without touching the GPU") {
@@ -107,19 +107,25 @@ TEST_CASE("CheckDecode: rows per KV head, paging and strides") {
 }
 
 TEST_CASE("DecodeSplits fills the machine and keeps >= 256 keys per split") {
-  DecodeParams p = goodDecode();
+  DecodeParams p = goodDecode();  // 4 rows per KV head: three CTAs per SM, 396 slots
   p.batch = 1;
   p.max_context_len = 32768;
-  CHECK(DecodeSplits(p, 132) == 33);  // 264 CTAs over 8 KV heads
+  CHECK(DecodeSplits(p, 132) == 47);  // 376 CTAs of 704 keys in one wave
   p.max_context_len = 1024;
-  CHECK(DecodeSplits(p, 132) == 4);
+  CHECK(DecodeSplits(p, 132) == 4);  // 256 keys per split at least
+  p.batch = 16;
+  p.max_context_len = 8192;
+  CHECK(DecodeSplits(p, 132) == 3);  // 384 CTAs: one wave
   p.batch = 64;
   p.max_context_len = 32768;
-  CHECK(DecodeSplits(p, 132) == 1);
+  CHECK(DecodeSplits(p, 132) == 3);  // 4 waves of 1536 CTAs beat 2 waves of 512
+  p.batch = 33;
+  p.max_context_len = 512;
+  CHECK(DecodeSplits(p, 132) == 1);  // 264 CTAs fit one wave unsplit
   CHECK(DecodeWorkspaceBytes(p, 132) == 0);
   p.num_splits = 3;
   CHECK(DecodeSplits(p, 132) == 3);
-  CHECK(DecodeWorkspaceBytes(p, 132) == size_t{3} * 64 * 32 * 1 * 130 * 4);
+  CHECK(DecodeWorkspaceBytes(p, 132) == size_t{3} * 33 * 32 * 1 * 130 * 4);
 }
 
 TEST_CASE("FitsSm90: the plan-time choice and its reasons") {
@@ -127,7 +133,7 @@ TEST_CASE("FitsSm90: the plan-time choice and its reasons") {
   f.head_size = f.head_size_v = 128;
   f.d16_inputs = true;
   f.last_dim_contiguous = true;
-  f.min_stride_elems = 128;
+  f.stride_gcd_elems = 128;
   f.out_ok = true;
   std::string why;
   CHECK(FitsSm90(f, &why));
@@ -141,10 +147,10 @@ TEST_CASE("FitsSm90: the plan-time choice and its reasons") {
   CHECK_FALSE(FitsSm90(g, &why));
   CHECK(why == "head size is not 64 or 128");
   g = f;
-  g.min_stride_elems = 100;
+  g.stride_gcd_elems = 100;
   CHECK_FALSE(FitsSm90(g, &why));
   g = f;
-  g.min_stride_elems = -1;  // unknown (symbolic): decided at run time
+  g.stride_gcd_elems = -1;  // unknown (symbolic): decided at run time
   CHECK(FitsSm90(g, &why));
   g = f;
   g.d16_inputs = false;
