@@ -552,7 +552,10 @@ void Session::prepare() {
         q.round_dtype = has("round_dtype") ? attnType(D("round_dtype"), where) : q.dtype;
         if (has("out_scale")) q.out_scale = static_cast<const float*>(T("out_scale").data);
         std::function<cudaError_t(cudaStream_t)> fast;
-        if (S("impl", "reference") == "sm90") fast = sm90Attention(q, &p->cleanup);
+        // $FXFUSE_ATTENTION=reference forces the reference kernel (A/B checks, docs/attention.md).
+        const char* attn_env = std::getenv("FXFUSE_ATTENTION");
+        const bool force_ref = attn_env && std::string(attn_env) == "reference";
+        if (S("impl", "reference") == "sm90" && !force_ref) fast = sm90Attention(q, &p->cleanup);
         if (fast)
           p->run = [fast, where](cudaStream_t s) { check(fast(s), where); };
         else
