@@ -796,9 +796,12 @@ std::function<void(cudaStream_t)> Session::prepareFusedAllReduceNorm(const pb::F
   q.quant_out = quant_out;
   q.scale = scale;
   q.algorithm = allreduce_algorithm_;
-  if (ws > 1 && allreduce_algorithm_ != k::AllReduceAlgorithm::kNcclFallback)
-    q.workspace = comm_->workspace(f.max_tokens(), H);
-  bool kernel_ok = allreduce_algorithm_ != k::AllReduceAlgorithm::kNcclFallback && (rounded || !residual) && !divide;
+  // The workspace prepareCollectives() mapped for the whole plan (remapping here would leave
+  // the steps prepared before with stale peer pointers); calls it cannot hold fall back.
+  const k::AllReduceWorkspace* mapped = ws > 1 ? comm_->mappedWorkspace() : nullptr;
+  if (mapped) q.workspace = *mapped;
+  bool kernel_ok = allreduce_algorithm_ != k::AllReduceAlgorithm::kNcclFallback && (rounded || !residual) && !divide &&
+                   (ws == 1 || mapped);
   if (kernel_ok) {
     k::Status cs = q.Check();
     if (!cs.ok()) fail("{}: {}", where, cs.ToString());
