@@ -387,7 +387,7 @@ template <int E, typename T, int kRows>
 cudaError_t launchRows(const DecodeArgs& a, int splits, int batch, int heads_kv, int64_t rows_total, cudaStream_t stream) {
   using L = DecodeLayout<E, kRows>;
   auto kernel = decodeKernel<E, T, kRows>;
-  static cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
+  const cudaError_t attr = device::ensureSmemLimit<decodeKernel<E, T, kRows>>(L::kBytes);
   if (attr != cudaSuccess) return attr;
   kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(heads_kv), static_cast<unsigned>(batch)), kThreads,
            L::kBytes, stream>>>(a);

@@ -402,7 +402,7 @@ cudaError_t launchTyped(const PrefillParams& p, cudaStream_t stream) {
   a.bottom_right = p.causal_bottom_right;
   a.fp8 = p.out_dtype == DType::kF8E4M3;
   auto kernel = prefillKernel<E, T>;
-  static cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<E>::kBytes);
+  const cudaError_t attr = device::ensureSmemLimit<prefillKernel<E, T>>(Layout<E>::kBytes);
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>((p.seqlen_q + kBlockM - 1) / kBlockM), static_cast<unsigned>(p.heads_q),
                   static_cast<unsigned>(p.batch));

@@ -6,13 +6,30 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace fxfuse::attention::device {
 
 __device__ __forceinline__ uint32_t smemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- host: raises kKernel's dynamic shared-memory limit once per device (the attribute is
+// per device; plans of several GPUs in one process launch on each).
+template <auto kKernel>
+inline cudaError_t ensureSmemLimit(int bytes) {
+  static std::atomic<unsigned long long> done{0};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  const unsigned long long bit = 1ull << (dev & 63);
+  if (done.load() & bit) return cudaSuccess;
+  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) done.fetch_or(bit);
+  return e;
 }
 
 // ---- mbarriers (shared::cta addresses)
