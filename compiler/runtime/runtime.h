@@ -70,7 +70,8 @@ class Session {
  public:
   // `comm`: this rank of a multi-GPU run (not owned; must outlive the session). Needed for
   // plans of world size > 1 (Collective and FusedAllReduceNorm steps); world size 1 plans run
-  // without one. With a communicator, the first run()/capture() after bind() is a collective call (it maps the peer workspace).
+  // without one. With a communicator, the first run()/capture() after bind() is a collective
+  // call (it maps the peer workspace).
   explicit Session(const Program& program, Communicator* comm = nullptr);
   ~Session();
   Session(const Session&) = delete;
