@@ -207,6 +207,23 @@ struct Inputs {
   }
 };
 
+// The cuBLASLt algorithm of every matmul step of the last prepare (tuned or the heuristic's).
+void printMatmulAlgorithms(const rt::Session& s) {
+  if (s.matmulAlgorithms().empty()) return;
+  std::printf("matmul algorithms (tuning %s):\n", s.gemmTuning() ? "on" : "off: --no-gemm-tune or FXFUSE_GEMM_TUNE=0");
+  for (const auto& a : s.matmulAlgorithms()) std::printf("  %s\n", a.c_str());
+}
+
+// What --describe says about matmul steps: the algorithm is chosen when a session prepares.
+std::string describeMatmulSelection(const pb::Plan& plan) {
+  int n = 0;
+  for (const auto& st : plan.steps()) n += st.has_matmul() ? 1 : 0;
+  if (n == 0) return "";
+  return fmt::format("matmul algorithms: {} cuBLASLt step(s); \"heuristic\" steps time up to 16 heuristic candidates on "
+                     "their own operands at the first run and keep the fastest (FXFUSE_GEMM_TUNE=0 or --no-gemm-tune: "
+                     "the first candidate); `fxfuse bench` prints the choices\n", n);
+}
+
 }  // namespace
 
 void registerRun(CLI::App& app, int& exit_code) {
@@ -215,7 +232,7 @@ void registerRun(CLI::App& app, int& exit_code) {
   static std::vector<std::string> binds;
   static uint64_t seed = 0;
   static bool compare = false, describe = false, no_cache = false, cpu_only = false, check_nodes = false,
-              strict = false;
+              strict = false, no_gemm_tune = false;
   static int world_size = 1;
   static std::vector<std::string> passes;
   static double rtol = -1, atol = -1, mismatch_frac = 0.001;
@@ -236,6 +253,7 @@ void registerRun(CLI::App& app, int& exit_code) {
   cmd->add_flag("--check-nodes", check_nodes,
                 "graphs only, with --compare-cpu: also run the node-by-node check when the outputs match");
   cmd->add_flag("--strict", strict, "with --compare-cpu: the outputs must match; no node-by-node proof");
+  cmd->add_flag("--no-gemm-tune", no_gemm_tune, "cuBLASLt's first heuristic algorithm for matmuls (no timing)");
   addMultiGpuFlags(cmd, mg);
   cmd->callback([&exit_code] {
     // World size > 1: this process launches one rank per GPU and waits (multigpu.h).
@@ -245,6 +263,7 @@ void registerRun(CLI::App& app, int& exit_code) {
     Loaded l = loadInput(input, world_size, compare && !describe, passes);
     if (describe) {
       std::fputs(lowering::describePlan(l.plan).c_str(), stdout);
+      std::fputs(describeMatmulSelection(l.plan).c_str(), stdout);
       exit_code = 0;
       return;
     }
@@ -289,6 +308,7 @@ void registerRun(CLI::App& app, int& exit_code) {
     double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     rt::Session s(*prog, comm.get());
     if (mg.allreduce != "auto") s.setAllReduceAlgorithm(allReduceAlgorithm(mg));
+    if (no_gemm_tune) s.setGemmTuning(false);
     s.bind(env);
     Inputs owned;
     for (int i = 0; i < l.plan.inputs_size(); ++i) {
@@ -311,6 +331,7 @@ void registerRun(CLI::App& app, int& exit_code) {
       for (const auto& a : s.fusedAlgorithms()) algos += (algos.empty() ? "" : ", ") + a;
       std::printf("fused all-reduce steps (world size %d): %s\n", world, algos.c_str());
     }
+    printMatmulAlgorithms(s);
     std::vector<interp::RValue> ref;
     if (compare) ref = world > 1 ? lockstepReference(*ref_module, io, world, seed).at(static_cast<size_t>(mg.rank))
                                  : in.run(host_inputs);
@@ -348,6 +369,7 @@ void registerRun(CLI::App& app, int& exit_code) {
       auto run_plan = [&](const pb::Plan& plan) {
         auto p2 = rt::Program::fromPlan(plan, lo);
         rt::Session s2(*p2);
+        s2.setGemmTuning(s.gemmTuning());  // the same algorithms (tuned choices are cached per shape)
         s2.bind(env);
         Inputs owned2;
         for (int i = 0; i < plan.inputs_size(); ++i) {
@@ -384,7 +406,7 @@ void registerBench(CLI::App& app, int& exit_code) {
   static std::string input, device = "cuda", json;
   static std::vector<std::string> binds;
   static int warmup = 20, iters = 200, world_size = 1;
-  static bool no_graph = false;
+  static bool no_graph = false, no_gemm_tune = false;
   static MultiGpuFlags mg;
   cmd->add_option("input", input, "launch plan (.plan.pb, .plan.txt) or graph")->required();
   cmd->add_option("--device", device, "device to run on (cuda)");
@@ -393,6 +415,7 @@ void registerBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--iters", iters, "timed replays (default 200)");
   cmd->add_option("--world-size", world_size, "tensor-parallel world size (graphs only)");
   cmd->add_flag("--no-graph", no_graph, "time plain run() launches instead of CUDA graph replays");
+  cmd->add_flag("--no-gemm-tune", no_gemm_tune, "cuBLASLt's first heuristic algorithm for matmuls (no timing)");
   cmd->add_option("--json", json, "also write the result as JSON to this file");
   addMultiGpuFlags(cmd, mg);
   cmd->callback([&exit_code] {
@@ -405,6 +428,7 @@ void registerBench(CLI::App& app, int& exit_code) {
     auto prog = rt::Program::fromPlan(l.plan);
     rt::Session s(*prog, comm.get());
     if (mg.allreduce != "auto") s.setAllReduceAlgorithm(allReduceAlgorithm(mg));
+    if (no_gemm_tune) s.setGemmTuning(false);
     s.bind(env);
     Inputs owned;
     for (int i = 0; i < l.plan.inputs_size(); ++i) {
@@ -454,12 +478,14 @@ void registerBench(CLI::App& app, int& exit_code) {
                 input.c_str(), binds_s.c_str(), med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
                 no_graph ? "runs" : "CUDA graph replays", s.launchesPerRun(), static_cast<long long>(s.arenaBytes()),
                 static_cast<long long>(l.plan.arena().no_reuse_bytes_at_hint()));
+    if (mg.rank <= 0) printMatmulAlgorithms(s);
     if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers
       ir::writeFileAtomic(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
                                             "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
-                                            "\"arena_bytes\": {}}}\n",
+                                            "\"arena_bytes\": {}, \"gemm_tune\": {}}}\n",
                                             input, binds_s, med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
-                                            no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes()));
+                                            no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes(),
+                                            s.gemmTuning() ? "true" : "false"));
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     cudaStreamDestroy(stream);

@@ -68,6 +68,7 @@ const CublasLtApi& cublasLt() {
     FXFUSE_SYM(api, h, cublasLtMatmulPreferenceDestroy, l);
     FXFUSE_SYM(api, h, cublasLtMatmulPreferenceSetAttribute, l);
     FXFUSE_SYM(api, h, cublasLtMatmulAlgoGetHeuristic, l);
+    FXFUSE_SYM(api, h, cublasLtMatmulAlgoConfigGetAttribute, l);
     FXFUSE_SYM(api, h, cublasLtGetStatusString, l);
   });
   return api;

@@ -29,6 +29,7 @@ struct CublasLtApi {
   FXFUSE_FN(cublasLtMatmulPreferenceDestroy);
   FXFUSE_FN(cublasLtMatmulPreferenceSetAttribute);
   FXFUSE_FN(cublasLtMatmulAlgoGetHeuristic);
+  FXFUSE_FN(cublasLtMatmulAlgoConfigGetAttribute);
   FXFUSE_FN(cublasLtGetStatusString);
 };
 

@@ -10,6 +10,7 @@
 #include "compiler/lowering/codegen.h"
 #include "compiler/lowering/lowering.h"
 #include "compiler/runtime/cuda_libs.h"
+#include "compiler/runtime/gemm_tune.h"
 #include "compiler/runtime/kernels/attention.h"
 #include "compiler/runtime/nvrtc_compile.h"
 #include "ir/proto_io.h"
@@ -253,7 +254,11 @@ struct Session::Prepared {
 };
 
 Session::Session(const Program& program, Communicator* comm)
-    : program_(program), plan_(program.plan()), comm_(comm), allreduce_algorithm_(algorithmFromEnv()) {
+    : program_(program),
+      plan_(program.plan()),
+      comm_(comm),
+      allreduce_algorithm_(algorithmFromEnv()),
+      gemm_tune_(gemmTuningFromEnv()) {
   inputs_.assign(static_cast<size_t>(plan_.inputs_size()), nullptr);
   const int plan_ws = std::max(1, plan_.world_size());
   if (comm_ && comm_->worldSize() != plan_ws)
@@ -262,6 +267,11 @@ Session::Session(const Program& program, Communicator* comm)
 
 void Session::setAllReduceAlgorithm(k::AllReduceAlgorithm a) {
   allreduce_algorithm_ = a;
+  dirty_ = true;
+}
+
+void Session::setGemmTuning(bool on) {
+  gemm_tune_ = on;
   dirty_ = true;
 }
 
@@ -353,13 +363,14 @@ DeviceTensor Session::output(size_t i) const {
   return tensor(o.tensor());
 }
 
-void Session::prepare() {
+void Session::prepare(cudaStream_t stream) {
   for (int i = 0; i < plan_.inputs_size(); ++i)
     if (!plan_.inputs(i).is_symint() && !inputs_[static_cast<size_t>(i)])
       fail("input {} ('{}') is not set", i, plan_.inputs(i).name());
   steps_.clear();
   launches_ = 0;
   fused_algorithms_.clear();
+  matmul_algorithms_.clear();
   prepareCollectives();
   for (int si = 0; si < plan_.steps_size(); ++si) {
     const pb::Step& st = plan_.steps(si);
@@ -666,18 +677,50 @@ void Session::prepare() {
       uint64_t ws = static_cast<uint64_t>(workspace_bytes_);
       checkLt(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
               where);
-      cublasLtMatmulHeuristicResult_t res[8];
+      cublasLtMatmulHeuristicResult_t res[kGemmCandidates];
       int found = 0;
       int want = 0;
       if (mm.algorithm().rfind("heuristic:", 0) == 0) want = std::stoi(mm.algorithm().substr(10));
       cublasStatus_t hs = lt.cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(cublas_), m->desc, m->lx, m->ly,
-                                                            m->lc, m->ld, pref, 8, res, &found);
+                                                            m->lc, m->ld, pref, kGemmCandidates, res, &found);
       lt.cublasLtMatmulPreferenceDestroy(pref);
       if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
         fail("{}: cuBLASLt has no algorithm for this matmul (M={} N={} K={}, {} x {} -> {}): {}", where, M, N, K,
              pb::DType_Name(mm.a_dtype()), pb::DType_Name(mm.b_dtype()), pb::DType_Name(mm.d_dtype()),
              lt.cublasLtGetStatusString(hs));
-      m->algo = res[std::min(want, found - 1)].algo;
+      // "heuristic:N" pins the N-th result (no tuning); "heuristic" is tuned by measurement.
+      const bool pinned = mm.algorithm() != "heuristic" && !mm.algorithm().empty();
+      GemmCall call;
+      call.handle = static_cast<cublasLtHandle_t>(cublas_);
+      call.desc = m->desc;
+      call.lx = m->lx;
+      call.ly = m->ly;
+      call.lc = m->lc;
+      call.ld = m->ld;
+      call.alpha = &m->alpha;
+      call.beta = &m->beta;
+      call.x = m->x;
+      call.y = m->y;
+      call.c = m->c;
+      call.d = m->d;
+      call.d_bytes = static_cast<size_t>(batch * M * N * bytesOf(mm.d_dtype()));
+      call.workspace = workspace_;
+      call.workspace_bytes = static_cast<size_t>(workspace_bytes_);
+      int device = 0;
+      cudaGetDevice(&device);
+      // Everything that makes two calls the same problem for cuBLASLt (pointers excluded).
+      const std::string key = fmt::format(
+          "dev{} M{} N{} K{} b{} {}x{}->{} c{} ops{}{} ld{},{} bs{},{} scale{} fast{} ep{} bias{} beta{} ws{}", device, M, N,
+          K, batch, static_cast<int>(ta), static_cast<int>(tb), static_cast<int>(td), static_cast<int>(tc),
+          static_cast<int>(opx), static_cast<int>(opy), ldx, ldy, bsb, asb, static_cast<int>(mm.scale_mode()),
+          mm.fast_accum() ? 1 : 0, static_cast<int>(mm.epilogue()),
+          mm.bias() >= 0 ? static_cast<int>(plan_.tensors(mm.bias()).dtype()) : -1, m->beta, workspace_bytes_);
+      GemmChoice choice = chooseGemmAlgorithm(call, res, found, want, gemm_tune_ && !pinned, stream, key, where);
+      m->algo = choice.algo;
+      matmul_algorithms_.push_back(fmt::format("{}: M={} N={} K={}{} {}x{}->{}: {}", where, M, N, K,
+                                               batch > 1 ? fmt::format(" batch={}", batch) : "",
+                                               pb::DType_Name(mm.a_dtype()), pb::DType_Name(mm.b_dtype()),
+                                               pb::DType_Name(mm.d_dtype()), choice.summary));
       void* wsp = workspace_;
       size_t wsb = static_cast<size_t>(workspace_bytes_);
       void* handle = cublas_;
@@ -889,12 +932,12 @@ std::function<void(cudaStream_t)> Session::prepareFusedAllReduceNorm(const pb::F
 
 void Session::run(cudaStream_t stream) {
   if (env_.empty() && plan_.symbols_size() > 0) fail("Session::run before bind()");
-  if (dirty_) prepare();
+  if (dirty_) prepare(stream);
   for (auto& s : steps_) s->run(stream);
 }
 
 void Session::capture(cudaStream_t stream) {
-  if (dirty_) prepare();
+  if (dirty_) prepare(stream);
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
   if (graph_) cudaGraphDestroy(graph_);
   graph_exec_ = nullptr;

@@ -100,6 +100,16 @@ class Session {
   // Per fused step of the last prepare: the algorithm each one runs ("one_shot", "nccl_fallback", ...).
   const std::vector<std::string>& fusedAlgorithms() const { return fused_algorithms_; }
 
+  // cuBLASLt algorithm selection for matmul steps (compiler/runtime/gemm_tune.h): on, each
+  // matmul times up to 16 heuristic candidates on its own operands when the session prepares
+  // (the first run/capture after bind or setInput; never inside a capture) and keeps the
+  // fastest (cached per process by shape, dtypes, layouts, epilogue); off, cuBLASLt's first
+  // heuristic result. Default: on unless $FXFUSE_GEMM_TUNE=0.
+  void setGemmTuning(bool on);
+  bool gemmTuning() const { return gemm_tune_; }
+  // Per matmul step of the last prepare: "step 3 (node): M=64 N=6144 K=4096 ...: tuned ...".
+  const std::vector<std::string>& matmulAlgorithms() const { return matmul_algorithms_; }
+
   DeviceTensor output(size_t i) const;
   DeviceTensor tensor(int id) const;
   int64_t arenaBytes() const { return arena_bytes_; }
@@ -108,7 +118,7 @@ class Session {
 
  private:
   struct Prepared;
-  void prepare();
+  void prepare(cudaStream_t stream);
   void prepareCollectives();
   std::function<void(cudaStream_t)> prepareFusedAllReduceNorm(const fxfuse::plan::v1::FusedAllReduceNorm& f,
                                                               const std::string& where);
@@ -130,6 +140,8 @@ class Session {
   Communicator* comm_ = nullptr;
   kernels::AllReduceAlgorithm allreduce_algorithm_ = kernels::AllReduceAlgorithm::kAuto;
   std::vector<std::string> fused_algorithms_;
+  bool gemm_tune_ = true;
+  std::vector<std::string> matmul_algorithms_;
   void* scratch_ = nullptr;  // the all-reduce result of fused steps on the NCCL fallback
   int64_t scratch_bytes_ = 0;
   cudaGraph_t graph_ = nullptr;

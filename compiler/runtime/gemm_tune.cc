@@ -1,0 +1,170 @@
+// cuBLASLt algorithm selection by measurement (gemm_tune.h).
+#include "compiler/runtime/gemm_tune.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "compiler/runtime/cuda_libs.h"
+#include "ir/status.h"
+
+namespace fxfuse::runtime {
+
+namespace {
+
+constexpr int kWarmupReps = 2;
+constexpr int kTimedReps = 5;               // median of these
+constexpr size_t kL2FlushBytes = 64u << 20;  // > the H200's 60 MB L2
+
+void checkCuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) fail("{}: {}", what, cudaGetErrorString(e));
+}
+
+struct AlgoConfig {
+  int32_t id = -1, split_k = 1;
+  uint32_t tile = 0, stages = 0, reduction = 0;
+};
+
+AlgoConfig configOf(const cublasLtMatmulAlgo_t& algo) {
+  const CublasLtApi& lt = cublasLt();
+  AlgoConfig c;
+  size_t written = 0;
+  lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &c.id, sizeof c.id, &written);
+  lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof c.tile, &written);
+  lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages, sizeof c.stages, &written);
+  lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c.split_k, sizeof c.split_k, &written);
+  lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &c.reduction, sizeof c.reduction,
+                                          &written);
+  return c;
+}
+
+// Split into K parts whose partial results another pass (usually another kernel) adds up.
+bool hasSplitKReduction(const AlgoConfig& c) { return c.split_k > 1; }
+
+// The in-process cache of choices (shared by every Session of the process).
+std::mutex& cacheMutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, GemmChoice>& cache() {
+  static std::map<std::string, GemmChoice> c;
+  return c;
+}
+
+// Median time (us) of one candidate on `stream`, or a negative value when it fails to run.
+double timeCandidate(const GemmCall& call, const cublasLtMatmulAlgo_t& algo, void* scratch_d, void* flush,
+                     cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop) {
+  const CublasLtApi& lt = cublasLt();
+  auto launch = [&] {
+    return lt.cublasLtMatmul(call.handle, call.desc, call.alpha, call.x, call.lx, call.y, call.ly, call.beta, call.c,
+                             call.lc, scratch_d, call.ld, &algo, call.workspace, call.workspace_bytes, stream);
+  };
+  for (int r = 0; r < kWarmupReps; ++r)
+    if (launch() != CUBLAS_STATUS_SUCCESS) return -1;
+  std::vector<double> us;
+  for (int r = 0; r < kTimedReps; ++r) {
+    if (flush) checkCuda(cudaMemsetAsync(flush, r, kL2FlushBytes, stream), "flushing L2 for GEMM tuning");
+    checkCuda(cudaEventRecord(start, stream), "GEMM tuning event");
+    if (launch() != CUBLAS_STATUS_SUCCESS) return -1;
+    checkCuda(cudaEventRecord(stop, stream), "GEMM tuning event");
+    checkCuda(cudaEventSynchronize(stop), "GEMM tuning");
+    float ms = 0;
+    checkCuda(cudaEventElapsedTime(&ms, start, stop), "GEMM tuning event");
+    us.push_back(1000.0 * ms);
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+}  // namespace
+
+bool gemmTuningFromEnv() {
+  const char* v = std::getenv("FXFUSE_GEMM_TUNE");
+  return !(v && std::string(v) == "0");
+}
+
+std::string describeGemmAlgorithm(const cublasLtMatmulAlgo_t& algo) {
+  AlgoConfig c = configOf(algo);
+  return fmt::format("id {} tile {} stages {} split-k {}{}", c.id, c.tile, c.stages, c.split_k,
+                     hasSplitKReduction(c) ? fmt::format(" (reduction {})", c.reduction) : "");
+}
+
+GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeuristicResult_t* results, int found,
+                               int first, bool tune, cudaStream_t stream, const std::string& key, const std::string& where) {
+  first = std::max(0, std::min(first, found - 1));
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  checkCuda(cudaStreamIsCapturing(stream, &capturing), where);
+  if (!tune || found <= 1 || capturing != cudaStreamCaptureStatusNone) {
+    const char* why = !tune ? "tuning off" : found <= 1 ? "one candidate" : "stream capturing: not tuned";
+    return GemmChoice{results[first].algo,
+                      fmt::format("heuristic #{} of {} ({}): {}", first, found, why, describeGemmAlgorithm(results[first].algo))};
+  }
+  {
+    std::lock_guard<std::mutex> lock(cacheMutex());
+    auto it = cache().find(key);
+    if (it != cache().end()) return it->second;
+  }
+  void* scratch_d = nullptr;
+  void* flush = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  auto release = [&] {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    if (scratch_d) cudaFree(scratch_d);
+    if (flush) cudaFree(flush);
+  };
+  std::vector<double> us(static_cast<size_t>(found), -1);
+  try {
+    checkCuda(cudaMalloc(&scratch_d, std::max<size_t>(call.d_bytes, 256)), where + ": GEMM tuning output");
+    if (cudaMalloc(&flush, kL2FlushBytes) != cudaSuccess) {  // tuning without the flush rather than failing
+      cudaGetLastError();
+      flush = nullptr;
+    }
+    checkCuda(cudaEventCreate(&start), where);
+    checkCuda(cudaEventCreate(&stop), where);
+    for (int i = 0; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS)
+        us[static_cast<size_t>(i)] = timeCandidate(call, results[i].algo, scratch_d, flush, stream, start, stop);
+    checkCuda(cudaStreamSynchronize(stream), where + ": GEMM tuning");
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  // Fastest overall, and fastest without a split-K reduction.
+  int best = -1, best_plain = -1;
+  std::vector<AlgoConfig> cfg;
+  for (int i = 0; i < found; ++i) cfg.push_back(configOf(results[i].algo));
+  for (int i = 0; i < found; ++i) {
+    const double t = us[static_cast<size_t>(i)];
+    if (t < 0) continue;
+    if (best < 0 || t < us[static_cast<size_t>(best)]) best = i;
+    if (!hasSplitKReduction(cfg[static_cast<size_t>(i)]) && (best_plain < 0 || t < us[static_cast<size_t>(best_plain)]))
+      best_plain = i;
+  }
+  int timed = static_cast<int>(std::count_if(us.begin(), us.end(), [](double t) { return t >= 0; }));
+  GemmChoice choice;
+  if (best < 0) {  // nothing ran: the heuristic's choice, whose own failure the step reports
+    choice = GemmChoice{results[first].algo, fmt::format("heuristic #{} of {} (no candidate ran while tuning): {}", first,
+                                                         found, describeGemmAlgorithm(results[first].algo))};
+  } else {
+    int pick = best;
+    if (best_plain >= 0 && us[static_cast<size_t>(best_plain)] <= kSplitKPreference * us[static_cast<size_t>(best)])
+      pick = best_plain;
+    const double t_first = us[static_cast<size_t>(first)];
+    choice.algo = results[pick].algo;
+    choice.summary = fmt::format("tuned #{} of {} timed: {}, {:.1f} us (heuristic #{}: {})", pick, timed,
+                                 describeGemmAlgorithm(results[pick].algo), us[static_cast<size_t>(pick)], first,
+                                 t_first < 0 ? std::string("did not run") : fmt::format("{:.1f} us, split-k {}", t_first,
+                                                                                    cfg[static_cast<size_t>(first)].split_k));
+  }
+  std::lock_guard<std::mutex> lock(cacheMutex());
+  cache()[key] = choice;
+  return choice;
+}
+
+}  // namespace fxfuse::runtime

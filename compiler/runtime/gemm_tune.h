@@ -1,0 +1,53 @@
+// cuBLASLt algorithm selection by measurement (docs/runtime.md "Matmul algorithms"): a
+// matmul step asks cuBLASLt for up to kGemmCandidates heuristic results, times each on the
+// step's own operands (CUDA events on the session's stream, L2 flushed before every rep,
+// output into a scratch buffer so no tensor of the plan is touched), keeps the fastest, and
+// prefers a candidate without a split-K reduction kernel when it is within
+// kSplitKPreference of the fastest (one kernel fewer per step). Choices are cached in-process
+// by everything that defines the call (shape, dtypes, layouts, epilogue, scales, workspace,
+// device). Algorithms differ only in accumulation order and tiling, so results stay within
+// the node check's GEMM bound (docs/runtime.md "Parity").
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+
+namespace fxfuse::runtime {
+
+constexpr int kGemmCandidates = 16;
+constexpr double kSplitKPreference = 1.03;  // a split-K-free algorithm within 3% wins
+
+// One cuBLASLt matmul call as the step makes it (descriptors owned by the caller).
+struct GemmCall {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t lx = nullptr, ly = nullptr, lc = nullptr, ld = nullptr;
+  const float* alpha = nullptr;
+  const float* beta = nullptr;
+  const void *x = nullptr, *y = nullptr, *c = nullptr;
+  void* d = nullptr;
+  size_t d_bytes = 0;  // bytes of D (the size of the scratch output used while timing; C is only read)
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+struct GemmChoice {
+  cublasLtMatmulAlgo_t algo;
+  std::string summary;  // e.g. "tuned 12 of 16: id 66 tile 20 stages 15 split-k 1, 11.8 us (heuristic #0: 14.2 us, split-k 4)"
+};
+
+// `key`: the call's identity for the cache. `tune` false (or a capturing stream): cuBLASLt's
+// `first` heuristic result, the pre-tuning behaviour. Throws FxError naming `where`.
+GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeuristicResult_t* results, int found,
+                               int first, bool tune, cudaStream_t stream, const std::string& key, const std::string& where);
+
+// $FXFUSE_GEMM_TUNE: "0" turns tuning off (default on).
+bool gemmTuningFromEnv();
+
+// One line describing an algorithm's configuration (id, tile, stages, split-K, reduction).
+std::string describeGemmAlgorithm(const cublasLtMatmulAlgo_t& algo);
+
+}  // namespace fxfuse::runtime
