@@ -219,7 +219,9 @@ def main():
     ap.add_argument("--work", default="/tmp/fxfuse_bench", help="plan and per-run JSON files")
     ap.add_argument("--deadline-s", type=float, default=200, help="stop starting new torch.compile work after this")
     ap.add_argument("--iters", type=int, default=100)
-    ap.add_argument("--modes", default="fxfuse,eager,default,max-autotune")
+    ap.add_argument("--modes", default="fxfuse,fxfuse-heuristic,eager,default,max-autotune",
+                    help="fxfuse: cuBLASLt algorithms tuned by measurement (the default); fxfuse-heuristic: "
+                         "cuBLASLt's first heuristic algorithm (--no-gemm-tune), the baseline of the tuning")
     ap.add_argument("--max-autotune-tokens", default=None,
                     help="T values for max-autotune, in this order (default: --tokens); it runs after the other modes")
     ap.add_argument("--first-variant", type=int, default=0,
@@ -228,7 +230,7 @@ def main():
     t_start = time.time()
     tokens = [int(t) for t in args.tokens.split(",")]
     modes = args.modes.split(",")
-    columns = [c for m in modes for c in ((m,) if m == "fxfuse" else (m, m + " (graph)"))]
+    columns = [c for m in modes for c in ((m,) if m.startswith("fxfuse") else (m, m + " (graph)"))]
     os.makedirs(args.out, exist_ok=True)
     results = {c: {} for c in columns}
     notes = []
@@ -237,25 +239,30 @@ def main():
     def iters_for(us_estimate):  # about 2 s of timing at most, at least 10 iterations
         return max(10, min(args.iters, int(2e6 / max(us_estimate, 1.0))))
 
-    if "fxfuse" in modes:
+    fx_modes = [m for m in modes if m.startswith("fxfuse")]
+    if fx_modes:
         os.makedirs(args.work, exist_ok=True)
         plan = os.path.join(args.work, "decoder_layer.plan.pb")
         subprocess.run([args.fxfuse, "compile", args.graph, "--emit=plan", "-o", plan, "-q"], check=True)
         est = 100.0
         for T in tokens:
-            js = os.path.join(args.work, f"fxfuse_T{T}.json")
-            n = iters_for(est)
-            r = subprocess.run([args.fxfuse, "bench", plan, "--device=cuda", "--bind", f"s0={T}", "--iters", str(n),
-                                "--warmup", str(min(20, n)), "--json", js], capture_output=True, text=True)
-            print(r.stdout.strip(), r.stderr.strip(), flush=True)
-            if r.returncode == 0:
-                d = json.load(open(js))
-                results["fxfuse"][T] = {"us": d["median_us"], "kernels": d["kernels"], "arena": d["arena_bytes"],
-                                        "iters": n}
-                est = d["median_us"] * (64 if T >= 512 else 8)  # attention grows as T^2
-            else:
-                results["fxfuse"][T] = {"error": (r.stderr or r.stdout).strip()[-300:]}
-            write_report(args, tokens, columns, results, notes)
+            for mode in fx_modes:  # tuned and heuristic side by side at each T (same machine state)
+                js = os.path.join(args.work, f"{mode}_T{T}.json")
+                n = iters_for(est)
+                extra = ["--no-gemm-tune"] if mode == "fxfuse-heuristic" else []
+                r = subprocess.run([args.fxfuse, "bench", plan, "--device=cuda", "--bind", f"s0={T}", "--iters", str(n),
+                                    "--warmup", str(min(20, n)), "--json", js] + extra, capture_output=True, text=True)
+                print(f"[{mode}]", r.stdout.strip(), r.stderr.strip(), flush=True)
+                if r.returncode == 0:
+                    d = json.load(open(js))
+                    matmuls = [ln.strip() for ln in r.stdout.splitlines() if ln.startswith("  step ")]
+                    results[mode][T] = {"us": d["median_us"], "kernels": d["kernels"], "arena": d["arena_bytes"],
+                                        "iters": n, "matmul_algorithms": matmuls}
+                    if mode == "fxfuse":
+                        est = d["median_us"] * (64 if T >= 512 else 8)  # attention grows as T^2
+                else:
+                    results[mode][T] = {"error": (r.stderr or r.stdout).strip()[-300:]}
+                write_report(args, tokens, columns, results, notes)
 
     models = {False: DecoderLayerFP8()}
     # Every mode x shape compiles its own entry of the one forward(): room for all of them

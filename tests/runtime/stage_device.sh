@@ -2,7 +2,7 @@
 # Builds fxfuse and the build-time example for sm_90a here and packs them, with the shared
 # libraries they need that a bare CUDA image may lack (OpenBLAS, libzip, simdjson and their
 # dependencies), into .device_rt/bundle.tar.xz (git-ignored via .git/info/exclude), which the
-# device tool carries (`carry: [".device_rt"]`). tests/runtime/device_run.sh unpacks it there.
+# device tool carries (`carry: [".device_rt"]`). tests/runtime/device_final.sh unpacks it there.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.device_rt/' .git/info/exclude 2>/dev/null || echo '/.device_rt/' >> .git/info/exclude
@@ -16,6 +16,8 @@ strip "$stage"/fxfuse "$stage"/decoder_example
 # Non-system shared libraries (glibc, libstdc++ and libgcc come from the image).
 ldd "$bin/fxfuse" | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl\.so|librt\.so' |
   while read -r l; do cp -L "$l" "$stage/lib/"; done
+# What was built: the commit and whether the tree had uncommitted changes (device_final.sh prints it).
+{ git log -1 --format='commit %h %s'; git status --short --untracked-files=no | sed 's/^/  modified: /'; } > "$stage/STAGED_FROM"
 rm -rf .device_rt && mkdir -p .device_rt
 tar -C "$stage" -cf - . | xz -T2 -6 > .device_rt/bundle.tar.xz
 rm -rf "$stage"
