@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <set>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
+#include "compiler/interpreter/ops_common.h"
 #include "compiler/lowering/lowering.h"
 #include "compiler/pipeline.h"
 #include "ir/io.h"
@@ -72,6 +75,46 @@ std::vector<double> fp8GemmAllowance(const interp::Tensor& a, const interp::Tens
   return out;
 }
 
+std::vector<double> sm90AttentionAllowance(const ir::Node& n, const interp::Tensor& q, const interp::Tensor& k,
+                                           const interp::Tensor& v, const interp::Tensor* output_scale) {
+  if (n.target.rfind("fxfuse.attention", 0) != 0) return {};  // fxfuse.attention(_quant)[.default]
+  if (!ir::isFloating(v.dtype) || ir::isFp8(v.dtype)) return {};
+  std::vector<double> av = v.values();
+  for (double& x : av) x = std::fabs(x);
+  interp::Tensor abs_v = interp::Tensor::fromValues(v.shape, v.dtype, av);
+  auto attr = [&](const char* name) { return n.arg(name); };
+  std::optional<double> scale;
+  if (const ir::Attr* s = attr("scale"); s && !s->isNone()) scale = s->asDouble();
+  const ir::Attr* layout = attr("layout");
+  interp::ops::AttentionResult r;
+  if (layout && layout->s == "vllm") {
+    const int64_t e = k.shape.empty() ? 0 : k.shape.back();
+    r = interp::ops::attentionVllm(q, k, abs_v, scale, q.dim() == 2 && e > 0 ? q.shape[1] / e : 0);
+  } else {
+    interp::ops::AttentionArgs a;
+    a.q = q;
+    a.k = k;
+    a.v = abs_v;
+    const ir::Attr* causal = attr("is_causal");
+    a.causal = causal && causal->asDouble().value_or(0) != 0;
+    const ir::Attr* gqa = attr("enable_gqa");
+    a.gqa = gqa && gqa->asDouble().value_or(0) != 0;
+    a.scale = scale;
+    r = interp::ops::attention(a);
+  }
+  const double u_in = std::ldexp(1.0, -(floatFormat(v.dtype).first + 1));
+  const double u_mid = output_scale ? u_in : 0;
+  double inv_s = 1;
+  if (output_scale) {
+    std::vector<double> s = output_scale->values();
+    if (s.empty() || s[0] == 0) return {};
+    inv_s = 1 / std::fabs(s[0]);
+  }
+  std::vector<double> allowance(r.out.size());
+  for (size_t i = 0; i < r.out.size(); ++i) allowance[i] = (2 * u_in + u_mid) * r.out[i] * inv_s;
+  return allowance;
+}
+
 StepDiff compareWithinOneStep(const interp::Tensor& ref, const interp::Tensor& got, const std::vector<double>* allowance) {
   StepDiff d;
   if (ref.shape != got.shape) {
@@ -129,6 +172,15 @@ NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOpt
       return proof;
     }
     std::vector<std::optional<interp::Tensor>> gpu = run_plan(plan);
+    // Attention nodes the sm90 kernels run (plan steps with impl "sm90", unless the runtime is
+    // told to use the reference kernel): their rounding bound applies (sm90AttentionAllowance).
+    std::set<std::string> sm90_attention;
+    const char* attn_env = std::getenv("FXFUSE_ATTENTION");
+    if (!(attn_env && std::string(attn_env) == "reference"))
+      for (const auto& st : plan.steps())
+        if (st.has_kernel() && st.kernel().kernel() == "rt.attention")
+          for (const auto& a : st.kernel().args())
+            if (a.name() == "impl" && a.str() == "sm90") sm90_attention.insert(st.nodes().begin(), st.nodes().end());
 
     // 1. The checked plan's outputs equal this plan's, bit for bit.
     bool same = checked_outputs.size() <= n_user;
@@ -155,8 +207,8 @@ NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOpt
     std::unordered_map<const ir::Value*, size_t> index;
     for (size_t i = 0; i < outs.size(); ++i)
       if (outs[i].value && !index.count(outs[i].value)) index[outs[i].value] = i;
-    int64_t checked = 0, rounding_nodes = 0, bad_nodes = 0, gemm_nodes = 0;
-    double gemm_max_used = 0;
+    int64_t checked = 0, rounding_nodes = 0, bad_nodes = 0, gemm_nodes = 0, attention_nodes = 0;
+    double gemm_max_used = 0, attention_max_used = 0;
     std::string rounding_list, bad_list;
     // The values the nodes read (graph inputs, then each node's value as continued).
     std::unordered_map<const ir::Value*, interp::Tensor> current;
@@ -187,8 +239,20 @@ NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOpt
                              *sb = operand(n, "scale_b", 3);
         if (a && b && sa && sb && ir::isFp8(a->dtype) && ir::isFp8(b->dtype)) allowance = fp8GemmAllowance(*a, *b, *sa, *sb);
       }
+      // Attention on the sm90 kernels: one rounding step plus their P rounding bound.
+      const bool sm90_attn = sm90_attention.count(n.name) > 0;
+      if (sm90_attn) {
+        const interp::Tensor *q = operand(n, "query", 0), *kk = operand(n, "key", 1), *vv = operand(n, "value", 2);
+        const bool quant = n.target.find("attention_quant") != std::string::npos;
+        const interp::Tensor* os = quant ? operand(n, "output_scale", 3) : nullptr;
+        if (q && kk && vv && (os || !quant))
+          allowance = sm90AttentionAllowance(n, *q, *kk, *vv, os);
+      }
       StepDiff d = compareWithinOneStep(v.t, g, allowance.empty() ? nullptr : &allowance);
-      if (d.within_allowance) {
+      if (d.within_allowance && sm90_attn) {
+        ++attention_nodes;
+        attention_max_used = std::max(attention_max_used, d.max_allowance_used);
+      } else if (d.within_allowance) {
         ++gemm_nodes;
         gemm_max_used = std::max(gemm_max_used, d.max_allowance_used);
       }
@@ -199,9 +263,10 @@ NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOpt
       } else if (d.differing) {
         if (rounding_nodes++ < 8)
           rounding_list += fmt::format("  node {} ({}, {}): {} of {} elements differ: {} by one rounding step, {} within "
-                                       "the FP8 GEMM accumulation bound (at most {:.2f} of it)\n",
+                                       "the {} bound (at most {:.2f} of it)\n",
                                        n.name, n.target, g.describe(), d.differing, d.elements,
-                                       d.differing - d.within_allowance, d.within_allowance, d.max_allowance_used);
+                                       d.differing - d.within_allowance, d.within_allowance,
+                                       sm90_attn ? "sm90 attention rounding" : "FP8 GEMM accumulation", d.max_allowance_used);
       }
       if (d.note.empty() && g.dtype == v.t.dtype) v = interp::RValue::ofTensor(g);  // continue from the GPU's value
       current[n.output(k)] = v.t;
@@ -209,11 +274,14 @@ NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOpt
     interp::Interpreter stepwise(*m, local);
     stepwise.run(inputs);
     rep += fmt::format("node check: {} nodes compared on the GPU's own inputs: {} bit-identical, {} within one rounding step"
-                       " (or the FP8 GEMM accumulation bound), {} beyond\n",
+                       " (or the FP8 GEMM accumulation / sm90 attention rounding bound), {} beyond\n",
                        checked, checked - rounding_nodes - bad_nodes, rounding_nodes, bad_nodes);
     if (gemm_nodes)
       rep += fmt::format("node check: {} FP8 GEMM outputs needed the accumulation bound; largest use {:.2f} of it\n", gemm_nodes,
                          gemm_max_used);
+    if (attention_nodes)
+      rep += fmt::format("node check: {} sm90 attention outputs needed the P-rounding bound; largest use {:.2f} of it\n",
+                         attention_nodes, attention_max_used);
     rep += rounding_list + bad_list;
     proof.proven = same && passes_ok && bad_nodes == 0 && checked > 0;
   } catch (const FxError& e) {

@@ -58,6 +58,20 @@ StepDiff compareWithinOneStep(const interp::Tensor& ref, const interp::Tensor& g
 std::vector<double> fp8GemmAllowance(const interp::Tensor& a, const interp::Tensor& b, const interp::Tensor& scale_a,
                                      const interp::Tensor& scale_b);
 
+// The rounding of the sm90 attention kernels (kernels/attention, docs/attention.md "FP8
+// output"), per output element in output units:
+//   (2 * u_in + u_mid) * sum_j P[i,j] |v[j,d]| / s
+// P is rounded to the input dtype before P·V (relative error at most u_in = 2^-(mantissa
+// bits + 1) per term, so at most u_in * sum_j P|v| on the sum; at most u_in * |o| <= u_in *
+// sum_j P|v| more when the row sum l is taken from the rounded P); FP8 output (`output_scale`
+// s given) quantizes the fp32 value where the reference first rounds it to the input dtype
+// (u_mid = u_in; without FP8 output u_mid = 0 and s = 1). The FP8 roundings themselves are the
+// "one step" of compareWithinOneStep. A wrong key, head or row read changes an element by
+// about sum_j P|v| itself, 2^8 / 3 times more. Computed with the interpreter's attention on
+// |v|. Empty when the node is not fxfuse.attention / fxfuse.attention_quant.
+std::vector<double> sm90AttentionAllowance(const ir::Node& n, const interp::Tensor& q, const interp::Tensor& k,
+                                           const interp::Tensor& v, const interp::Tensor* output_scale);
+
 // Every tensor a node of the entry graph produces becomes an extra graph output (after the
 // user outputs), so a plan keeps it and its GPU value can be read back.
 void exposeEveryNode(ir::Module& m);
