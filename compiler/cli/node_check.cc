@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "compiler/interpreter/ops_common.h"
+#include "compiler/cli/node_check_collective.h"
 #include "compiler/lowering/lowering.h"
 #include "compiler/pipeline.h"
 #include "ir/io.h"
@@ -154,7 +155,7 @@ StepDiff compareWithinOneStep(const interp::Tensor& ref, const interp::Tensor& g
 NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOptions& co, const interp::Options& io,
                        const std::vector<interp::RValue>& inputs, const std::vector<interp::RValue>& ref_original,
                        const std::vector<std::optional<interp::Tensor>>& checked_outputs, const PlanRunner& run_plan,
-                       const interp::CompareOptions& tolerance) {
+                       const interp::CompareOptions& tolerance, const RankLink* ranks) {
   NodeProof proof;
   std::string& rep = proof.report;
   try {
@@ -193,8 +194,10 @@ NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOpt
                        same ? "identical to" : "DIFFER from");
 
     // 3. The passes: interpreter on the compiled graph vs the original graph.
-    interp::Interpreter plain(*m, io);
-    std::vector<interp::RValue> ref_compiled = plain.run(inputs);
+    // (World size > 1: the lockstep reference, all ranks simulated.)
+    std::vector<interp::RValue> ref_compiled;
+    if (ranks) ref_compiled = ranks->reference(*m);
+    else ref_compiled = interp::Interpreter(*m, io).run(inputs);
     bool passes_ok = true;
     for (size_t i = 0; i < n_user && i < ref_original.size(); ++i) {
       auto r = interp::compareValues(fmt::format("output {}", i), ref_original[i], ref_compiled[i], tolerance);
@@ -224,6 +227,18 @@ NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOpt
       return nullptr;
     };
     interp::Options local = io;
+    // World size > 1: collectives computed from every rank's GPU input (node_check_collective.h).
+    std::unique_ptr<CollectiveFeed> feed;
+    if (ranks && ranks->world_size > 1) {
+      feed = std::make_unique<CollectiveFeed>(m->entry(), *ranks, [&](const ir::Value* v) -> const interp::Tensor* {
+        auto it = index.find(v);
+        if (it != index.end() && gpu[it->second]) return &*gpu[it->second];
+        auto c = current.find(v);
+        return c == current.end() ? nullptr : &c->second;
+      });
+      local.collective = feed->group();
+      local.rank = ranks->rank;
+    }
     local.after_output = [&](const ir::Node& n, size_t k, interp::RValue& v) {
       auto it = index.find(n.output(k));
       if (it == index.end() || !v.isTensor() || !gpu[it->second]) {
@@ -239,6 +254,9 @@ NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOpt
                              *sb = operand(n, "scale_b", 3);
         if (a && b && sa && sb && ir::isFp8(a->dtype) && ir::isFp8(b->dtype)) allowance = fp8GemmAllowance(*a, *b, *sa, *sb);
       }
+      // A plain all-reduce at world size > 2 (NCCL's ring rounds per hop).
+      if (const auto* parts = feed && k == 0 && n.target.find("norm") == std::string::npos ? feed->inputsOf(n) : nullptr)
+        allowance = allReduceAllowance(*parts);
       // Attention on the sm90 kernels: one rounding step plus their P rounding bound.
       const bool sm90_attn = sm90_attention.count(n.name) > 0;
       if (sm90_attn) {
@@ -273,6 +291,9 @@ NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOpt
     };
     interp::Interpreter stepwise(*m, local);
     stepwise.run(inputs);
+    if (feed)
+      rep += fmt::format("node check: rank {} of {}: {} collective nodes computed from all ranks' GPU inputs\n", ranks->rank,
+                         ranks->world_size, feed->collectives());
     rep += fmt::format("node check: {} nodes compared on the GPU's own inputs: {} bit-identical, {} within one rounding step"
                        " (or the FP8 GEMM accumulation / sm90 attention rounding bound), {} beyond\n",
                        checked, checked - rounding_nodes - bad_nodes, rounding_nodes, bad_nodes);

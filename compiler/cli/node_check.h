@@ -79,6 +79,8 @@ void exposeEveryNode(ir::Module& m);
 // One rounding step of `dtype` at magnitude |x| (the spacing of representable values there).
 double roundingStep(double x, ir::DType dtype);
 
+struct RankLink;  // node_check_collective.h
+
 struct NodeProof {
   bool proven = false;
   std::string report;  // lines for the user, each ending in '\n'
@@ -87,9 +89,12 @@ struct NodeProof {
 // `graph_path` compiled with `co`; `io`: the interpreter options of the end-to-end run (binds,
 // seed, world size); `inputs`: the run's inputs; `ref_original`: the interpreter's outputs of
 // the original graph; `checked_outputs`: the checked plan's outputs (user outputs, plan order).
+// `ranks` (world size > 1, every rank calls this together): collective nodes are checked on
+// all ranks' GPU inputs, the compiled graph's reference is the lockstep one
+// (node_check_collective.h).
 NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOptions& co, const interp::Options& io,
                        const std::vector<interp::RValue>& inputs, const std::vector<interp::RValue>& ref_original,
                        const std::vector<std::optional<interp::Tensor>>& checked_outputs, const PlanRunner& run_plan,
-                       const interp::CompareOptions& tolerance);
+                       const interp::CompareOptions& tolerance, const RankLink* ranks = nullptr);
 
 }  // namespace fxfuse::cli

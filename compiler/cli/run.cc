@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "compiler/cli/node_check.h"
+#include "compiler/cli/rank_link.h"
 #include "compiler/cli/multigpu.h"
 #include "compiler/interpreter/compare.h"
 #include "compiler/interpreter/interpreter.h"
@@ -362,13 +363,17 @@ void registerRun(CLI::App& app, int& exit_code) {
     // Outputs differ: is every kernel right on its own inputs (the difference only rounding
     // carried forward)? node_check.h; docs/runtime.md "Parity".
     bool proven = false;
-    if (compare && world == 1 && !isPlanPath(input) && ((!all_pass && !strict) || check_nodes)) {
+    // World size > 1: every rank takes the same decision (any rank's outputs differ -> all run
+    // the check, whose gathers are collective); node_check_collective.h.
+    const bool any_differ = compare && comm && world > 1 ? !allRanksPass(*comm, all_pass) : !all_pass;
+    if (compare && !isPlanPath(input) && ((any_differ && !strict) || check_nodes)) {
       compiler::CompileOptions cop;
       cop.world_size = world_size;
       cop.passes = passes;
       auto run_plan = [&](const pb::Plan& plan) {
         auto p2 = rt::Program::fromPlan(plan, lo);
-        rt::Session s2(*p2);
+        rt::Session s2(*p2, comm.get());
+        if (mg.allreduce != "auto") s2.setAllReduceAlgorithm(allReduceAlgorithm(mg));
         s2.setGemmTuning(s.gemmTuning());  // the same algorithms (tuned choices are cached per shape)
         s2.bind(env);
         Inputs owned2;
@@ -386,11 +391,12 @@ void registerRun(CLI::App& app, int& exit_code) {
         }
         return vals;
       };
-      NodeProof np = proveByNodes(input, cop, io, host_inputs, ref, got_all, run_plan, co);
+      RankLink link = rankLink(comm.get(), io, world, seed);
+      NodeProof np = proveByNodes(input, cop, io, host_inputs, ref, got_all, run_plan, co, world > 1 ? &link : nullptr);
       std::fputs(np.report.c_str(), stdout);
       proven = np.proven;
       if (!all_pass)
-        std::printf("node check: %s\n", proven ? "PROVEN: every node within one rounding step on its own inputs; the output "
+        std::printf("node check (rank %d of %d): %s\n", std::max(0, mg.rank), world, proven ? "PROVEN: every node within one rounding step on its own inputs; the output "
                                                    "differences are rounding carried forward"
                                                  : "not proven");
     }

@@ -199,4 +199,8 @@ void Communicator::barrier(cudaStream_t stream) {
   cudaFree(one);
 }
 
+std::vector<std::string> Communicator::allGatherHost(const std::string& tag, const std::string& mine) {
+  return all_gather_("host_" + tag, mine);  // own prefix: never one of the workspace's tags
+}
+
 }  // namespace fxfuse::runtime

@@ -58,6 +58,11 @@ class Communicator {
   // All ranks meet (an NCCL all-reduce of one value on `stream`, then a synchronize).
   void barrier(cudaStream_t stream);
 
+  // Every rank's host blob `mine` (this rank's at [rank]): through the rendezvous directory
+  // (bootstrap(); waits at most its timeout) or an NCCL all-gather (fromNccl(); small blobs).
+  // Collective: all ranks call it with the same `tag`, once per tag. For checks, not hot paths.
+  std::vector<std::string> allGatherHost(const std::string& tag, const std::string& mine);
+
  private:
   Communicator() = default;
   void releaseWorkspace();
