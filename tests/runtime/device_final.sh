@@ -13,7 +13,7 @@
 #      MAX_AUTOTUNE_BUDGET > 0 (seconds; at T=1 only; docs/benchmarks/decoder_layer.md says why)
 #                                                    -> bench.txt, decoder_layer.json, _table.md
 # Budgets (seconds, env): PARITY_BUDGET=100, EXAMPLE_BUDGET=30, NCU_BUDGET=20 (per T),
-# BENCH_BUDGET=150 (torch.compile stops starting new shapes 25 s before it),
+# BENCH_BUDGET=140 (torch.compile stops starting new shapes 25 s before it),
 # MAX_AUTOTUNE_BUDGET=0; JOBS=14, PARITY_TIMEOUT=60 (per run), TOKENS=1,8,64,512,4096;
 # SKIP_PARITY=1 / SKIP_BENCH=1 leave those parts out.
 # --describe prints the plan of parts and budgets and exits (no GPU, no bundle needed).
@@ -24,7 +24,7 @@ PARITY_BUDGET=${PARITY_BUDGET:-100}
 EXAMPLE_BUDGET=${EXAMPLE_BUDGET:-30}
 NCU_BUDGET=${NCU_BUDGET:-20}
 NCU_TOKENS=${NCU_TOKENS:-}
-BENCH_BUDGET=${BENCH_BUDGET:-150}
+BENCH_BUDGET=${BENCH_BUDGET:-140}
 MAX_AUTOTUNE_BUDGET=${MAX_AUTOTUNE_BUDGET:-0}
 TOKENS=${TOKENS:-1,8,64,512,4096}
 JOBS=${JOBS:-14}
