@@ -23,6 +23,8 @@ if [[ $have_bench == 1 ]]; then
   cp -f "$bin/kernels/allreduce/bench/bench_all_reduce_rms_norm" kernels/allreduce/bench/*.py \
     kernels/allreduce/bench/*.sh "$stage/allreduce_bench/"
 fi
+# What was staged: the commit, and whether the tree had uncommitted changes then.
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (+ uncommitted changes)')" > "$stage/COMMIT"
 chmod -R u+w "$stage"
 strip "$stage/fxfuse"
 [[ $have_bench == 1 ]] && strip "$stage/allreduce_bench/bench_all_reduce_rms_norm"

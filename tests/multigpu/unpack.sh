@@ -5,7 +5,7 @@
 D=${D:-/tmp/fxmg}
 mkdir -p "$D"
 if [[ ! -x "$D/fxfuse.bin" ]]; then
-  tar -C "$D" -xJf .device_mg/bundle.tar.xz || { echo "cannot unpack .device_mg/bundle.tar.xz (run tests/multigpu/stage.sh)"; exit 2; }
+  timeout 120 tar -C "$D" -xJf .device_mg/bundle.tar.xz || { echo "cannot unpack .device_mg/bundle.tar.xz (run tests/multigpu/stage.sh)"; exit 2; }
   mv "$D/fxfuse" "$D/fxfuse.bin"
   printf '#!/bin/bash\nexport LD_LIBRARY_PATH=%s/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\nexec %s/fxfuse.bin "$@"\n' "$D" "$D" > "$D/fxfuse"
   chmod +x "$D/fxfuse"
@@ -15,7 +15,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export FXFUSE_CACHE_DIR=${FXFUSE_CACHE_DIR:-/tmp/fxfuse_kernel_cache}
 # NCCL for the ranks (dlopened): the loader path or /usr/local/cuda first, else the PyTorch wheels'.
 if [[ -z "${FXFUSE_CUDA_LIB_DIR:-}" ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2' && [[ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]]; then
-  nccl=$(python3 - <<'PY' 2>/dev/null
+  nccl=$(timeout 30 python3 - <<'PY' 2>/dev/null
 import glob, site
 for d in site.getsitepackages() + [site.getusersitepackages()]:
     for f in glob.glob(d + "/nvidia/nccl/lib/libnccl.so*") + glob.glob(d + "/nvidia/*/lib/libnccl.so*"):

@@ -8,7 +8,8 @@
 #   kernels/allreduce/bench/run_multigpu.sh N [BIN_DIR]
 #
 # BIN_DIR holds bench_all_reduce_rms_norm (default: bazel-bin/kernels/allreduce/bench). Extra
-# driver options through BENCH_ARGS (e.g. BENCH_ARGS="--tokens 1,8 --reps 10").
+# driver options through BENCH_ARGS (e.g. BENCH_ARGS="--tokens 1,8 --reps 10"); time limits of the
+# two parts through DRIVER_TIMEOUT and TORCH_TIMEOUT (seconds, 900 each).
 set -uo pipefail
 N="${1:?usage: run_multigpu.sh N [BIN_DIR]}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -18,7 +19,7 @@ mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 # NCCL for the C++ driver: the toolkit's, else the one of the PyTorch wheels.
 if [ -z "${FXFUSE_NCCL_LIB:-}" ]; then
-  FXFUSE_NCCL_LIB=$(python3 - <<'PY' 2>/dev/null
+  FXFUSE_NCCL_LIB=$(timeout 30 python3 - <<'PY' 2>/dev/null
 import glob, site, sys
 for d in site.getsitepackages() + [site.getusersitepackages()]:
     for f in glob.glob(d + "/nvidia/nccl/lib/libnccl.so*") + glob.glob(d + "/nvidia/*/lib/libnccl.so*"):
@@ -28,11 +29,11 @@ PY
   export FXFUSE_NCCL_LIB
 fi
 echo "world size $N, NCCL ${FXFUSE_NCCL_LIB:-from the loader path}, results in $OUT"
-nvidia-smi topo -m > "$OUT/topology_ws$N.txt" 2>&1
+timeout 20 nvidia-smi topo -m > "$OUT/topology_ws$N.txt" 2>&1
 status=0
-"$BIN/bench_all_reduce_rms_norm" --world-size "$N" ${BENCH_ARGS:-} --out "$OUT/fused_ws$N.json" \
+timeout -k 5 "${DRIVER_TIMEOUT:-900}" "$BIN/bench_all_reduce_rms_norm" --world-size "$N" ${BENCH_ARGS:-} --out "$OUT/fused_ws$N.json" \
   --markdown "$OUT/fused_ws$N.md" 2>&1 | tee "$OUT/fused_ws$N.log" || status=1
-timeout 900 python3 "$HERE/bench_torch_baseline.py" --world-size "$N" ${TORCH_ARGS:-} --out "$OUT/torch_ws$N.json" \
+timeout -k 5 "${TORCH_TIMEOUT:-900}" python3 "$HERE/bench_torch_baseline.py" --world-size "$N" ${TORCH_ARGS:-} --out "$OUT/torch_ws$N.json" \
   2>&1 | tee "$OUT/torch_ws$N.log" || status=1
 inputs="$OUT/fused_ws$N.json"
 [ -s "$OUT/torch_ws$N.json" ] && inputs="$inputs $OUT/torch_ws$N.json"
