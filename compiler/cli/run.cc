@@ -395,10 +395,10 @@ void registerRun(CLI::App& app, int& exit_code) {
       NodeProof np = proveByNodes(input, cop, io, host_inputs, ref, got_all, run_plan, co, world > 1 ? &link : nullptr);
       std::fputs(np.report.c_str(), stdout);
       proven = np.proven;
-      if (!all_pass)
-        std::printf("node check (rank %d of %d): %s\n", std::max(0, mg.rank), world, proven ? "PROVEN: every node within one rounding step on its own inputs; the output "
-                                                   "differences are rounding carried forward"
-                                                 : "not proven");
+      if (!all_pass || check_nodes)
+        std::printf("node check (rank %d of %d): %s%s\n", std::max(0, mg.rank), world,
+                    proven ? "PROVEN: every node within one rounding step on its own inputs" : "not proven",
+                    proven && !all_pass ? "; the output differences are rounding carried forward" : "");
     }
     cudaStreamDestroy(stream);
     if (compare)
