@@ -97,14 +97,23 @@ if [[ $DRY == 1 ]]; then
   echo "skipped (dry run)" | tee -a "$OUT/bench.txt"
 elif [[ -x "$D/allreduce_bench/run_multigpu.sh" || -f "$D/allreduce_bench/run_multigpu.sh" ]]; then
   budget=$(( $(left) - 5 ))
-  # The C++ driver (fused and baseline (a)) first, at most half of what is left; torch's
-  # baseline (b) the rest (its rows are printed as they come, so a cut still leaves some).
-  driver=$(( budget / 2 ))
+  # The C++ driver (fused and baseline (a)) first, at most a third of what is left; torch's
+  # baseline (b) until 5 s before the end (its rows are printed as they come, so a cut still
+  # leaves some), then the table.
+  driver=$(( budget / 3 ))
   echo "budget ${budget}s (driver at most ${driver}s)" | tee -a "$OUT/bench.txt"
   if (( budget > 30 )); then
     mkdir -p "$D/allreduce" "$OUT/allreduce"
-    OUT="$D/allreduce" DRIVER_TIMEOUT=$driver TORCH_TIMEOUT=$(( budget - driver - 10 )) \
+    OUT="$D/allreduce" DRIVER_TIMEOUT=$driver BENCH_DEADLINE=$(( $(date +%s) + budget - 5 )) \
       timeout -k 5 "$budget" bash "$D/allreduce_bench/run_multigpu.sh" 2 "$D/allreduce_bench" < /dev/null 2>&1 | tee -a "$OUT/bench.txt" | tail -40
+    # torch cut by its deadline: its rows so far (printed as JSON lines) into the table.
+    if [[ ! -s "$D/allreduce/torch_ws2.json" && -s "$D/allreduce/fused_ws2.json" ]] && grep -q '^{' "$D/allreduce/torch_ws2.log" 2>/dev/null; then
+      echo "torch baseline cut: $(grep -c '^{' "$D/allreduce/torch_ws2.log") rows kept" | tee -a "$OUT/bench.txt"
+      timeout 20 python3 -c 'import json, sys; print(json.dumps([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]))' \
+        "$D/allreduce/torch_ws2.log" > "$D/allreduce/torch_ws2.json"
+      timeout 20 python3 "$D/allreduce_bench/make_table.py" "$D/allreduce/fused_ws2.json" "$D/allreduce/torch_ws2.json" \
+        > "$D/allreduce/allreduce_ws2.md" 2>> "$OUT/bench.txt" && cat "$D/allreduce/allreduce_ws2.md" >> "$OUT/bench.txt"
+    fi
     for f in fused_ws2.json torch_ws2.json allreduce_ws2.md; do
       [[ -s "$D/allreduce/$f" ]] && cp "$D/allreduce/$f" "$OUT/allreduce/"
     done

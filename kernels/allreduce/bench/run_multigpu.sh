@@ -9,7 +9,8 @@
 #
 # BIN_DIR holds bench_all_reduce_rms_norm (default: bazel-bin/kernels/allreduce/bench). Extra
 # driver options through BENCH_ARGS (e.g. BENCH_ARGS="--tokens 1,8 --reps 10"); time limits of the
-# two parts through DRIVER_TIMEOUT and TORCH_TIMEOUT (seconds, 900 each).
+# two parts through DRIVER_TIMEOUT and TORCH_TIMEOUT (seconds, 900 each), or BENCH_DEADLINE
+# (epoch seconds): the torch part then ends 5 s before it, leaving time for the table.
 set -uo pipefail
 N="${1:?usage: run_multigpu.sh N [BIN_DIR]}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -33,7 +34,10 @@ timeout 20 nvidia-smi topo -m > "$OUT/topology_ws$N.txt" 2>&1
 status=0
 timeout -k 5 "${DRIVER_TIMEOUT:-900}" "$BIN/bench_all_reduce_rms_norm" --world-size "$N" ${BENCH_ARGS:-} --out "$OUT/fused_ws$N.json" \
   --markdown "$OUT/fused_ws$N.md" 2>&1 | tee "$OUT/fused_ws$N.log" || status=1
-timeout -k 5 "${TORCH_TIMEOUT:-900}" python3 "$HERE/bench_torch_baseline.py" --world-size "$N" ${TORCH_ARGS:-} --out "$OUT/torch_ws$N.json" \
+torch_timeout=${TORCH_TIMEOUT:-900}
+[ -n "${BENCH_DEADLINE:-}" ] && torch_timeout=$(( BENCH_DEADLINE - $(date +%s) - 5 ))
+[ "$torch_timeout" -lt 1 ] && torch_timeout=1
+timeout -k 5 "$torch_timeout" python3 "$HERE/bench_torch_baseline.py" --world-size "$N" ${TORCH_ARGS:-} --out "$OUT/torch_ws$N.json" \
   2>&1 | tee "$OUT/torch_ws$N.log" || status=1
 inputs="$OUT/fused_ws$N.json"
 [ -s "$OUT/torch_ws$N.json" ] && inputs="$inputs $OUT/torch_ws$N.json"
