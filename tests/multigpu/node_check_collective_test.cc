@@ -101,7 +101,9 @@ std::vector<RankOutcome> proveTwoRanks(const std::string& graph, int wrong_rank,
     return std::make_pair(interp::runLockstep(ranks, inputs), inputs);
   };
   auto original = ir::loadModule(graph);
-  auto [ref, inputs] = lockstep(*original, nullptr);
+  auto ref_and_inputs = lockstep(*original, nullptr);  // (no structured binding: lambdas capture these)
+  const std::vector<std::vector<interp::RValue>>& ref = ref_and_inputs.first;
+  const std::vector<std::vector<interp::RValue>>& inputs = ref_and_inputs.second;
 
   // The stand-in GPU: the compiled graph, every node exposed, in lockstep (a changed node's
   // later nodes, and the other rank's collectives, see the changed value).
