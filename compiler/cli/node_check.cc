@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "compiler/interpreter/ops_common.h"
 #include "compiler/cli/node_check_collective.h"
+#include "compiler/interpreter/ops_common.h"
 #include "compiler/lowering/lowering.h"
 #include "compiler/pipeline.h"
 #include "ir/io.h"
