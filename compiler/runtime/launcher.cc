@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include <fmt/format.h>
@@ -43,7 +45,9 @@ std::string joinRanks(const std::vector<int>& ranks) {
 }  // namespace
 
 std::vector<std::string> selfCommandLine() {
-  std::string raw = ir::readFile("/proc/self/cmdline");
+  // /proc files report size 0: read to the end instead of by size (ir::readFile).
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::string> argv;
   size_t start = 0;
   while (start < raw.size()) {

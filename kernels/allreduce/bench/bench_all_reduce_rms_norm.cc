@@ -291,6 +291,16 @@ class Bench {
       std::vector<int> devs(n);
       for (int r = 0; r < n; ++r) devs[r] = r;
       nccl.Check(nccl.CommInitAll(comms_.data(), n, devs.data()), "ncclCommInitAll");
+      // One eager all-reduce per rank before any capture: NCCL connects its peers lazily at the
+      // first collective, which must not happen inside a CUDA-graph capture.
+      ranks_.Run([&](int r) {
+        void* buf = nullptr;
+        CheckCuda(cudaMalloc(&buf, 4096), "cudaMalloc");
+        CheckCuda(cudaMemsetAsync(buf, 0, 4096, streams_[r]), "memset");
+        nccl.Check(nccl.AllReduce(buf, buf, 2048, ncclBfloat16, ncclSum, comms_[r], streams_[r]), "ncclAllReduce (warm-up)");
+        CheckCuda(cudaStreamSynchronize(streams_[r]), "sync");
+        CheckCuda(cudaFree(buf), "cudaFree");
+      });
     }
   }
   ~Bench() {

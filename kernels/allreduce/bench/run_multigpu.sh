@@ -18,6 +18,7 @@ BIN="${2:-$HERE/../../../bazel-bin/kernels/allreduce/bench}"
 OUT="${OUT:-/tmp/allreduce_bench}"
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 # NCCL for the C++ driver: the toolkit's, else the one of the PyTorch wheels.
 if [ -z "${FXFUSE_NCCL_LIB:-}" ]; then
   FXFUSE_NCCL_LIB=$(timeout 30 python3 - <<'PY' 2>/dev/null
