@@ -120,13 +120,17 @@ TEST_CASE("thresholds table: one-shot, then two-shot, then NCCL, per world size"
     }
   }
   // Spot values (kernels/allreduce/thresholds.cc): decode-sized calls are one-shot; at 8 ranks
-  // the fused kernels stop at vLLM's 0.5 MB (32 tokens of H = 8192).
+  // the fused kernels stop at vLLM's 0.5 MB (32 tokens of H = 8192); at 2 ranks (measured on
+  // two H200s, docs/benchmarks/allreduce_multigpu.md) one-shot up to 4 MiB, two-shot up to
+  // 128 MiB (8192 tokens of H = 8192, where two-shot beat NCCL + add-norm 508 vs 593 us).
   CHECK(ChooseAllReduceAlgorithm(2, 1, 8192, DType::kBFloat16) == AllReduceAlgorithm::kOneShot);
   CHECK(ChooseAllReduceAlgorithm(8, 8, 8192, DType::kBFloat16) == AllReduceAlgorithm::kOneShot);
   CHECK(ChooseAllReduceAlgorithm(8, 32, 8192, DType::kBFloat16) == AllReduceAlgorithm::kTwoShot);
   CHECK(ChooseAllReduceAlgorithm(8, 33, 8192, DType::kBFloat16) == AllReduceAlgorithm::kNcclFallback);
-  CHECK(ChooseAllReduceAlgorithm(2, 4096, 8192, DType::kBFloat16) == AllReduceAlgorithm::kTwoShot);
-  CHECK(ChooseAllReduceAlgorithm(2, 4097, 8192, DType::kBFloat16) == AllReduceAlgorithm::kNcclFallback);
+  CHECK(ChooseAllReduceAlgorithm(2, 256, 8192, DType::kBFloat16) == AllReduceAlgorithm::kOneShot);
+  CHECK(ChooseAllReduceAlgorithm(2, 257, 8192, DType::kBFloat16) == AllReduceAlgorithm::kTwoShot);
+  CHECK(ChooseAllReduceAlgorithm(2, 8192, 8192, DType::kBFloat16) == AllReduceAlgorithm::kTwoShot);
+  CHECK(ChooseAllReduceAlgorithm(2, 8193, 8192, DType::kBFloat16) == AllReduceAlgorithm::kNcclFallback);
   CHECK(std::string(AllReduceAlgorithmName(AllReduceAlgorithm::kTwoShot)) == "two_shot");
 }
 
