@@ -216,18 +216,26 @@ TEST_CASE("node proof: an FP8 matmul off by less than its accumulation bound is 
   CHECK(o.proof.report.find("FP8 GEMM outputs needed the accumulation bound") != std::string::npos);
 }
 
-TEST_CASE("fp8GemmAllowance: (K-1) * 2^-21 * sum |a*b| * scales") {
+TEST_CASE("fp8GemmAllowance: max((K-1) * 2^-21, 2^-12) * sum |a*b| * scales") {
   auto t = [](fxfuse::interp::Shape sh, std::vector<double> v, ir::DType dt) { return interp::Tensor::fromValues(sh, dt, v); };
   auto a = t({1, 3}, {1.0, -2.0, 4.0}, ir::DType::F8E4M3FN);
   auto b = t({3, 2}, {1.0, 2.0, 1.0, -1.0, 0.5, 0.25}, ir::DType::F8E4M3FN);
   auto al = cli::fp8GemmAllowance(a, b, t({1}, {0.5}, ir::DType::F32), t({1}, {2.0}, ir::DType::F32));
   REQUIRE(al.size() == 2);
-  CHECK(al[0] == Approx(2 * std::ldexp(1.0, -21) * (1 + 2 + 2)));  // column 0: |1*1|+|-2*1|+|4*0.5|
-  CHECK(al[1] == Approx(2 * std::ldexp(1.0, -21) * (2 + 2 + 1)));
+  // K = 3: the 14-bit floor 2^-12 is above (K-1) * 2^-21.
+  CHECK(al[0] == Approx(std::ldexp(1.0, -12) * (1 + 2 + 2)));  // column 0: |1*1|+|-2*1|+|4*0.5|
+  CHECK(al[1] == Approx(std::ldexp(1.0, -12) * (2 + 2 + 1)));
   // Per-row scales.
   auto a2 = t({2, 3}, {1, 1, 1, 1, 1, 1}, ir::DType::F8E4M3FN);
   auto al2 = cli::fp8GemmAllowance(a2, b, t({2, 1}, {1.0, 3.0}, ir::DType::F32), t({1}, {1.0}, ir::DType::F32));
   CHECK(al2[2] == Approx(3 * al2[0]));
+  // K = 1024: (K-1) * 2^-21 is above the floor.
+  std::vector<double> ones(1024, 1.0);
+  auto ak = t({1, 1024}, ones, ir::DType::F8E4M3FN);
+  auto bk = t({1024, 1}, ones, ir::DType::F8E4M3FN);
+  auto alk = cli::fp8GemmAllowance(ak, bk, t({1}, {1.0}, ir::DType::F32), t({1}, {1.0}, ir::DType::F32));
+  REQUIRE(alk.size() == 1);
+  CHECK(alk[0] == Approx(1023 * std::ldexp(1.0, -21) * 1024));
 }
 
 TEST_CASE("node proof: a matmul 5% off is not proven, and the report names it") {
