@@ -25,6 +25,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from bench_modes import (FXFUSE_MODES, columns as mode_columns, fxfuse_bench_argv, fxfuse_modes, iters_for,
+                         next_estimate, parse_modes, torch_plan)
+
 FP8 = torch.float8_e4m3fn
 H, I, NH, NKV, D, MAXPOS, EPS = 4096, 14336, 32, 8, 128, 8192, 1e-5
 
@@ -229,37 +232,35 @@ def main():
     args = ap.parse_args()
     t_start = time.time()
     tokens = [int(t) for t in args.tokens.split(",")]
-    modes = args.modes.split(",")
-    columns = [c for m in modes for c in ((m,) if m.startswith("fxfuse") else (m, m + " (graph)"))]
+    try:
+        modes = parse_modes(args.modes)
+    except ValueError as e:
+        ap.error(str(e))
+    columns = mode_columns(modes)
     os.makedirs(args.out, exist_ok=True)
     results = {c: {} for c in columns}
     notes = []
     torch.backends.cuda.matmul.allow_tf32 = False
 
-    def iters_for(us_estimate):  # about 2 s of timing at most, at least 10 iterations
-        return max(10, min(args.iters, int(2e6 / max(us_estimate, 1.0))))
-
-    fx_modes = [m for m in modes if m.startswith("fxfuse")]
+    fx_modes = fxfuse_modes(modes)
     if fx_modes:
         os.makedirs(args.work, exist_ok=True)
         plan = os.path.join(args.work, "decoder_layer.plan.pb")
         subprocess.run([args.fxfuse, "compile", args.graph, "--emit=plan", "-o", plan, "-q"], check=True)
         est = 100.0
         for T in tokens:
+            n = iters_for(est, args.iters)  # the same replay count for every fxfuse mode at this T
             for mode in fx_modes:  # tuned and heuristic side by side at each T (same machine state)
                 js = os.path.join(args.work, f"{mode}_T{T}.json")
-                n = iters_for(est)
-                extra = ["--no-gemm-tune"] if mode == "fxfuse-heuristic" else []
-                r = subprocess.run([args.fxfuse, "bench", plan, "--device=cuda", "--bind", f"s0={T}", "--iters", str(n),
-                                    "--warmup", str(min(20, n)), "--json", js] + extra, capture_output=True, text=True)
+                r = subprocess.run(fxfuse_bench_argv(args.fxfuse, plan, mode, T, n, js), capture_output=True, text=True)
                 print(f"[{mode}]", r.stdout.strip(), r.stderr.strip(), flush=True)
                 if r.returncode == 0:
                     d = json.load(open(js))
                     matmuls = [ln.strip() for ln in r.stdout.splitlines() if ln.startswith("  step ")]
                     results[mode][T] = {"us": d["median_us"], "kernels": d["kernels"], "arena": d["arena_bytes"],
                                         "iters": n, "matmul_algorithms": matmuls}
-                    if mode == "fxfuse":
-                        est = d["median_us"] * (64 if T >= 512 else 8)  # attention grows as T^2
+                    if mode == fx_modes[0]:
+                        est = next_estimate(d["median_us"], T)
                 else:
                     results[mode][T] = {"error": (r.stderr or r.stdout).strip()[-300:]}
                 write_report(args, tokens, columns, results, notes)
@@ -279,8 +280,8 @@ def main():
             return name, models[scalar]
         # max-autotune without Inductor's own cudagraph trees: the graph column captures the
         # compiled call in a CUDA graph the same way as for eager and default.
-        compiled = torch.compile(models[scalar], mode=None if mode == "default" else "max-autotune-no-cudagraphs",
-                                 dynamic=False)
+        inductor_mode = {"default": None, "max-autotune": "max-autotune-no-cudagraphs"}[mode]  # torch modes only
+        compiled = torch.compile(models[scalar], mode=inductor_mode, dynamic=False)
         if not patch:
             return name, compiled
         import torch._inductor.config as icfg
@@ -294,9 +295,8 @@ def main():
     state = {}  # mode -> [variant index, variant name, callable]
     # Eager and default at every T, then max-autotune (minutes of autotuning per T) on its list.
     mat_tokens = [int(t) for t in args.max_autotune_tokens.split(",")] if args.max_autotune_tokens else tokens
-    plan = [(m, tokens) for m in modes if m not in ("fxfuse", "max-autotune")]
-    if "max-autotune" in modes:
-        plan.append(("max-autotune", mat_tokens))
+    plan = torch_plan(modes, tokens, mat_tokens)  # fxfuse modes were measured above, by fxfuse
+    assert not any(m in FXFUSE_MODES for m, _ in plan), plan
     with torch.no_grad():
         for mode, mode_tokens in plan:
             if mode not in state:
@@ -330,10 +330,10 @@ def main():
                     results[mode][T] = {"error": notes[-1][:200]}
                     continue
                 try:
-                    us = time_fn(fn, a, iters_for(1000.0))
+                    us = time_fn(fn, a, iters_for(1000.0, args.iters))
                     k = count_kernels(fn, a)
                     results[mode][T] = {"us": us, "kernels": k, "first_call_s": first_s, "variant": vname}
-                    gus = time_graph(fn, a, iters_for(us))
+                    gus = time_graph(fn, a, iters_for(us, args.iters))
                     results[mode + " (graph)"][T] = {"us": gus, "variant": vname}
                     if vname != "as-is":
                         notes.append(f"{mode}: compiled with {vname}")
