@@ -149,3 +149,13 @@ TEST_CASE("launcher: a hung rank times out by number, no hang") {
                       Catch::Contains("rank 1 did not finish within 0.5 s") && Catch::Contains("stopped it"));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
 }
+
+// The launcher re-executes this process once per rank with its own command line. /proc files
+// report size 0, so a reader by size gets nothing (every multi-GPU run on the H200s failed with
+// "cannot read this process's command line" before this was read to its end).
+TEST_CASE("launcher: selfCommandLine returns this process's executable and arguments") {
+  std::vector<std::string> argv = fxfuse::runtime::selfCommandLine();
+  REQUIRE(!argv.empty());
+  CHECK(argv[0] == std::filesystem::read_symlink("/proc/self/exe").string());
+  CHECK(std::filesystem::exists(argv[0]));
+}
