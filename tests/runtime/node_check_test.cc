@@ -296,3 +296,40 @@ TEST_CASE("node proof: attention 30% off (a wrong scale; 5% is under one FP8 ste
   CHECK_FALSE(o.proof.proven);
   CHECK(o.proof.report.find("node attn (") != std::string::npos);
 }
+
+// RMSNorm with a weight rounds twice, round16(round16(s·inv)·w): the node check allows |w[j]|
+// steps of the inner value at each element, and no more.
+namespace {
+NodeChange shiftNormOutput(double factor, double extra_steps) {
+  return [factor, extra_steps](const ir::Node& n, interp::Tensor& t, const Seen& seen) {
+    const interp::Tensor* w = nullptr;
+    for (const auto& a : n.args())
+      if (a.name == "weight" && a.value.isValue()) {
+        auto it = seen.find(a.value.value);
+        if (it != seen.end()) w = &it->second;
+      }
+    REQUIRE(w != nullptr);
+    std::vector<double> y = t.values(), wv = w->values();
+    for (size_t k = 0; k < y.size(); k += 7) {
+      const double wj = std::fabs(wv[k % wv.size()]);
+      if (wj == 0) continue;
+      const double inner_step = wj * cli::roundingStep(std::fabs(y[k]) / wj, t.dtype);
+      const double out_step = cli::roundingStep(std::fabs(y[k]), t.dtype);
+      y[k] += factor * inner_step + extra_steps * out_step;
+    }
+    t = interp::Tensor::fromValues(t.shape, t.dtype, y);
+  };
+}
+const char* kNormGraph = "tests/data/hf/hf_llama.post_grad.fxg.json";
+}  // namespace
+
+TEST_CASE("node proof: an RMSNorm output off by |w| inner steps is proven, by 3x that plus a step is not") {
+  Outcome ok = prove(shiftNormOutput(1.0, 0.0), kNormGraph, "rms_norm");
+  INFO(ok.proof.report);
+  REQUIRE(!ok.changed_node.empty());
+  CHECK(ok.proof.proven);
+  Outcome bad = prove(shiftNormOutput(3.0, 1.0), kNormGraph, "rms_norm");
+  INFO(bad.proof.report);
+  CHECK(!bad.proof.proven);
+  CHECK(bad.proof.report.find("node " + bad.changed_node + " (") != std::string::npos);
+}
