@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // One line, like every other bad input (CLI11's own exit() adds a second "Run with --help").
+    std::fprintf(stderr, "fxfuse: error: %s (see --help)\n", e.what());
     return 2;
   } catch (const fxfuse::FxError& e) {
     std::fprintf(stderr, "fxfuse: error: %s\n", e.what());

@@ -18,7 +18,8 @@ namespace rt = fxfuse::runtime;
 
 void addMultiGpuFlags(CLI::App* cmd, MultiGpuFlags& f) {
   cmd->add_option("--timeout-s", f.timeout_s,
-                  "world size > 1: stop every rank and fail when the run takes longer (default 120)");
+                  "world size > 1: stop every rank and fail when the run takes longer (default 120)")
+      ->check(CLI::Range(1.0, 86400.0));
   cmd->add_option("--allreduce", f.allreduce,
                   "fused all-reduce steps: auto (thresholds table), oneshot, twoshot, nccl (NCCL + fused norm)")
       ->check(CLI::IsMember({"auto", "oneshot", "twoshot", "nccl"}));

@@ -49,6 +49,8 @@ fi
 
 expect_error "world size 9" "world-size 9 is not supported (1..8)" "$FXFUSE" run "$GRAPH" --world-size 9
 expect_error "world size 0" "world-size 0 is not supported" "$FXFUSE" bench "$GRAPH" --world-size 0
+expect_error "timeout 0" "timeout-s: Value 0 not in range" "$FXFUSE" run "$GRAPH" --world-size 2 --timeout-s 0
+expect_error "unknown all-reduce" "allreduce: bogus not in" "$FXFUSE" run "$GRAPH" --world-size 2 --allreduce bogus
 expect_error "rank by hand" "rank needs --rendezvous" "$FXFUSE" run "$GRAPH" --world-size 2 --rank 0
 expect_error "rank outside" "rank 3 is outside world size 2" "$FXFUSE" run "$GRAPH" --world-size 2 --rank 3 --rendezvous "$tmp"
 "$FXFUSE" compile "$GRAPH" --world-size 2 --emit=plan -o "$tmp/ws2.plan.pb" -q
