@@ -6,6 +6,7 @@
 #include <ostream>
 #include <string>
 #include <vector>
+#include "ir/world_size.h"
 
 namespace fxfuse::compiler {
 
@@ -15,7 +16,7 @@ struct CompileOptions {
   // Pass names skipped even when listed.
   std::vector<std::string> disabled;
   // Tensor-parallel world size the graph runs with (all-reduce fusion needs 2, 4 or 8).
-  int world_size = 1;
+  int world_size = kDefaultWorldSize;
   // All-reduce fusion size cap in bytes per world size (T * H * element size must fit).
   // Defaults: vLLM's SM90 table {2: 64 MiB, 4: 2 MiB, 8: 1 MiB}.
   std::map<int, int64_t> allreduce_max_bytes = defaultAllReduceMaxBytes();

@@ -94,7 +94,10 @@ CompileResult compileModule(ir::Module& m, const CompileOptions& opts) {
            std::find(opts.print_after.begin(), opts.print_after.end(), "all") != opts.print_after.end();
   };
   if (!opts.dump_dir.empty()) {
-    std::filesystem::create_directories(opts.dump_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(opts.dump_dir, ec);
+    if (ec || !std::filesystem::is_directory(opts.dump_dir))
+      fail("--dump-dir {}: cannot create the directory ({})", opts.dump_dir, ec ? ec.message() : "a file is in the way");
     ir::writeFileAtomic(opts.dump_dir + "/00.input.fxg", ir::printFxg(m));
   }
 

@@ -242,6 +242,9 @@ class LineParser {
     fail("{}:{}: {} (at column {})", file_, lineno_, what, pos_ + 1);
   }
 
+  static constexpr int kMaxAttrDepth = 64;
+  int list_depth_ = 0;
+
   void ws() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t')) ++pos_;
   }
@@ -360,13 +363,18 @@ class LineParser {
       char c = i < inner.size() ? inner[i] : ',';
       if (c == '(' || c == '[') ++depth;
       if (c == ')' || c == ']') --depth;
+      if (depth < 0) error("unbalanced ')' in dimensions [" + inner + "]");
       if (c == ',' && depth == 0) {
         std::string piece = inner.substr(start, i - start);
-        if (piece.find_first_not_of(" \t") != std::string::npos)
+        if (piece.find_first_not_of(" \t") == std::string::npos) {
+          if (i < inner.size() || !out.empty()) error("empty dimension in [" + inner + "]");
+        } else {
           out.push_back(parseSymExpr(piece, file_ + ":" + std::to_string(lineno_)));
+        }
         start = i + 1;
       }
     }
+    if (depth != 0) error("unbalanced '(' in dimensions [" + inner + "]");
     return out;
   }
 
@@ -449,14 +457,19 @@ class LineParser {
     }
     if (c == '"') return Attr::ofString(str());
     if (c == '[') {
+      // Lists are the only recursive attribute: bound the depth (the printer and every
+      // pass walk attributes recursively too).
+      if (++list_depth_ > kMaxAttrDepth) error("argument lists nested more than " + std::to_string(kMaxAttrDepth) + " deep");
       ++pos_;
       std::vector<Attr> items;
-      if (eat("]")) return Attr::ofList({});
-      while (true) {
-        items.push_back(attr(values));
-        if (eat("]")) break;
-        expect(",");
+      if (!eat("]")) {
+        while (true) {
+          items.push_back(attr(values));
+          if (eat("]")) break;
+          expect(",");
+        }
       }
+      --list_depth_;
       return Attr::ofList(std::move(items));
     }
     if (c == '@') {

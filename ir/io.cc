@@ -12,6 +12,8 @@
 #include "ir/importers/fx_text.h"
 #include "ir/proto_io.h"
 #include "ir/status.h"
+#include "ir/validate.h"
+#include "ir/verifier.h"
 
 namespace fxfuse::ir {
 
@@ -120,6 +122,14 @@ std::unique_ptr<Module> loadModule(const std::string& path) {
     fail("{}: unknown input format (expected .pt2, .json, .pb, .fxg, or FX readable text .py/.txt)", path);
   }
   if (m->producer.source_path.empty()) m->producer.source_path = path;
+  validateModule(*m, path);
+  return m;
+}
+
+std::unique_ptr<Module> loadModuleForCompute(const std::string& path) {
+  auto m = loadModule(path);
+  verifyOrThrow(*m, path);
+  validateNodesAgainstSchemas(*m, path);
   return m;
 }
 

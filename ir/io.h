@@ -14,7 +14,11 @@
 
 namespace fxfuse::ir {
 
+// Imports and validates at the door (ir/validate.h: symbols, sizes, strides, weights).
 std::unique_ptr<Module> loadModule(const std::string& path);
+// loadModule, then the IR verifier and every op node against its schema (unknown ops,
+// missing or ill-typed arguments are refused): what commands that compute on a graph use.
+std::unique_ptr<Module> loadModuleForCompute(const std::string& path);
 // Writes atomically (temporary file + rename) so a failure never leaves a partial file.
 void saveModule(Module& m, const std::string& path);
 // Reads a whole file. The returned string keeps at least kReadPadding zeroed bytes of

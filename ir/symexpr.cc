@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "ir/checked_math.h"
 #include "ir/status.h"
 
 namespace fxfuse::ir {
@@ -26,19 +27,26 @@ using Kind = SymExpr::Kind;
 size_t mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)); }
 
 // Checked arithmetic for constant folding: overflow is an error, never UB.
-int64_t checkedAdd(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) fail("integer overflow in symbolic expression");
-  return r;
-}
-int64_t checkedMul(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) fail("integer overflow in symbolic expression");
-  return r;
+constexpr std::string_view kFoldContext = "symbolic expression";
+int64_t foldAdd(int64_t a, int64_t b) { return addOrFail(a, b, kFoldContext); }
+int64_t foldMul(int64_t a, int64_t b) { return mulOrFail(a, b, kFoldContext); }
+
+// Function kinds with a fixed number of arguments (0: any number).
+size_t fixedArity(Kind k) {
+  switch (k) {
+    case Kind::FloorDiv: case Kind::Mod: case Kind::Pow: case Kind::CeilDiv: case Kind::TrueDiv:
+    case Kind::Eq: case Kind::Ne: case Kind::Lt: case Kind::Le: case Kind::Gt: case Kind::Ge:
+      return 2;
+    case Kind::Not: return 1;
+    case Kind::Ite: return 3;
+    default: return 0;
+  }
 }
 
+bool isDivision(Kind k) { return k == Kind::FloorDiv || k == Kind::Mod || k == Kind::CeilDiv || k == Kind::TrueDiv; }
+
 int64_t floorDivInt(int64_t a, int64_t b) {
-  if (b == -1) return checkedMul(a, -1);  // INT64_MIN / -1 overflows
+  if (b == -1) return foldMul(a, -1);  // INT64_MIN / -1 overflows
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
@@ -163,6 +171,12 @@ SymExpr SymExpr::apply(Kind kind, std::vector<SymExpr> args, std::string opaque_
     rep->args = std::move(a);
     return SymExpr(rep);
   };
+  // Every node built here is well formed, so evaluate()/range() may index args freely.
+  if (size_t n = fixedArity(kind); n != 0 && args.size() != n)
+    fail("{} takes {} argument{}, got {}", fnName(kind), n, n == 1 ? "" : "s", args.size());
+  if ((kind == Kind::Min || kind == Kind::Max) && args.empty()) fail("{}() needs at least one argument", fnName(kind));
+  if (isDivision(kind) && args[1].isInt() && args[1].intValue() == 0)
+    fail("division by zero in symbolic expression {}({}, 0)", fnName(kind), args[0].str());
 
   switch (kind) {
     case Kind::Add: {
@@ -177,11 +191,11 @@ SymExpr SymExpr::apply(Kind kind, std::vector<SymExpr> args, std::string opaque_
         }
         auto [c, mono] = splitTerm(e);
         if (!mono) {
-          constant = checkedAdd(constant, c);
+          constant = foldAdd(constant, c);
           return;
         }
         int64_t& t = terms[*mono];
-        t = checkedAdd(t, c);
+        t = foldAdd(t, c);
       };
       for (const auto& a : args) add(a);
       std::vector<SymExpr> out;
@@ -202,7 +216,7 @@ SymExpr SymExpr::apply(Kind kind, std::vector<SymExpr> args, std::string opaque_
         if (e.kind() == Kind::Mul) {
           for (const auto& a : e.args()) mul(a);
         } else if (e.isInt()) {
-          coef = checkedMul(coef, e.intValue());
+          coef = foldMul(coef, e.intValue());
         } else {
           factors.push_back(e);
         }
@@ -226,7 +240,6 @@ SymExpr SymExpr::apply(Kind kind, std::vector<SymExpr> args, std::string opaque_
       if (args.size() != 2) fail("FloorDiv takes 2 arguments, got {}", args.size());
       const auto& a = args[0];
       const auto& b = args[1];
-      if (b.isInt() && b.intValue() == 0) return make(kind, std::move(args));
       if (a.isInt() && b.isInt()) return integer(floorDivInt(a.intValue(), b.intValue()));
       if (b.isInt() && b.intValue() == 1) return a;
       if (b.isInt()) {
@@ -251,7 +264,7 @@ SymExpr SymExpr::apply(Kind kind, std::vector<SymExpr> args, std::string opaque_
     case Kind::CeilDiv: {
       if (args.size() != 2) fail("CeilDiv takes 2 arguments, got {}", args.size());
       if (allInts(args) && args[1].intValue() != 0)
-        return integer(checkedMul(floorDivInt(checkedMul(args[0].intValue(), -1), args[1].intValue()), -1));
+        return integer(foldMul(floorDivInt(foldMul(args[0].intValue(), -1), args[1].intValue()), -1));
       return make(kind, std::move(args));
     }
     case Kind::Mod: {
@@ -272,7 +285,7 @@ SymExpr SymExpr::apply(Kind kind, std::vector<SymExpr> args, std::string opaque_
         if (e == 1) return args[0];
         if (args[0].isInt() && e > 0 && e < 63) {
           int64_t r = 1;
-          for (int64_t k = 0; k < e; ++k) r = checkedMul(r, args[0].intValue());
+          for (int64_t k = 0; k < e; ++k) r = foldMul(r, args[0].intValue());
           return integer(r);
         }
         if (e > 1 && e <= 8) {
@@ -594,16 +607,25 @@ class ExprParser {
   ExprParser(std::string_view s, std::string_view ctx) : s_(s), ctx_(ctx) {}
 
   SymExpr parseAll() {
-    SymExpr e = parseOr();
-    skipWs();
-    if (pos_ != s_.size()) error("unexpected '" + std::string(s_.substr(pos_, 12)) + "'");
-    return e;
+    try {
+      SymExpr e = parseOr();
+      skipWs();
+      if (pos_ != s_.size()) error("unexpected '" + std::string(s_.substr(pos_, 12)) + "'");
+      return e;
+    } catch (const SyntaxError&) {
+      throw;
+    } catch (const FxError& e) {  // a well-formed call that is not a valid expression (Max(), s0//0)
+      error(e.what());
+    }
   }
 
  private:
+  struct SyntaxError : FxError {
+    using FxError::FxError;
+  };
   [[noreturn]] void error(const std::string& what) {
-    fail("{}malformed symbolic expression '{}': {} at offset {}", ctx_.empty() ? "" : std::string(ctx_) + ": ",
-         std::string(s_.substr(0, 200)), what, pos_);
+    throw SyntaxError(fmt::format("{}malformed symbolic expression '{}': {} at offset {}", ctx_.empty() ? "" : std::string(ctx_) + ": ",
+         std::string(s_.substr(0, 200)), what, pos_));
   }
 
   void skipWs() {

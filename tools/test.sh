@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole fxfuse test suite (what CI runs): installs missing Debian packages, runs every
-# Bazel test except those tagged `gpu`, then the importer fuzzers for a bounded time under
-# ASan/UBSan. Prints "N passed, M failed" last; exits non-zero on any failure.
+# Bazel test except those tagged `gpu`, then the CLI bad/hostile-input tests under ASan/UBSan,
+# then the importer fuzzers for a bounded time under ASan/UBSan. Prints "N passed, M failed"
+# last; exits non-zero on any failure.
 #
 #   tools/test.sh                 # everything
 #   FXFUSE_FUZZ_SECONDS=0 tools/test.sh   # skip fuzzing
@@ -17,6 +18,15 @@ bazel_rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//.* PASSED in' "$log" || true)
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log" || true)
 if [[ $bazel_rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+
+# The CLI corpus of bad and hostile inputs again under AddressSanitizer + UBSan.
+bazel test --config=asan //tests/cli:bad_input_test //tests/cli:hostile_inputs_test 2>&1 | tee "$log"
+asan_rc=${PIPESTATUS[0]}
+asan_passed=$(grep -cE '^//.* PASSED in' "$log" || true)
+asan_failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log" || true)
+if [[ $asan_rc -ne 0 && $asan_failed -eq 0 ]]; then asan_failed=1; fi
+passed=$((passed + asan_passed)); failed=$((failed + asan_failed))
+echo "asan CLI tests: $asan_passed passed, $asan_failed failed"
 
 fuzz_seconds="${FXFUSE_FUZZ_SECONDS:-20}"
 if [[ -x tools/run_fuzzers.sh && "$fuzz_seconds" != 0 ]]; then

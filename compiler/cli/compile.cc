@@ -4,6 +4,8 @@
 // applied or not, with the first failing condition.
 #include "compiler/cli/compile.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -21,6 +23,8 @@
 #include "ir/io.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
+#include "ir/world_size.h"
+#include "compiler/cli/flag_checks.h"
 
 namespace fxfuse::cli {
 
@@ -45,10 +49,19 @@ std::vector<std::string> splitCommas(const std::vector<std::string>& in) {
   return out;
 }
 
+// Parses all of `s` as a decimal integer ("5junk", "" and out-of-range values fail).
+bool parseWholeInt(const std::string& s, long long& out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  out = std::strtoll(s.c_str(), &end, 10);
+  return errno == 0 && end != s.c_str() && *end == '\0';
+}
+
 struct CommonFlags {
   std::string input;
   std::vector<std::string> passes, disabled, ar_caps;
-  int world_size = 1;
+  int world_size = kDefaultWorldSize;
   bool vllm_eps_only = false;
   bool verify_each = false;
 
@@ -57,7 +70,8 @@ struct CommonFlags {
     if (input_required) in->required();
     cmd->add_option("--passes", passes, "comma-separated pass names (default: the full pipeline)")->delimiter(',');
     cmd->add_option("--disable-pass", disabled, "skip these passes (comma-separated, repeatable)")->delimiter(',');
-    cmd->add_option("--world-size", world_size, "tensor-parallel world size (all-reduce fusion: 2, 4 or 8)");
+    cmd->add_option("--world-size", world_size, "tensor-parallel world size (all-reduce fusion: 2, 4 or 8)")
+        ->check(WorldSizeRange());
     cmd->add_option("--allreduce-max-bytes", ar_caps,
                     "all-reduce fusion size cap WS=BYTES (repeatable; default SM90: 2=64MiB, 4=2MiB, 8=1MiB)")
         ->delimiter(',');
@@ -75,12 +89,12 @@ struct CommonFlags {
     if (verify_each) o.verify_each_pass = o.check_change_flags = true;
     for (const auto& c : ar_caps) {
       auto eq = c.find('=');
-      if (eq == std::string::npos) fail("--allreduce-max-bytes: expected WS=BYTES, got '{}'", c);
-      try {
-        o.allreduce_max_bytes[std::stoi(c.substr(0, eq))] = std::stoll(c.substr(eq + 1));
-      } catch (const std::exception&) {
+      long long ws = 0, bytes = 0;
+      if (eq == std::string::npos || !parseWholeInt(c.substr(0, eq), ws) || !parseWholeInt(c.substr(eq + 1), bytes))
         fail("--allreduce-max-bytes: expected WS=BYTES, got '{}'", c);
-      }
+      checkWorldSize(ws, "--allreduce-max-bytes: world size");
+      if (bytes < 0) fail("--allreduce-max-bytes {}: the byte cap cannot be negative", c);
+      o.allreduce_max_bytes[static_cast<int>(ws)] = bytes;
     }
     return o;
   }
@@ -91,9 +105,7 @@ struct CommonFlags {
       return ir::parseFxg(compiler::defaultGraphText(), "default_graph.fxg");
     }
     *name = input;
-    auto m = ir::loadModule(input);
-    ir::verifyOrThrow(*m, input);
-    return m;
+    return ir::loadModuleForCompute(input);
   }
 };
 

@@ -1,7 +1,9 @@
 // fxfuse: a fusion compiler over PyTorch FX/ATen graphs.
 //
 // Usage: fxfuse <command> [options]; `fxfuse --help` lists the commands. Errors in the
-// input are reported as one line on stderr with exit code 2.
+// input are reported as one line on stderr with exit code 2 (docs/architecture.md, "Errors
+// and exit codes": 0 ok, 1 a verification or diff result, 2 bad input or environment, 3 a
+// bug in fxfuse). Messages are escaped and capped (printableMessage) so they stay one line.
 #include <cstdio>
 #include <exception>
 
@@ -26,16 +28,16 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line, like every other bad input (CLI11's own exit() adds a second "Run with --help").
-    std::fprintf(stderr, "fxfuse: error: %s (see --help)\n", e.what());
+    std::fprintf(stderr, "fxfuse: error: %s (see --help)\n", fxfuse::printableMessage(e.what()).c_str());
     return 2;
   } catch (const fxfuse::FxError& e) {
-    std::fprintf(stderr, "fxfuse: error: %s\n", e.what());
+    std::fprintf(stderr, "fxfuse: error: %s\n", fxfuse::printableMessage(e.what()).c_str());
     return 2;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "fxfuse: error: out of memory\n");
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fxfuse: internal error: %s\n", e.what());
+    std::fprintf(stderr, "fxfuse: internal error: %s\n", fxfuse::printableMessage(e.what()).c_str());
     return 3;
   }
   return exit_code;

@@ -10,6 +10,7 @@
 #include "compiler/lowering/lowering.h"
 #include "compiler/runtime/launcher.h"
 #include "ir/status.h"
+#include "compiler/cli/flag_checks.h"
 
 namespace fxfuse::cli {
 
@@ -19,7 +20,7 @@ namespace rt = fxfuse::runtime;
 void addMultiGpuFlags(CLI::App* cmd, MultiGpuFlags& f) {
   cmd->add_option("--timeout-s", f.timeout_s,
                   "world size > 1: stop every rank and fail when the run takes longer (default 120)")
-      ->check(CLI::Range(1.0, 86400.0));
+      ->check(FiniteRange(1, 86400));
   cmd->add_option("--allreduce", f.allreduce,
                   "fused all-reduce steps: auto (thresholds table), oneshot, twoshot, nccl (NCCL + fused norm)")
       ->check(CLI::IsMember({"auto", "oneshot", "twoshot", "nccl"}));
@@ -27,11 +28,12 @@ void addMultiGpuFlags(CLI::App* cmd, MultiGpuFlags& f) {
   cmd->add_option("--rendezvous", f.rendezvous, "")->group("");
 }
 
+static_assert(kMaxWorldSize == k::kMaxAllReduceRanks, "the world size limit is the fused all-reduce kernels' rank limit");
+
 int runWorldSize(const std::string& input, bool is_plan, int world_size_flag) {
-  if (world_size_flag < 1 || world_size_flag > k::kMaxAllReduceRanks)
-    fail("--world-size {} is not supported (1..{})", world_size_flag, k::kMaxAllReduceRanks);
+  checkWorldSize(world_size_flag, "--world-size");
   if (!is_plan) return world_size_flag;
-  int plan_ws = std::max(1, lowering::loadPlan(input).world_size());
+  int plan_ws = std::max(1, lowering::loadPlan(input).world_size());  // 0: unset; range-checked by loadPlan
   if (world_size_flag > 1 && world_size_flag != plan_ws)
     fail("{}: the plan was lowered for world size {}, not {}", input, plan_ws, world_size_flag);
   return plan_ws;

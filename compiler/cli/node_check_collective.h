@@ -24,13 +24,14 @@
 
 #include "compiler/cli/node_check.h"
 #include "compiler/interpreter/lockstep.h"
+#include "ir/world_size.h"
 
 namespace fxfuse::cli {
 
 // How one rank reaches the others during the proof.
 struct RankLink {
   int rank = 0;
-  int world_size = 1;
+  int world_size = kDefaultWorldSize;
   // Every rank's blob of `tag`, in rank order (this rank's own at [rank]). Collective: all
   // ranks call it with the same tags in the same order.
   std::function<std::vector<std::string>(const std::string& tag, const std::string& mine)> all_gather;

@@ -30,6 +30,8 @@
 #include "ir/io.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
+#include "ir/world_size.h"
+#include "compiler/cli/flag_checks.h"
 
 namespace fxfuse::cli {
 
@@ -77,13 +79,12 @@ Loaded loadInput(const std::string& path, int world_size, bool need_graph, const
     l.plan = lowering::loadPlan(path);
     if (need_graph) {
       if (l.plan.source().empty()) fail("{}: the plan does not name its source graph; --compare-cpu needs it", path);
-      l.graph = ir::loadModule(l.plan.source());
+      l.graph = ir::loadModuleForCompute(l.plan.source());
     }
     return l;
   }
-  auto m = ir::loadModule(path);
-  ir::verifyOrThrow(*m, path);
-  if (need_graph) l.graph = ir::loadModule(path);  // reference: the graph as given, before any pass
+  auto m = ir::loadModuleForCompute(path);
+  if (need_graph) l.graph = ir::loadModuleForCompute(path);  // reference: the graph as given, before any pass
   compiler::CompileOptions co;
   co.world_size = world_size;
   co.passes = passes;  // empty: the default pipeline
@@ -234,7 +235,7 @@ void registerRun(CLI::App& app, int& exit_code) {
   static uint64_t seed = 0;
   static bool compare = false, describe = false, no_cache = false, cpu_only = false, check_nodes = false,
               strict = false, no_gemm_tune = false;
-  static int world_size = 1;
+  static int world_size = kDefaultWorldSize;
   static std::vector<std::string> passes;
   static double rtol = -1, atol = -1, mismatch_frac = 0.001;
   static MultiGpuFlags mg;
@@ -242,12 +243,13 @@ void registerRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--device", device, "device to run on (cuda)");
   cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
   cmd->add_option("--seed", seed, "seed of the random inputs");
-  cmd->add_option("--world-size", world_size, "tensor-parallel world size (graphs only)");
+  cmd->add_option("--world-size", world_size, "tensor-parallel world size (graphs only)")->check(WorldSizeRange());
   cmd->add_option("--passes", passes, "compiler passes for a graph input (default: the full pipeline)")->delimiter(',');
   cmd->add_flag("--compare-cpu", compare, "compare the outputs with the CPU interpreter on the same inputs");
-  cmd->add_option("--rtol", rtol, "relative tolerance (default: per dtype, as fxfuse verify)");
-  cmd->add_option("--atol", atol, "absolute tolerance (default: per dtype)");
-  cmd->add_option("--mismatch-frac", mismatch_frac, "fraction of out-of-tolerance elements allowed (default 0.001)");
+  cmd->add_option("--rtol", rtol, "relative tolerance (default: per dtype, as fxfuse verify)")->check(FiniteRange(0, 1e30));
+  cmd->add_option("--atol", atol, "absolute tolerance (default: per dtype)")->check(FiniteRange(0, 1e30));
+  cmd->add_option("--mismatch-frac", mismatch_frac, "fraction of out-of-tolerance elements allowed (default 0.001)")
+      ->check(FiniteRange(0, 1));
   cmd->add_flag("--describe", describe, "print the plan's steps and arena report, then exit (no GPU needed)");
   cmd->add_flag("--no-kernel-cache", no_cache, "compile generated kernels without the disk cache");
   cmd->add_flag("--cpu-only", cpu_only, "everything but the GPU: lower, make the inputs, run the CPU interpreter");
@@ -272,7 +274,7 @@ void registerRun(CLI::App& app, int& exit_code) {
     std::unique_ptr<rt::Communicator> comm = cpu_only ? nullptr : rankCommunicator(mg, world);  // selects GPU `rank`
     auto env = symbolValues(l.plan, parseBinds(binds));
     // Inputs from the interpreter (same values for both sides).
-    std::unique_ptr<ir::Module> ref_module = l.graph ? std::move(l.graph) : ir::loadModule(input);
+    std::unique_ptr<ir::Module> ref_module = l.graph ? std::move(l.graph) : ir::loadModuleForCompute(input);
     interp::Options io;
     io.bind = env;
     io.seed = seed;
@@ -411,15 +413,15 @@ void registerBench(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("bench", "Time a launch plan (or a graph) on the GPU: median of CUDA graph replays");
   static std::string input, device = "cuda", json;
   static std::vector<std::string> binds;
-  static int warmup = 20, iters = 200, world_size = 1;
+  static int warmup = 20, iters = 200, world_size = kDefaultWorldSize;
   static bool no_graph = false, no_gemm_tune = false;
   static MultiGpuFlags mg;
   cmd->add_option("input", input, "launch plan (.plan.pb, .plan.txt) or graph")->required();
   cmd->add_option("--device", device, "device to run on (cuda)");
   cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
-  cmd->add_option("--warmup", warmup, "untimed runs first (default 20)");
-  cmd->add_option("--iters", iters, "timed replays (default 200)");
-  cmd->add_option("--world-size", world_size, "tensor-parallel world size (graphs only)");
+  cmd->add_option("--warmup", warmup, "untimed runs first (default 20)")->check(CLI::Range(0, 1000000));
+  cmd->add_option("--iters", iters, "timed replays (default 200)")->check(CLI::Range(1, 10000000));
+  cmd->add_option("--world-size", world_size, "tensor-parallel world size (graphs only)")->check(WorldSizeRange());
   cmd->add_flag("--no-graph", no_graph, "time plain run() launches instead of CUDA graph replays");
   cmd->add_flag("--no-gemm-tune", no_gemm_tune, "cuBLASLt's first heuristic algorithm for matmuls (no timing)");
   cmd->add_option("--json", json, "also write the result as JSON to this file");

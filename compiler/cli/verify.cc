@@ -20,6 +20,8 @@
 #include "compiler/pipeline.h"
 #include "ir/io.h"
 #include "ir/status.h"
+#include "ir/world_size.h"
+#include "compiler/cli/flag_checks.h"
 
 namespace fxfuse::cli {
 namespace {
@@ -29,7 +31,7 @@ using interp::RValue;
 struct VerifyArgs {
   std::string input, against;
   std::vector<std::string> passes, disabled, binds;
-  int world_size = 1;
+  int world_size = kDefaultWorldSize;
   uint64_t seed = 0;
   int64_t default_size = 16;
   std::optional<double> atol, rtol;
@@ -235,16 +237,16 @@ int runVerify(const VerifyArgs& va) {
   // buffers for every node, and fresh mmap'ed pages cost a page fault each.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  std::unique_ptr<ir::Module> ref = ir::loadModule(va.input);
+  std::unique_ptr<ir::Module> ref = ir::loadModuleForCompute(va.input);
   std::unique_ptr<ir::Module> got;
   std::string got_label;
   compiler::CompileResult cres;
   double compile_ms = 0;
   if (!va.against.empty()) {
-    got = ir::loadModule(va.against);
+    got = ir::loadModuleForCompute(va.against);
     got_label = va.against;
   } else {
-    got = ir::loadModule(va.input);
+    got = ir::loadModuleForCompute(va.input);
     compiler::CompileOptions co;
     co.passes = splitCommas(va.passes);
     co.disabled = splitCommas(va.disabled);
@@ -310,18 +312,25 @@ void registerVerify(CLI::App& app, int& exit_code) {
       ->delimiter(',');
   cmd->add_option("--disable-pass", va->disabled, "skip these passes")->delimiter(',');
   cmd->add_option("--world-size", va->world_size,
-                  "tensor-parallel world size: compile for it and simulate all_reduce as N copies summed (default 1)");
+                  "tensor-parallel world size: compile for it and simulate all_reduce as N copies summed (default 1)")
+      ->check(WorldSizeRange());
   cmd->add_option("--bind", va->binds, "bind a size symbol, e.g. --bind s0=37 (repeatable, or comma-separated)");
   cmd->add_option("--seed", va->seed, "seed of the random inputs (default 0)");
   cmd->add_option("--default-size", va->default_size,
-                  "size of a symbol with no --bind, hint or forced size (default 16, clamped to its range)");
-  cmd->add_option("--atol", va->atol, "absolute tolerance for floating outputs (default by dtype)");
-  cmd->add_option("--rtol", va->rtol, "relative tolerance for floating outputs (default by dtype)");
+                  "size of a symbol with no --bind, hint or forced size (default 16, clamped to its range)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--atol", va->atol, "absolute tolerance for floating outputs (default by dtype)")
+      ->check(FiniteRange(0, 1e30));
+  cmd->add_option("--rtol", va->rtol, "relative tolerance for floating outputs (default by dtype)")
+      ->check(FiniteRange(0, 1e30));
   cmd->add_option("--max-mismatch-frac", va->max_mismatch_frac,
-                  "fraction of out-of-tolerance elements allowed per output (default 0)");
-  cmd->add_option("--fp8-steps", va->fp8_steps, "FP8 outputs: largest allowed difference in e4m3 steps (default 1)");
+                  "fraction of out-of-tolerance elements allowed per output (default 0)")
+      ->check(FiniteRange(0, 1));
+  cmd->add_option("--fp8-steps", va->fp8_steps, "FP8 outputs: largest allowed difference in e4m3 steps (default 1)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000}));
   cmd->add_option("--fp8-frac", va->fp8_frac,
-                  "FP8 outputs: largest fraction of elements allowed to differ at all (default 0.02)");
+                  "FP8 outputs: largest fraction of elements allowed to differ at all (default 0.02)")
+      ->check(FiniteRange(0, 1));
   cmd->add_flag("--allreduce-single-rounding", va->allreduce_single_rounding,
                 "fxfuse.all_reduce_rms_norm*: FlashInfer's single rounding instead of the canonical composition");
   cmd->add_flag("--attn-quant-skip-rounding", va->attn_quant_skip_rounding,

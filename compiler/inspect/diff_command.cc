@@ -18,6 +18,8 @@
 #include "compiler/pipeline.h"
 #include "ir/io.h"
 #include "ir/status.h"
+#include "ir/world_size.h"
+#include "compiler/cli/flag_checks.h"
 
 namespace fxfuse::inspect {
 
@@ -29,7 +31,7 @@ struct DiffArgs {
   bool json = false;
   std::string color = "auto";
   bool no_locations = false;
-  int world_size = 1;
+  int world_size = kDefaultWorldSize;
 };
 
 bool useColor(const std::string& mode) {
@@ -56,7 +58,8 @@ void registerDiff(CLI::App& app, int& exit_code) {
   cmd->add_option("--color", args.color, "colour the text output: auto (terminal only), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_flag("--no-locations", args.no_locations, "do not use source locations to pair equal candidates");
-  cmd->add_option("--world-size", args.world_size, "tensor-parallel world size for --after-passes");
+  cmd->add_option("--world-size", args.world_size, "tensor-parallel world size for --after-passes")
+      ->check(cli::WorldSizeRange());
   cmd->callback([&exit_code] {
     if (args.b.empty() && args.after_passes.empty())
       fail("diff: give two graphs, or one graph and --after-passes=LIST");

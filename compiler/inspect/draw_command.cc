@@ -12,6 +12,8 @@
 #include "compiler/pipeline.h"
 #include "ir/io.h"
 #include "ir/status.h"
+#include "ir/world_size.h"
+#include "compiler/cli/flag_checks.h"
 
 namespace fxfuse::inspect {
 
@@ -25,7 +27,7 @@ struct DrawArgs {
   bool no_collapse = false;
   bool all = false;
   size_t max_nodes = 2500;
-  int world_size = 1;
+  int world_size = kDefaultWorldSize;
 };
 
 std::string extensionOf(const std::string& path) {
@@ -49,8 +51,10 @@ void registerDraw(CLI::App& app, int& exit_code) {
                                                      "unless --after-passes)");
   cmd->add_flag("--no-collapse", args.no_collapse, "draw every layer");
   cmd->add_flag("--all", args.all, "also draw SymInt plumbing and assertion nodes");
-  cmd->add_option("--max-nodes", args.max_nodes, "refuse pictures with more drawn nodes than this (0: no limit)");
-  cmd->add_option("--world-size", args.world_size, "tensor-parallel world size for the passes");
+  cmd->add_option("--max-nodes", args.max_nodes, "refuse pictures with more drawn nodes than this (0: no limit)")
+      ->check(CLI::Range(0, 100000000));
+  cmd->add_option("--world-size", args.world_size, "tensor-parallel world size for the passes")
+      ->check(cli::WorldSizeRange());
   cmd->callback([&exit_code] {
     std::string ext = extensionOf(args.out);
     if (ext.empty()) fail("{}: output needs an extension (.svg, .png, .pdf or .dot)", args.out);

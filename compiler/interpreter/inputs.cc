@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "compiler/interpreter/interpreter.h"
+#include "ir/checked_math.h"
 #include "compiler/interpreter/ops_common.h"
 
 namespace fxfuse::interp {
@@ -293,7 +294,14 @@ Tensor loadPayload(const ir::WeightInfo& w) {
     if (f) {
       std::string bytes(static_cast<size_t>(st.size), '\0');
       zip_int64_t got = zip_fread(f, bytes.data(), st.size);
+      char extra;  // reading past the end makes libzip check the CRC-32
+      zip_int64_t more = got == static_cast<zip_int64_t>(st.size) ? zip_fread(f, &extra, 1) : 0;
+      std::string crc_error = more < 0 ? zip_file_strerror(f) : "";
       zip_fclose(f);
+      if (!crc_error.empty()) {
+        zip_close(z);
+        fail("{}: {}: cannot read weight payload ({})", w.archive_path, w.member, crc_error);
+      }
       int eb = ir::dtypeBytes(w.type.dtype);
       if (got == static_cast<zip_int64_t>(st.size) && eb > 0) {
         if (w.length) bytes = bytes.substr(std::min<size_t>(w.offset, bytes.size()), w.length);
@@ -318,9 +326,10 @@ Tensor loadPayload(const ir::WeightInfo& w) {
           t.shape = shape;
           t.strides = strides;
           t.storage = storage;
-          int64_t extent = 1;
-          for (size_t k = 0; k < shape.size(); ++k) extent += (shape[k] - 1) * strides[k];
-          if (t.numel() == 0 || extent <= static_cast<int64_t>(n)) result = t;
+          // Negative strides or sizes (refused at import too) never reach the copy loops.
+          auto extent = ir::checkedExtent(shape, strides);
+          auto numel = ir::checkedNumel(shape);
+          if (numel && extent && (*numel == 0 || *extent <= static_cast<int64_t>(n))) result = t;
         }
       }
     }

@@ -328,6 +328,9 @@ void Interpreter::bindSymbols() {
       for (const auto& s : syms) all += (all.empty() ? "" : ", ") + s;
       fail("--bind {}={}: the graph has no symbol '{}' (symbols: {})", name, v, name, all.empty() ? "none" : all);
     }
+    // Not held to the symbol's range: torch's lower bound of 2 is a specialization artifact
+    // and 1 is a real decode size. Huge values are refused where they size a tensor.
+    if (v < 0) fail("--bind {}={}: a size cannot be negative", name, v);
     env_[name] = v;
     env_source_[name] = "--bind";
   }

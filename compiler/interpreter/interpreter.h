@@ -25,6 +25,7 @@
 #include "compiler/interpreter/value.h"
 #include "ir/graph.h"
 #include "ir/op_schema.h"
+#include "ir/world_size.h"
 
 namespace fxfuse::interp {
 
@@ -46,7 +47,7 @@ class RankGroup;  // lockstep.h
 struct Options {
   std::map<std::string, int64_t> bind;  // --bind s0=37
   int64_t default_symbol_size = 16;     // free symbols with no bind, hint or forced size
-  int world_size = 2;                   // simulated all_reduce
+  int world_size = kDefaultWorldSize;   // ranks of a simulated all_reduce
   // Lockstep tensor parallelism (lockstep.h): this interpreter is rank `rank` of `collective`;
   // all-reduces sum the ranks' own values. Activation inputs of makeInputs() depend on the
   // rank (rank 0 gets the single-rank values), weights, scales and indices do not.

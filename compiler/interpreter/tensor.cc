@@ -1,35 +1,74 @@
 #include "compiler/interpreter/tensor.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <new>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
+#include "ir/checked_math.h"
+
 namespace fxfuse::interp {
 
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
+
+// Bytes of tensor storage alive in this process, against a budget: three quarters of the
+// machine's memory, or FXFUSE_INTERP_MAX_BYTES. A graph whose sizes need more is refused
+// with a message before anything is allocated, instead of being killed by the kernel.
+std::atomic<int64_t> g_live_bytes{0};
+
+int64_t storageBudget() {
+  static const int64_t budget = [] {
+    if (const char* env = std::getenv("FXFUSE_INTERP_MAX_BYTES")) {
+      char* end = nullptr;
+      long long v = std::strtoll(env, &end, 10);
+      if (end && *end == '\0' && v > 0) return static_cast<int64_t>(v);
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return int64_t{64} << 30;
+    return static_cast<int64_t>(pages / 4 * 3) * page;
+  }();
+  return budget;
+}
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 }  // namespace
 
 Storage::Storage(size_t n) : n_(n) {
-  size_t bytes = std::max<size_t>(n, 1) * sizeof(double);
+  if (n > static_cast<size_t>(std::numeric_limits<int64_t>::max())) fail("interpreter tensor of {} elements", n);
+  const int64_t need = ir::bytesOrFail(std::max<int64_t>(static_cast<int64_t>(n), 1), sizeof(double), "interpreter tensor");
+  const int64_t live = g_live_bytes.fetch_add(need) + need;
+  if (live > storageBudget()) {
+    g_live_bytes.fetch_sub(need);
+    fail("the interpreter needs {:.1f} GiB more for a tensor of {} elements, over its budget of {:.1f} GiB "
+         "(three quarters of this machine's memory; FXFUSE_INTERP_MAX_BYTES changes it); use smaller sizes (--bind)",
+         need / kGiB, n, storageBudget() / kGiB);
+  }
+  size_t bytes = static_cast<size_t>(need);
   if (bytes >= 2 * kHugePage) {
     size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
     void* p = std::aligned_alloc(kHugePage, rounded);
-    if (!p) throw std::bad_alloc();
-    madvise(p, rounded, MADV_HUGEPAGE);
+    if (p) madvise(p, rounded, MADV_HUGEPAGE);
     p_ = static_cast<double*>(p);
   } else {
     p_ = static_cast<double*>(std::malloc(bytes));
-    if (!p_) throw std::bad_alloc();
+  }
+  if (!p_) {
+    g_live_bytes.fetch_sub(need);
+    throw std::bad_alloc();
   }
 }
 
-Storage::~Storage() { std::free(p_); }
+Storage::~Storage() {
+  std::free(p_);
+  g_live_bytes.fetch_sub(static_cast<int64_t>(std::max<size_t>(n_, 1) * sizeof(double)));
+}
 
 int64_t Tensor::numel() const {
   int64_t n = 1;
@@ -115,10 +154,9 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, double fill) {
   Tensor t;
   t.dtype = dtype;
   t.shape = shape;
-  for (int64_t s : shape)
-    if (s < 0) fail("negative size in {}", shapeStr(shape));
+  const int64_t n = ir::numelOrFail(shape, "interpreter tensor");
   t.strides = contiguousStrides(shape);
-  t.storage = std::make_shared<Storage>(static_cast<size_t>(t.numel()), fill);
+  t.storage = std::make_shared<Storage>(static_cast<size_t>(n), fill);
   return t;
 }
 
@@ -126,22 +164,14 @@ Tensor Tensor::uninitialized(const Shape& shape, DType dtype) {
   Tensor t;
   t.dtype = dtype;
   t.shape = shape;
-  for (int64_t s : shape)
-    if (s < 0) fail("negative size in {}", shapeStr(shape));
+  const int64_t n = ir::numelOrFail(shape, "interpreter tensor");
   t.strides = contiguousStrides(shape);
-  t.storage = std::make_shared<Storage>(static_cast<size_t>(t.numel()));
+  t.storage = std::make_shared<Storage>(static_cast<size_t>(n));
   return t;
 }
 
 Tensor Tensor::emptyStrided(const Shape& shape, const Shape& strides, DType dtype, double fill) {
-  if (shape.size() != strides.size()) fail("size {} and stride {} differ in rank", shapeStr(shape), shapeStr(strides));
-  int64_t extent = 1;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] < 0 || strides[i] < 0) fail("bad size/stride {} {}", shapeStr(shape), shapeStr(strides));
-    if (shape[i] == 0) extent = 0;
-  }
-  if (extent != 0)
-    for (size_t i = 0; i < shape.size(); ++i) extent += (shape[i] - 1) * strides[i];
+  const int64_t extent = ir::extentOrFail(shape, strides, 0, "interpreter tensor");
   Tensor t;
   t.dtype = dtype;
   t.shape = shape;

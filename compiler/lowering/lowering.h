@@ -19,11 +19,12 @@
 
 #include "ir/graph.h"
 #include "proto/fxfuse_plan.pb.h"
+#include "ir/world_size.h"
 
 namespace fxfuse::lowering {
 
 struct LowerOptions {
-  int world_size = 1;
+  int world_size = kDefaultWorldSize;
   int64_t alignment = 256;
   // Use kernels/ for fxfuse ops where their contract fits (false: generated code only).
   bool library_kernels = true;

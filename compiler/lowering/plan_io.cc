@@ -1,12 +1,16 @@
 // Reading, writing and describing launch plans.
 #include <google/protobuf/text_format.h>
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include "compiler/lowering/lowering.h"
+#include "ir/checked_math.h"
 #include "ir/io.h"
 #include "ir/proto_io.h"
 #include "ir/status.h"
+#include "ir/world_size.h"
 
 namespace fxfuse::lowering {
 
@@ -37,11 +41,60 @@ void savePlan(const pb::Plan& p, const std::string& path) {
   ir::writeFileAtomic(path, isTextPath(path) ? planToText(p) : planToBinary(p));
 }
 
+namespace {
+
+// Range checks on the plan's numbers, so a hand-edited or corrupt plan is refused here
+// rather than sizing allocations or loops: world size, symbol ranges and hints, and every
+// tensor's element count, extent and bytes at the hints (checked int64 arithmetic).
+void checkPlanRanges(const pb::Plan& p, const std::string& source) {
+  if (p.world_size() != 0) checkWorldSize(p.world_size(), source + ": world_size");
+  std::map<std::string, int64_t> hints;
+  for (const auto& sym : p.symbols()) {
+    std::string where = fmt::format("{}: symbol {}", source, sym.name());
+    if (!ir::isValidSymbolName(sym.name())) fail("{}: symbol name '{}' is not an identifier", source, sym.name());
+    if (sym.has_min() && sym.has_max() && sym.min() > sym.max()) fail("{}: empty range [{}, {}]", where, sym.min(), sym.max());
+    if (!sym.has_hint()) continue;
+    if (sym.hint() < 0) fail("{}: negative hint {}", where, sym.hint());
+    if ((sym.has_min() && sym.hint() < sym.min()) || (sym.has_max() && sym.hint() > sym.max()))
+      fail("{}: hint {} outside its range", where, sym.hint());
+    hints[sym.name()] = sym.hint();
+  }
+  if (p.arena().alignment() < 0 || p.arena().alignment() > (int64_t{1} << 20) ||
+      (p.arena().alignment() & (p.arena().alignment() - 1)) != 0)
+    fail("{}: arena alignment {} is not a power of two up to 1 MiB", source, p.arena().alignment());
+  auto atHints = [&](const auto& dims, std::vector<int64_t>& out) {
+    out.clear();
+    for (const auto& d : dims) {
+      auto v = ir::symExprFromProto(d, source).evaluate(hints);
+      if (!v) return false;
+      out.push_back(*v);
+    }
+    return true;
+  };
+  std::vector<int64_t> shape, stride;
+  for (const auto& t : p.tensors()) {
+    std::string where = fmt::format("{}: tensor {} ('{}') at the symbols' hints", source, t.id(), t.name());
+    if (!atHints(t.shape(), shape)) continue;
+    int64_t numel = ir::numelOrFail(shape, where);
+    ir::bytesOrFail(numel, 8, where);  // 8: the widest plan dtype
+    int64_t offset = t.has_offset() ? ir::symExprFromProto(t.offset(), source).evaluate(hints).value_or(0) : 0;
+    if (atHints(t.stride(), stride)) ir::extentOrFail(shape, stride, offset, where);
+  }
+  for (const auto& b : p.buffers()) {
+    if (!b.has_size_bytes()) continue;
+    auto bytes = ir::symExprFromProto(b.size_bytes(), source).evaluate(hints);
+    if (bytes && *bytes < 0) fail("{}: buffer {} has a negative size {}", source, b.id(), *bytes);
+  }
+}
+
+}  // namespace
+
 pb::Plan parsePlan(const std::string& bytes, bool text, const std::string& source) {
   pb::Plan p;
   bool ok = text ? google::protobuf::TextFormat::ParseFromString(bytes, &p) : p.ParseFromString(bytes);
   if (!ok) fail("{}: not a valid fxfuse launch plan ({} form)", source, text ? "text" : "binary");
   if (p.plan_major() != 1) fail("{}: plan version {} is not supported (expected 1)", source, p.plan_major());
+  checkPlanRanges(p, source);
   // Structural checks so the runtime can index without bounds surprises.
   auto tensorOk = [&](int t) { return t >= 0 && t < p.tensors_size(); };
   for (const auto& t : p.tensors())

@@ -14,11 +14,12 @@
 
 #include <string>
 #include <vector>
+#include "ir/world_size.h"
 
 namespace fxfuse::runtime {
 
 struct LaunchOptions {
-  int world_size = 1;
+  int world_size = kDefaultWorldSize;
   double timeout_s = 120;
   std::string rendezvous_dir;                     // empty: a fresh temporary directory (removed after)
   std::vector<std::string> extra_env;             // "NAME=value" for every child

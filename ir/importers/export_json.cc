@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "ir/op_schema.h"
+#include "ir/checked_math.h"
 #include "ir/status.h"
 
 namespace fxfuse::ir {
@@ -724,6 +725,14 @@ class ZipReader {
 
   const std::vector<std::string>& names() const { return names_; }
 
+  // The member's uncompressed size; -1 when it is missing.
+  int64_t size(const std::string& member) {
+    zip_stat_t st;
+    zip_stat_init(&st);
+    if (zip_stat(za_, member.c_str(), 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE)) return -1;
+    return static_cast<int64_t>(st.size);
+  }
+
   std::string read(const std::string& member) {
     zip_stat_t st;
     zip_stat_init(&st);
@@ -737,6 +746,15 @@ class ZipReader {
     out.resize(static_cast<size_t>(st.size));
     bool ok = got == static_cast<zip_int64_t>(st.size);
     std::string msg = ok ? "" : (got < 0 ? zip_file_strerror(f) : "truncated member");
+    if (ok) {
+      // libzip checks the member's CRC-32 when a read reaches its end: read once more.
+      char extra;
+      zip_int64_t more = zip_fread(f, &extra, 1);
+      if (more != 0) {
+        ok = false;
+        msg = more < 0 ? zip_file_strerror(f) : "longer than its recorded size";
+      }
+    }
     zip_fclose(f);
     if (!ok) fail("{}: {}: cannot read member ({})", path_, member, msg);
     return out;
@@ -748,6 +766,20 @@ class ZipReader {
   zip_t* za_ = nullptr;
   std::vector<std::string> names_;
 };
+
+// A weight's strided view must lie inside its payload member (negative strides or sizes,
+// or a view past the end, would make the interpreter read outside the bytes it loaded).
+void checkWeightBounds(const WeightInfo& w, int64_t member_bytes, const std::string& where) {
+  if (member_bytes < 0) return;  // a missing payload: the weight gets random values
+  std::vector<int64_t> shape, stride;
+  for (const auto& d : w.type.shape) shape.push_back(d.intValue());
+  for (const auto& d : w.type.stride) stride.push_back(d.intValue());
+  std::string what = fmt::format("{}: weight '{}'", where, w.fqn);
+  // The payload holds the view's own elements from its start (the interpreter reads it so).
+  int64_t need = bytesOrFail(extentOrFail(shape, stride, 0, what), dtypeBytes(w.type.dtype), what);
+  if (need > member_bytes)
+    fail("{}: its sizes and strides span {} bytes, its payload {} has {}", what, need, w.member, member_bytes);
+}
 
 bool endsWith(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -829,6 +861,7 @@ std::unique_ptr<Module> importExportArchive(const std::string& bytes, const std:
               for (const J& s : st->array()) w.type.stride.push_back(SymExpr::integer(s.unionKey().second.integer()));
             }
           }
+          if (!w.member.empty()) checkWeightBounds(w, zip.size(w.member), ctx.where);
           m->weights.push_back(std::move(w));
         }
       }

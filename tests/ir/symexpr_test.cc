@@ -77,3 +77,28 @@ TEST_CASE("evaluation binds symbols", "[symexpr]") {
   CHECK(e.evaluate({{"s0", 9}, {"s1", 1}}).value() == 8);
   CHECK_FALSE(e.evaluate({{"s0", 9}}).has_value());
 }
+
+TEST_CASE("Max()/Min() with no arguments and constant zero divisors are refused", "[symexpr]") {
+  SymExpr s0 = SymExpr::symbol("s0");
+  CHECK_THROWS_WITH(parseSymExpr("Max()", "f.fxg:3"), Catch::Contains("f.fxg:3") && Catch::Contains("Max"));
+  CHECK_THROWS_AS(parseSymExpr("Min()"), FxError);
+  CHECK_THROWS_AS(SymExpr::apply(SymExpr::Kind::Max, {}), FxError);
+  CHECK_THROWS_WITH(parseSymExpr("s0//0"), Catch::Contains("division by zero"));
+  CHECK_THROWS_WITH(parseSymExpr("Mod(s0, 0)"), Catch::Contains("division by zero"));
+  CHECK_THROWS_AS(parseSymExpr("CeilDiv(s0, 0)"), FxError);
+  CHECK_THROWS_AS(parseSymExpr("s0/0"), FxError);
+  CHECK_THROWS_AS(SymExpr::apply(SymExpr::Kind::Ite, {SymExpr::boolean(true)}), FxError);
+  CHECK_THROWS_AS(SymExpr::apply(SymExpr::Kind::Not, {}), FxError);
+  // Substituting a zero divisor is an error too, not a node evaluate() cannot handle.
+  SymExpr q = fxfuse::ir::floorDiv(s0, SymExpr::symbol("s1"));
+  CHECK_THROWS_AS(q.substitute({{"s1", SymExpr::integer(0)}}), FxError);
+  // Well-formed ones still work.
+  CHECK(parseSymExpr("Max(s0, 2)").evaluate({{"s0", 5}}) == 5);
+  CHECK(parseSymExpr("Min(s0)").str() == "s0");
+}
+
+TEST_CASE("evaluate never overflows: huge bindings give no value", "[symexpr]") {
+  SymExpr e = parseSymExpr("64*s0");
+  CHECK(!e.evaluate({{"s0", int64_t{1} << 62}}).has_value());
+  CHECK(e.evaluate({{"s0", 2}}) == 128);
+}

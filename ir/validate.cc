@@ -1,0 +1,171 @@
+// Validation at the door (validate.h): symbols, tensor types, weight bounds and node
+// arguments against their op schemas, each problem one FxError line.
+#include "ir/validate.h"
+
+#include <map>
+
+#include "ir/checked_math.h"
+#include "ir/op_schema.h"
+#include "ir/status.h"
+
+namespace fxfuse::ir {
+
+namespace {
+
+void checkSymbols(const SymbolTable& symbols, const std::string& file) {
+  for (const auto& [name, s] : symbols.all()) {
+    if (s.min && s.max && *s.min > *s.max) fail("{}: symbol {}: empty range [{}, {}]", file, name, *s.min, *s.max);
+    if (s.hint && s.min && *s.hint < *s.min) fail("{}: symbol {}: hint {} is below its minimum {}", file, name, *s.hint, *s.min);
+    if (s.hint && s.max && *s.hint > *s.max) fail("{}: symbol {}: hint {} is above its maximum {}", file, name, *s.hint, *s.max);
+  }
+}
+
+// The symbols' hints, for sizing tensors as the interpreter and the planner will.
+std::map<std::string, int64_t> hintEnv(const SymbolTable& symbols) {
+  std::map<std::string, int64_t> env;
+  for (const auto& [name, s] : symbols.all())
+    if (s.hint) env[name] = *s.hint;
+  return env;
+}
+
+// Sizes and strides at the hints; false when some dimension is not known there.
+bool concrete(const std::vector<SymExpr>& dims, const std::map<std::string, int64_t>& env, std::vector<int64_t>& out) {
+  out.clear();
+  for (const auto& d : dims) {
+    auto v = d.evaluate(env);
+    if (!v) return false;
+    out.push_back(*v);
+  }
+  return true;
+}
+
+void checkTensorType(const TensorType& t, const std::map<std::string, int64_t>& env, const std::string& where) {
+  for (const auto& d : t.shape)
+    if (d.isInt() && d.intValue() < 0) fail("{}: negative size {}", where, d.intValue());
+  for (const auto& d : t.stride)
+    if (d.isInt() && d.intValue() < 0) fail("{}: negative stride {}", where, d.intValue());
+  if (t.storage_offset.isInt() && t.storage_offset.intValue() < 0)
+    fail("{}: negative storage offset {}", where, t.storage_offset.intValue());
+  std::vector<int64_t> shape, stride;
+  if (!concrete(t.shape, env, shape)) return;
+  std::string at = env.empty() ? where : where + " (at the symbols' hints)";
+  int64_t numel = numelOrFail(shape, at);
+  bytesOrFail(numel, dtypeBytes(t.dtype), at);
+  if (t.stride.size() == t.shape.size() && concrete(t.stride, env, stride)) {
+    auto offset = t.storage_offset.evaluate(env);
+    extentOrFail(shape, stride, offset.value_or(0), at);
+  }
+}
+
+void checkWeight(const WeightInfo& w, const std::map<std::string, int64_t>& env, const std::string& file) {
+  std::string where = file + ": weight '" + w.fqn + "'";
+  checkTensorType(w.type, env, where);
+  if (w.length == 0) return;  // no payload recorded
+  std::vector<int64_t> shape, stride;
+  if (!concrete(w.type.shape, {}, shape) || !concrete(w.type.stride, {}, stride)) return;
+  int64_t offset = w.type.storage_offset.evaluate({}).value_or(0);
+  int64_t extent = extentOrFail(shape, stride, offset, where);
+  int64_t need = bytesOrFail(extent, dtypeBytes(w.type.dtype), where);
+  if (static_cast<uint64_t>(need) > w.length)
+    fail("{}: its size and strides need {} bytes of storage, its payload has {}", where, need, w.length);
+}
+
+}  // namespace
+
+void validateModule(const Module& m, const std::string& file) {
+  checkSymbols(m.symbols, file);
+  const auto env = hintEnv(m.symbols);
+  for (const auto& g : m.graphs()) {
+    for (const auto& in : g->inputs())
+      if (in.value && in.value->isTensor())
+        checkTensorType(in.value->type, env, fmt::format("{}: graph {} input '{}'", file, g->name, in.value->name));
+    for (const auto& n : g->nodes())
+      for (size_t i = 0; i < n->numOutputs(); ++i)
+        if (const Value* v = n->output(i); v && v->isTensor())
+          checkTensorType(v->type, env,
+                          fmt::format("{}: node '{}' ({}) result {}", file, n->name, n->target, i));
+  }
+  for (const auto& w : m.weights) checkWeight(w, env, file);
+}
+
+namespace {
+
+bool isNumberType(const std::string& type) {
+  std::string base = type;
+  if (!base.empty() && base.back() == '?') base.pop_back();
+  return base == "int" || base == "SymInt" || base == "float" || base == "bool" || base == "Scalar" ||
+         base == "SymFloat" || base == "SymBool";
+}
+
+// What may stand where a schema says Tensor: a value, or a number torch wraps into a
+// 0-d tensor (`aten.add.Tensor(x, 1e-06)` is common in FX graphs).
+bool fitsTensorSlot(const Attr& a) {
+  switch (a.kind) {
+    case Attr::Kind::Value: return a.value != nullptr;
+    case Attr::Kind::Int: case Attr::Kind::Float: case Attr::Kind::Bool: case Attr::Kind::SpecialFloat:
+    case Attr::Kind::Sym: case Attr::Kind::Opaque:
+      return true;
+    default: return false;
+  }
+}
+
+const char* attrKindName(const Attr& a) {
+  switch (a.kind) {
+    case Attr::Kind::None: return "None";
+    case Attr::Kind::Value: return a.value && !a.value->isTensor() ? "a symbolic value" : "a value";
+    case Attr::Kind::Int: return "an integer";
+    case Attr::Kind::Float: case Attr::Kind::SpecialFloat: return "a float";
+    case Attr::Kind::Bool: return "a bool";
+    case Attr::Kind::String: return "a string";
+    case Attr::Kind::List: return "a list";
+    case Attr::Kind::Op: return "an op reference";
+    case Attr::Kind::Graph: return "a graph reference";
+    default: return "a non-tensor constant";
+  }
+}
+
+// What is wrong with `a` in the slot `s`, or empty.
+std::string argProblem(const SchemaArg& s, const Attr& a) {
+  if (a.isNone()) return s.is_optional || s.default_value ? "" : "is None but the schema requires a value";
+  if (s.is_tensor && !s.is_list && !fitsTensorSlot(a))
+    return std::string("must be a tensor, got ") + attrKindName(a);
+  if (s.is_tensor && s.is_list) {
+    if (a.kind != Attr::Kind::List) return std::string("must be a list of tensors, got ") + attrKindName(a);
+    for (const auto& x : a.list)
+      if (!x.isNone() && !fitsTensorSlot(x)) return std::string("must hold tensors, has ") + attrKindName(x);
+  }
+  if (!s.is_list && isNumberType(s.type) &&
+      (a.kind == Attr::Kind::String || a.kind == Attr::Kind::Op || a.kind == Attr::Kind::Graph ||
+       a.kind == Attr::Kind::List))
+    return "must be a " + s.type + ", got " + attrKindName(a);
+  return "";
+}
+
+}  // namespace
+
+void validateNodesAgainstSchemas(const Module& m, const std::string& file) {
+  std::map<std::string, OpSchema, std::less<>> cache;
+  for (const auto& g : m.graphs()) {
+    for (const auto& np : g->nodes()) {
+      const Node& n = *np;
+      if (n.kind != NodeKind::Op && n.kind != NodeKind::Fxfuse) continue;
+      const OpSchema* s = lookupSchema(m.op_schemas, n.target, &cache);
+      if (!s)
+        fail("{}: node '{}': unknown op {} (no built-in schema and none carried in the file)", file, n.name, n.target);
+      for (size_t i = 0; i < s->args.size(); ++i) {
+        const SchemaArg& sa = s->args[i];
+        const Attr* a = n.arg(sa.name, static_cast<int>(i));
+        std::string problem;
+        if (!a) {
+          if (!sa.default_value && !sa.is_optional) problem = "is missing";
+        } else {
+          problem = argProblem(sa, *a);
+        }
+        if (!problem.empty())
+          fail("{}: node '{}' ({}): argument '{}' {}", file, n.name, n.target, sa.name, problem);
+      }
+    }
+  }
+}
+
+}  // namespace fxfuse::ir

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Hostile, malformed and huge inputs through every subcommand: each case must end with its
+# documented exit code (2: bad input; 0 where the input is only shown, not computed on),
+# exactly one line on stderr, no signal and no sanitizer report. Also run under
+# `bazel test --config=asan` by tools/test.sh. Inputs are generated here from
+# tests/ir/data (args: FXFUSE DATA_DIR).
+set -uo pipefail
+FXFUSE="$1"
+DATA="$2"   # tests/ir/data
+T="${TEST_TMPDIR:-$(mktemp -d)}"
+fails=0; passes=0
+
+python3 - "$DATA" "$T" <<'PY'
+import json, os, struct, sys, zipfile, zlib
+data, t = sys.argv[1], sys.argv[2]
+def w(name, text):
+    with open(os.path.join(t, name), "w") as f: f.write(text)
+
+small = """fxfuse.module {
+  symbol s0 range=[1, 8192] hint=16
+  graph @main {
+    input %1 "x": f32[s0, 64]
+    %2: f32[s0, 64] = aten.neg.default(self=%1)  // neg
+    output %2
+  }
+}
+"""
+w("small.fxg", small)
+w("hint62.fxg", small.replace("range=[1, 8192] hint=16", "range=[1, ?] hint=4611686018427387904"))
+w("bigdim.fxg", small.replace("f32[s0, 64]", "f32[9223372036854775807]"))
+w("bigdim64.fxg", small.replace("f32[s0, 64]", "f32[9223372036854775807, 64]"))
+w("max_empty.fxg", small.replace("f32[s0, 64]", "f32[Max(), 64]"))
+w("min_empty.fxg", small.replace("f32[s0, 64]", "f32[Min(), 64]"))
+w("bracket.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[(s0, 64]'))
+w("div0.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[s0//0, 64]'))
+w("mod0.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[Mod(s0, 0), 64]'))
+w("bad_range.fxg", small.replace("range=[1, 8192] hint=16", "range=[100, 1]"))
+w("hint_outside.fxg", small.replace("range=[1, 8192] hint=16", "range=[1, 8] hint=16"))
+w("negsize.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[-5, 64]').replace("%2: f32[s0, 64]", "%2: f32[-5, 64]"))
+w("missing_operand.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default()"))
+w("string_operand.fxg", small.replace("aten.neg.default(self=%1)", 'aten.neg.default(self="hello")'))
+w("unknown_op.fxg", small.replace("aten.neg.default(self=%1)", "aten.frobnicate.default(self=%1)"))
+w("graph_ref.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(self=%1, extra=graph(5))"))
+depth = 30000
+w("deep.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(self=%1, x=" + "[" * depth + "]" * depth + ")"))
+
+# torch.export JSON: Max() in a symbolic size, and 30,000 nested lists as an argument.
+doc = json.load(open(os.path.join(data, "cond.model.json")))
+g = doc["graph_module"]["graph"]
+d = json.loads(json.dumps(doc))
+for k in d["graph_module"]["graph"]["sym_int_values"]:
+    d["graph_module"]["graph"]["sym_int_values"][k] = {"as_expr": {"expr_str": "Max()", "hint": None}}
+json.dump(d, open(os.path.join(t, "max_expr.json"), "w"))
+d = json.loads(json.dumps(doc))
+arg = {"as_ints": [1]}
+deep = "[" * depth + "1" + "]" * depth
+text = json.dumps(d).replace('"graph_module"', '"deep": ' + deep + ', "graph_module"', 1)
+open(os.path.join(t, "deep_export.json"), "w").write(text)
+# fxfuse protobuf JSON with an ESC/CR-laden key: the error must not echo raw control bytes.
+open(os.path.join(t, "ctrl.json"), "w").write('{"graphs": [{"nodes": [{"\x1b[31mred\r\nx": 1}]}]}')
+# fxfuse protobuf JSON nested 30,000 deep.
+open(os.path.join(t, "deep_proto.json"), "w").write('{"graphs": ' + "[" * depth + "]" * depth + "}")
+
+# .pt2: a weight with negative strides; a member with a bad CRC-32.
+src = os.path.join(data, "core_aten.pt2")
+zin = zipfile.ZipFile(src)
+def rewrite(out, edit):
+    with zipfile.ZipFile(os.path.join(t, out), "w") as z:
+        for info in zin.infolist():
+            z.writestr(info, edit(info.filename, zin.read(info.filename)))
+def neg_strides(name, b):
+    if not name.endswith("model_weights_config.json"): return b
+    cfg = json.loads(b)
+    cfg["config"]["up.weight"]["tensor_meta"]["strides"] = [{"as_int": -64}, {"as_int": 1}]
+    return json.dumps(cfg).encode()
+rewrite("neg_stride.pt2", neg_strides)
+def huge_view(name, b):
+    if not name.endswith("model_weights_config.json"): return b
+    cfg = json.loads(b)
+    cfg["config"]["up.weight"]["tensor_meta"]["strides"] = [{"as_int": 1 << 40}, {"as_int": 1}]
+    return json.dumps(cfg).encode()
+rewrite("past_payload.pt2", huge_view)
+raw = bytearray(open(src, "rb").read())
+member = b"core_aten/models/model.json"
+for sig, crc_at, name_len_at, hdr in ((b"PK\x03\x04", 14, 26, 30), (b"PK\x01\x02", 16, 28, 46)):
+    i = 0
+    while (i := raw.find(sig, i)) >= 0:
+        n = struct.unpack_from("<H", raw, i + name_len_at)[0]
+        if raw[i + hdr:i + hdr + n] == member:
+            struct.pack_into("<I", raw, i + crc_at, struct.unpack_from("<I", raw, i + crc_at)[0] ^ 0xFFFF)
+        i += 4
+open(os.path.join(t, "bad_crc.pt2"), "wb").write(bytes(raw))
+open(os.path.join(t, "a_file"), "w").write("not a directory\n")
+PY
+
+# run_case NAME WANT_RC -- fxfuse args...: exit code, one stderr line, no signal/sanitizer.
+run_case() {
+  local name="$1" want="$2"; shift 3
+  "$FXFUSE" "$@" >"$T/stdout" 2>"$T/stderr" </dev/null
+  local rc=$? lines
+  lines=$(wc -l <"$T/stderr")
+  local why=""
+  if (( rc > 128 )); then why="killed by signal $((rc - 128))"
+  elif [[ $rc -ne $want ]]; then why="exit code $rc (want $want)"
+  elif grep -qE 'Sanitizer|runtime error' "$T/stderr"; then why="sanitizer report"
+  elif [[ $want -ne 0 && $lines -ne 1 ]]; then why="$lines lines on stderr (want 1)"
+  elif [[ $want -ne 0 ]] && LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$T/stderr"; then why="raw control bytes on stderr"
+  fi
+  if [[ -n $why ]]; then
+    echo "FAIL $name: $why"; head -c 2000 "$T/stderr"; fails=$((fails+1))
+  else
+    echo "ok   $name: $(head -c 300 "$T/stderr")"; passes=$((passes+1))
+  fi
+}
+expect_msg() {  # expect_msg NAME PATTERN: the last stderr must contain PATTERN
+  if grep -q -- "$2" "$T/stderr"; then passes=$((passes+1)); else echo "FAIL $1: message lacks '$2'"; fails=$((fails+1)); fi
+}
+
+# 1. Sizes that wrap int64 (the interpreter's allocations used to under-allocate).
+run_case bind_huge 2 -- verify "$T/small.fxg" --bind s0=2305843009213693953; expect_msg bind_huge "overflows int64"
+run_case bind_huge_run 2 -- run "$T/small.fxg" --cpu-only --bind s0=2305843009213693953
+run_case bind_budget 2 -- verify "$T/small.fxg" --bind s0=1099511627776; expect_msg bind_budget "budget"
+run_case bind_negative 2 -- verify "$T/small.fxg" --bind s0=-5; expect_msg bind_negative "negative"
+run_case hint_2_62 2 -- verify "$T/hint62.fxg"; expect_msg hint_2_62 "input 'x'"
+run_case hint_2_62_run 2 -- run "$T/hint62.fxg" --cpu-only
+run_case dim_int64_max 2 -- verify "$T/bigdim.fxg"
+run_case dim_int64_max_x64 2 -- run "$T/bigdim64.fxg" --cpu-only
+run_case dim_int64_max_convert 2 -- convert "$T/bigdim64.fxg" -o "$T/out.fxg"
+
+# 2. A weight with negative strides, or a view past its payload, in a .pt2.
+run_case neg_stride_weight 2 -- verify "$T/neg_stride.pt2"; expect_msg neg_stride_weight "negative stride"
+run_case neg_stride_weight_run 2 -- run "$T/neg_stride.pt2" --cpu-only
+run_case weight_past_payload 2 -- inspect "$T/past_payload.pt2"; expect_msg weight_past_payload "up.weight"
+
+# 3. Max()/Min() with no arguments in a symbolic size.
+run_case max_empty_verify 2 -- verify "$T/max_empty.fxg"; expect_msg max_empty_verify "Max"
+run_case max_empty_plan 2 -- compile "$T/max_empty.fxg" --emit=plan-text -o "$T/p.txt"
+run_case max_empty_run 2 -- run "$T/max_empty.fxg" --cpu-only
+run_case min_empty_convert 2 -- convert "$T/min_empty.fxg" -o "$T/out.fxg"
+run_case max_expr_export_json 2 -- verify "$T/max_expr.json"
+
+# 4. Missing operands and strings where a tensor goes: refused before any pass.
+run_case missing_operand_plan 2 -- compile "$T/missing_operand.fxg" --emit=plan-text -o "$T/p.txt"
+expect_msg missing_operand_plan "node 'neg' (aten.neg.default): argument 'self' is missing"
+run_case missing_operand_describe 2 -- run "$T/missing_operand.fxg" --describe
+run_case string_operand_plan 2 -- compile "$T/string_operand.fxg" --emit=plan -o "$T/p.pb"
+expect_msg string_operand_plan "must be a tensor, got a string"
+run_case string_operand_verify 2 -- verify "$T/string_operand.fxg"
+run_case unknown_op_compile 2 -- compile "$T/unknown_op.fxg"; expect_msg unknown_op_compile "unknown op aten.frobnicate.default"
+run_case unknown_op_verify 2 -- verify "$T/unknown_op.fxg"
+run_case unknown_op_convert 0 -- convert "$T/unknown_op.fxg" -o "$T/out.fxg"
+run_case unknown_op_inspect 0 -- inspect "$T/unknown_op.fxg"
+
+# 5. Attributes nested 30,000 deep.
+run_case deep_fxg_convert 2 -- convert "$T/deep.fxg" -o "$T/out.fxg"; expect_msg deep_fxg_convert "nested"
+run_case deep_fxg_inspect 2 -- inspect "$T/deep.fxg"
+run_case deep_fxg_verify 2 -- verify "$T/deep.fxg"
+run_case deep_export_json 2 -- inspect "$T/deep_export.json"
+run_case deep_proto_json 2 -- convert "$T/deep_proto.json" -o "$T/out.fxg"
+
+# 6. Plan fields and numeric flags out of range.
+"$FXFUSE" compile "$T/small.fxg" --emit=plan-text -o "$T/small.plan.txt" -q 2>"$T/stderr" ||
+  { echo "FAIL: cannot lower small.fxg"; cat "$T/stderr"; fails=$((fails+1)); }
+sed 's/^world_size: .*/world_size: 100000/' "$T/small.plan.txt" >"$T/ws.plan.txt"
+grep -q '^world_size: 100000' "$T/ws.plan.txt" || echo 'world_size: 100000' >>"$T/ws.plan.txt"
+run_case plan_world_size 2 -- run "$T/ws.plan.txt" --cpu-only; expect_msg plan_world_size "world_size"
+python3 - "$T/small.plan.txt" "$T/hint.plan.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+text, n = re.subn(r"hint: \d+", "hint: 4611686018427387904", text)
+text = re.sub(r"max: \d+", "max: 4611686018427387904", text)
+assert n > 0, "the plan has no hint"
+open(sys.argv[2], "w").write(text)
+PY
+run_case plan_hint_2_62 2 -- run "$T/hint.plan.txt" --cpu-only
+run_case plan_hint_2_62_describe 2 -- run "$T/hint.plan.txt" --describe
+for ws in 0 -1 9 1000000; do
+  run_case "compile_world_size_$ws" 2 -- compile "$T/small.fxg" --world-size "$ws"
+  run_case "verify_world_size_$ws" 2 -- verify "$T/small.fxg" --world-size "$ws"
+done
+run_case run_world_size_9 2 -- run "$T/small.fxg" --cpu-only --world-size 9
+run_case diff_world_size_0 2 -- diff "$T/small.fxg" --after-passes=default --world-size 0
+run_case allreduce_max_bytes_junk 2 -- compile "$T/small.fxg" --allreduce-max-bytes 2=5junk
+run_case allreduce_max_bytes_ws 2 -- compile "$T/small.fxg" --allreduce-max-bytes 16=5
+run_case timeout_nan 2 -- run "$T/small.fxg" --cpu-only --timeout-s nan
+run_case rtol_nan 2 -- verify "$T/small.fxg" --rtol nan
+run_case fp8_frac_range 2 -- verify "$T/small.fxg" --fp8-frac 2
+run_case bench_iters_0 2 -- bench "$T/small.fxg" --iters 0
+
+# 7. Accepted silently before: unbalanced dims, zero divisors, empty ranges, bad CRCs.
+run_case unbalanced_dims 2 -- convert "$T/bracket.fxg" -o "$T/out.fxg"; expect_msg unbalanced_dims "unbalanced"
+run_case floordiv_zero 2 -- convert "$T/div0.fxg" -o "$T/out.fxg"; expect_msg floordiv_zero "division by zero"
+run_case mod_zero 2 -- convert "$T/mod0.fxg" -o "$T/out.fxg"; expect_msg mod_zero "division by zero"
+run_case empty_range 2 -- convert "$T/bad_range.fxg" -o "$T/out.fxg"; expect_msg empty_range "empty range"
+run_case hint_outside_range 2 -- inspect "$T/hint_outside.fxg"; expect_msg hint_outside_range "above its maximum"
+run_case bad_crc 2 -- inspect "$T/bad_crc.pt2"; expect_msg bad_crc "CRC"
+
+# 8. User mistakes are exit 2, not "internal error" (3).
+run_case negative_input_size 2 -- verify "$T/negsize.fxg"; expect_msg negative_input_size "negative size"
+run_case missing_graph_ref 2 -- compile "$T/graph_ref.fxg"; expect_msg missing_graph_ref "missing graph"
+run_case dump_dir_on_file 2 -- compile "$T/small.fxg" --dump-dir "$T/a_file"; expect_msg dump_dir_on_file "dump-dir"
+
+# 9. Error messages escape control characters from the input.
+run_case control_chars 2 -- convert "$T/ctrl.json" -o "$T/out.fxg"
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]
