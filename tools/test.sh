@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole fxfuse test suite (what CI runs): installs missing Debian packages, runs every
-# Bazel test except those tagged `gpu`, then the importer fuzzers for a bounded time under
+# Bazel test except those tagged `gpu`, builds and tests examples/external_workspace (the
+# fxfuse_plan rule from another workspace), then the importer fuzzers for a bounded time under
 # ASan/UBSan. Prints "N passed, M failed" last; exits non-zero on any failure.
 #
 #   tools/test.sh                 # everything
@@ -17,6 +18,14 @@ bazel_rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//.* PASSED in' "$log" || true)
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log" || true)
 if [[ $bazel_rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+
+# fxfuse_plan from another workspace (examples/external_workspace names this repository
+# @fxfuse through local_repository): built and tested in its own Bazel workspace, offline.
+if (cd examples/external_workspace && bazel test //...); then
+  passed=$((passed + 1)); echo "external workspace: PASSED"
+else
+  failed=$((failed + 1)); echo "external workspace: FAILED"
+fi
 
 fuzz_seconds="${FXFUSE_FUZZ_SECONDS:-20}"
 if [[ -x tools/run_fuzzers.sh && "$fuzz_seconds" != 0 ]]; then
