@@ -96,7 +96,11 @@ FileFormat sniffFormat(std::string_view bytes) {
   if (startsWith(text, "{")) return sniffJson(bytes);
   if (startsWith(text, "fxfuse.module")) return FileFormat::kFxg;
   if (looksLikePlanText(bytes)) return FileFormat::kPlanText;
-  if (looksLikeFxText(bytes)) return FileFormat::kFxText;
+  // FX text, including damaged dumps and torch's str(graph) form: the FX importer names the
+  // line that is wrong (or says which dump to take instead).
+  if (looksLikeFxText(bytes) || startsWith(text, "graph():") || startsWith(text, "class ") ||
+      startsWith(text, "def forward(") || bytes.substr(0, 4096).find("def forward(self") != std::string_view::npos)
+    return FileFormat::kFxText;
   const bool module = fitsMessage(bytes, fxfuse::ir::v1::Module::descriptor());
   const bool plan = fitsMessage(bytes, fxfuse::plan::v1::Plan::descriptor());
   if (module) return FileFormat::kModuleBinary;

@@ -28,9 +28,11 @@ struct State {
   std::thread ticker;
 };
 
+// Never destroyed: a process that exits without end() must not meet a joinable thread in a
+// static destructor.
 State& state() {
-  static State s;
-  return s;
+  static State* s = new State;
+  return *s;
 }
 
 double delaySeconds() {

@@ -46,15 +46,15 @@ with tempfile.TemporaryFile() as err:
     rc = subprocess.run([fxfuse, "verify", graph], stdout=subprocess.DEVNULL, stderr=err, env=env).returncode
     err.seek(0)
     text = err.read().decode(errors="replace")
-check("verify runs", rc == 0, rc)
+check("verify runs (0: pass, 1: a difference; both fine here)", rc in (0, 1), rc)
 check("stderr not a terminal: no progress", "fxfuse verify:" not in text and "\r" not in text and "\x1b" not in text, text)
 
 rc, text = run_with_pty_stderr([fxfuse, "verify", graph])
-check("stderr a terminal: progress shown", rc == 0 and "fxfuse verify: " in text, text)
+check("stderr a terminal: progress shown", rc in (0, 1) and "fxfuse verify: " in text, text)
 check("stderr a terminal: the line is erased at the end", text.endswith("\r\x1b[K"), text[-40:])
 
 rc, text = run_with_pty_stderr([fxfuse, "verify", graph, "--quiet"])
-check("stderr a terminal, --quiet: no progress", rc == 0 and "fxfuse verify:" not in text, text)
+check("stderr a terminal, --quiet: no progress", rc in (0, 1) and "fxfuse verify:" not in text, text)
 
 rc, text = run_with_pty_stderr([fxfuse, "inspect", graph, "--quiet"])
 check("inspect --quiet (the shared flag): no progress", rc == 0 and "fxfuse inspect:" not in text, text)
