@@ -11,6 +11,7 @@
 #include "ir/importers/export_json.h"
 #include "ir/importers/fx_text.h"
 #include "ir/proto_io.h"
+#include "ir/sniff.h"
 #include "ir/status.h"
 #include "ir/validate.h"
 #include "ir/verifier.h"
@@ -25,8 +26,6 @@ std::string extensionOf(const std::string& path) {
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
   return path.substr(dot);
 }
-
-bool startsWithZipMagic(const std::string& b) { return b.size() >= 4 && b.compare(0, 4, "PK\x03\x04") == 0; }
 
 }  // namespace
 
@@ -96,30 +95,28 @@ std::string readGzipFile(const std::string& path) {
 }  // namespace
 
 std::unique_ptr<Module> loadModule(const std::string& path) {
-  std::string ext = extensionOf(path);
-  bool gz = ext == ".gz";
-  std::string bytes = gz ? readGzipFile(path) : readFile(path);
-  if (gz) ext = extensionOf(path.substr(0, path.size() - 3));
+  // The format comes from the content, whatever the file is called (sniff.h).
+  std::string bytes = readFile(path);
+  FileFormat format = sniffFormat(bytes);
+  if (format == FileFormat::kGzip) {
+    bytes = readGzipFile(path);
+    format = sniffFormat(bytes);
+    if (format == FileFormat::kGzip || format == FileFormat::kZipArchive) format = FileFormat::kUnknown;
+  }
   std::unique_ptr<Module> m;
-  if (ext == ".pt2" || ext == ".zip" || startsWithZipMagic(bytes)) {
-    m = importExportArchive(bytes, path);
-  } else if (ext == ".fxg") {
-    m = parseFxg(bytes, path);
-  } else if (ext == ".pb") {
-    m = moduleFromBinary(bytes, path);
-  } else if (ext == ".json") {
-    // fxfuse JSON has "graphs"; torch.export JSON has "graph_module".
-    size_t probe = std::min<size_t>(bytes.size(), 4096);
-    std::string head = bytes.substr(0, probe);
-    if (head.find("\"graph_module\"") != std::string::npos || bytes.find("\"graph_module\"") != std::string::npos) {
-      m = importExportJson(bytes, path, "", /*padded=*/true);
-    } else {
-      m = moduleFromJson(bytes, path);
-    }
-  } else if (ext == ".py" || ext == ".txt" || looksLikeFxText(bytes)) {
-    m = importFxText(bytes, path);
-  } else {
-    fail("{}: unknown input format (expected .pt2, .json, .pb, .fxg, or FX readable text .py/.txt)", path);
+  switch (format) {
+    case FileFormat::kZipArchive: m = importExportArchive(bytes, path); break;
+    case FileFormat::kFxg: m = parseFxg(bytes, path); break;
+    case FileFormat::kModuleBinary: m = moduleFromBinary(bytes, path); break;
+    case FileFormat::kExportJson: m = importExportJson(bytes, path, "", /*padded=*/true); break;
+    case FileFormat::kFxfuseJson: m = moduleFromJson(bytes, path); break;
+    case FileFormat::kFxText: m = importFxText(bytes, path); break;
+    case FileFormat::kPlanText:
+    case FileFormat::kPlanBinary:
+      fail("{}: is a launch plan ({}), not a graph (run, bench and embed take plans)", path, formatName(format));
+    case FileFormat::kGzip:
+    case FileFormat::kUnknown:
+      fail("{}: unrecognized input format (tried: {})", path, knownFormats());
   }
   if (m->producer.source_path.empty()) m->producer.source_path = path;
   validateModule(*m, path);

@@ -1,8 +1,8 @@
-// Loading and saving modules by file type.
+// Loading and saving modules.
 //
-// Input: `.pt2` / `.zip` (torch.export archive), `.json` (fxfuse protobuf JSON or bare
-// torch.export JSON, sniffed), `.pb` (fxfuse binary), `.fxg` (fxfuse text), `.py` /
-// `.txt` (FX readable text), any of these gzip-compressed (`.json.gz`). Output: `.fxg`,
+// Input, recognized by content whatever the file's name (ir/sniff.h): torch.export archives
+// (.pt2 zip), fxfuse protobuf JSON or bare torch.export JSON, fxfuse binary protobuf, .fxg
+// text, FX readable text, any of these gzip-compressed. Output, by extension: `.fxg`,
 // `.pb`, `.json`.
 // Every failure is an FxError with a one-line message naming the file.
 #pragma once

@@ -10,6 +10,22 @@ load("@rules_cc//cc:defs.bzl", "cc_library")
 
 NVCC = "/usr/local/cuda/bin/nvcc"
 
+# Where fxfuse's sources sit in the execution root: "" when fxfuse is the main workspace,
+# "external/fxfuse" when another workspace uses it (fxfuse_plan). Includes such as
+# "compiler/runtime/embedded.h" are relative to it.
+_FXFUSE_ROOT = Label("//kernels:cuda.bzl").workspace_root
+
+def _include_roots():
+    """-I flags for fxfuse's tree and the calling package's repository (sources and generated)."""
+    repo = native.repository_name()
+    roots = ["" if repo == "@" else "external/" + repo[1:], _FXFUSE_ROOT]
+    flags = []
+    for root in roots:
+        for flag in ["-I" + (root or "."), "-I$(GENDIR)" + ("/" + root if root else "")]:
+            if flag not in flags:
+                flags.append(flag)
+    return flags
+
 NVCC_FLAGS = [
     "-gencode=arch=compute_90a,code=sm_90a",
     "-O3",
@@ -46,9 +62,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = [], nvcc_flags = 
             name = obj.replace(".", "_"),
             srcs = [src] + hdrs + cuda_hdrs,
             outs = [obj],
-            cmd = " ".join([NVCC] + NVCC_FLAGS + nvcc_flags + [
-                "-I.",
-                "-I$(GENDIR)",
+            cmd = " ".join([NVCC] + NVCC_FLAGS + nvcc_flags + _include_roots() + [
                 "-isystem /usr/local/cuda/include",
                 "-c $(location " + src + ")",
                 "-o $@",

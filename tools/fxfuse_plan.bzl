@@ -1,6 +1,6 @@
 """fxfuse_plan: compile a graph into a launch plan at build time, with its kernels built by nvcc.
 
-    load("//tools:fxfuse_plan.bzl", "fxfuse_plan")
+    load("@fxfuse//tools:fxfuse_plan.bzl", "fxfuse_plan")   # "//tools:..." inside fxfuse
 
     fxfuse_plan(
         name = "decoder_plan",          # cc_library; C++ calls load_decoder_plan()
@@ -15,11 +15,22 @@ produces:
   * NAME.h / NAME.cc       `std::unique_ptr<fxfuse::runtime::Program> load_NAME()`: the plan
                            embedded in the binary, its kernels taken from the nvcc objects
                            (no NVRTC at load)
-  * NAME                   a cc_library with all of it, depending on //compiler/runtime
+  * NAME                   a cc_library with all of it, depending on @fxfuse//compiler/runtime
+
+Works from any workspace that names this repository `@fxfuse` (examples/external_workspace):
+every fxfuse label below goes through Label(), which resolves it in this file's repository,
+not in the calling package's.
 """
 
 load("@rules_cc//cc:defs.bzl", "cc_library")
 load("//kernels:cuda.bzl", "cuda_library")
+
+# fxfuse targets the macro depends on, resolved in fxfuse's repository.
+_FXFUSE = Label("//:fxfuse")
+_EMBEDDED_H = Label("//compiler/runtime:embedded.h")
+_EMBEDDED = Label("//compiler/runtime:embedded")
+_LOWERING = Label("//compiler/lowering")
+_RUNTIME = Label("//compiler/runtime")
 
 def _fxfuse_plan_gen_impl(ctx):
     name = ctx.attr.out_name
@@ -58,7 +69,7 @@ _fxfuse_plan_gen = rule(
         "out_name": attr.string(mandatory = True),
         # Built in the target configuration: the same fxfuse binary the rest of the build
         # uses (a host-configuration copy would build the whole compiler twice).
-        "_fxfuse": attr.label(default = "//:fxfuse", executable = True, cfg = "target"),
+        "_fxfuse": attr.label(default = _FXFUSE, executable = True, cfg = "target"),
     },
     outputs = {
         "plan": "%{out_name}.plan.pb",
@@ -80,8 +91,8 @@ def fxfuse_plan(name, graph, passes = [], world_size = 1, visibility = None, **k
     cuda_library(
         name = name + "_kernels",
         srcs = [name + "_kernels.cu"],
-        cuda_hdrs = ["//compiler/runtime:embedded.h"],
-        deps = ["//compiler/runtime:embedded"],
+        cuda_hdrs = [str(_EMBEDDED_H)],
+        deps = [str(_EMBEDDED)],
         visibility = visibility,
         # Same numerics as the NVRTC path (no FMA contraction); unused shared helpers are fine.
         nvcc_flags = ["--fmad=false", "-Xcudafe", "--diag_suppress=177", "-Xcudafe", "--diag_suppress=550"],
@@ -92,8 +103,8 @@ def fxfuse_plan(name, graph, passes = [], world_size = 1, visibility = None, **k
         hdrs = [name + ".h"],
         deps = [
             name + "_kernels",
-            "//compiler/lowering",
-            "//compiler/runtime",
+            str(_LOWERING),
+            str(_RUNTIME),
         ],
         alwayslink = True,
         visibility = visibility,

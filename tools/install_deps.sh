@@ -13,9 +13,14 @@ for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
+  # Say what is installed and let apt show its progress.
+  echo "install_deps: installing ${#missing[@]} Debian package(s): ${missing[*]}"
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+  echo "install_deps: installed ${missing[*]}"
+else
+  echo "install_deps: all ${#PKGS[@]} Debian packages already installed"
 fi
 if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "install_deps: warning: CUDA toolkit not found at /usr/local/cuda; GPU targets will not build" >&2

@@ -3,6 +3,9 @@
 # Bazel test except those tagged `gpu`, then the CLI bad/hostile-input tests under ASan/UBSan,
 # then the importer fuzzers for a bounded time under ASan/UBSan. Prints "N passed, M failed"
 # last; exits non-zero on any failure.
+# Bazel test except those tagged `gpu`, builds and tests examples/external_workspace (the
+# fxfuse_plan rule from another workspace), then the importer fuzzers for a bounded time under
+# ASan/UBSan. Prints "N passed, M failed" last; exits non-zero on any failure.
 #
 #   tools/test.sh                 # everything
 #   FXFUSE_FUZZ_SECONDS=0 tools/test.sh   # skip fuzzing
@@ -27,6 +30,14 @@ asan_failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log"
 if [[ $asan_rc -ne 0 && $asan_failed -eq 0 ]]; then asan_failed=1; fi
 passed=$((passed + asan_passed)); failed=$((failed + asan_failed))
 echo "asan CLI tests: $asan_passed passed, $asan_failed failed"
+
+# fxfuse_plan from another workspace (examples/external_workspace names this repository
+# @fxfuse through local_repository): built and tested in its own Bazel workspace, offline.
+if (cd examples/external_workspace && bazel test //...); then
+  passed=$((passed + 1)); echo "external workspace: PASSED"
+else
+  failed=$((failed + 1)); echo "external workspace: FAILED"
+fi
 
 fuzz_seconds="${FXFUSE_FUZZ_SECONDS:-20}"
 if [[ -x tools/run_fuzzers.sh && "$fuzz_seconds" != 0 ]]; then

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/cli/progress.h"
 #include "compiler/default_graph.h"
 #include "compiler/inspect/html_report.h"  // --html (issue #8)
 #include "compiler/inspect/module_util.h"
@@ -143,8 +144,12 @@ void registerCompile(CLI::App& app, int& exit_code) {
       exit_code = 0;
       return;
     }
+    // Both on stdout would run the graph and the JSON report together.
+    if (out == "-" && report == "-") fail("-o - and --report - both write to stdout; send one of them to a file");
+    progress::setQuiet(quiet);
     auto t0 = Clock::now();
     compiler::ReportContext rc;
+    progress::stage("reading " + (flags.input.empty() ? std::string("the default graph") : flags.input));
     auto m = flags.load(&rc.input);
     rc.load_ms = msSince(t0);
     compiler::CompileOptions opts = flags.options();
@@ -152,22 +157,26 @@ void registerCompile(CLI::App& app, int& exit_code) {
     opts.print_stream = &std::cerr;
     opts.dump_dir = dump_dir;
     std::unique_ptr<ir::Module> before = html.empty() ? nullptr : inspect::cloneModule(*m);
+    progress::stage("running the passes");
     auto result = compiler::compileModule(*m, opts);
     auto t1 = Clock::now();
     // --emit=plan|plan-text (issue #7): lower the compiled graph and write the launch plan.
     if (emit != "graph") {
       if (out.empty()) fail("--emit={} needs -o PLAN (- prints the text form)", emit);
+      progress::stage("lowering to a launch plan");
       lowering::LowerOptions lo;
       lo.world_size = flags.world_size;
       lo.source = rc.input;
       auto plan = lowering::lowerModule(*m, lo);
       std::string bytes = emit == "plan-text" || out == "-" ? lowering::planToText(plan) : lowering::planToBinary(plan);
+      progress::clear();
       if (out == "-") std::fputs(bytes.c_str(), stdout);
       else ir::writeFileAtomic(out, bytes);
       rc.output = out == "-" ? "<stdout>" : out;
     }
     if (!out.empty() && emit == "graph") {
       m->producer.stage = ir::Stage::FxfuseCompiled;
+      progress::clear();
       if (out == "-") {
         std::fputs(ir::printFxg(*m).c_str(), stdout);
       } else if (endsWith(out, ".fxg")) {
@@ -178,6 +187,7 @@ void registerCompile(CLI::App& app, int& exit_code) {
       rc.output = out == "-" ? "<stdout>" : out;
     }
     rc.write_ms = msSince(t1);
+    progress::end();
     rc.total_ms = msSince(t0);
     if (!report.empty()) {
       std::string text = compiler::reportJson(result, opts, rc).dump(2) + "\n";

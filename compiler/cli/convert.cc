@@ -3,6 +3,7 @@
 #include <string>
 
 #include "compiler/cli/commands.h"
+#include "compiler/cli/progress.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
 #include "ir/verifier.h"
@@ -17,6 +18,7 @@ void registerConvert(CLI::App& app, int& exit_code) {
   cmd->add_option("-o,--output", out, "output file: .fxg, .pb or .json")->required();
   cmd->add_flag("--locations", locations, "print source locations in .fxg output");
   cmd->callback([&exit_code] {
+    progress::stage("reading " + in);
     auto m = ir::loadModule(in);
     ir::verifyOrThrow(*m, in);
     if (out.size() > 4 && out.substr(out.size() - 4) == ".fxg") {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/cli/commands.h"
+#include "compiler/cli/progress.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
 #include "ir/op_schema.h"
@@ -121,7 +122,9 @@ void registerInspect(CLI::App& app, int& exit_code) {
   cmd->add_option("file", path, "graph file (.pt2, .json, .pb, .fxg, FX readable text)")->required();
   cmd->add_flag("--json", as_json, "print one JSON object");
   cmd->callback([&exit_code] {
+    progress::stage("reading " + path);
     auto m = ir::loadModule(path);
+    progress::end();
     nlohmann::json j = inspectJson(*m);
     if (as_json) {
       fmt::print("{}\n", j.dump(2));

@@ -9,6 +9,8 @@
 #include "compiler/interpreter/lockstep.h"
 #include "compiler/lowering/lowering.h"
 #include "compiler/runtime/launcher.h"
+#include "compiler/runtime/runtime.h"
+#include "compiler/cli/progress.h"
 #include "ir/status.h"
 #include "compiler/cli/flag_checks.h"
 
@@ -48,15 +50,17 @@ k::AllReduceAlgorithm allReduceAlgorithm(const MultiGpuFlags& f) {
 
 bool launchRanks(const MultiGpuFlags& f, int world_size, int& exit_code) {
   if (f.rank >= 0) {
+    progress::setQuiet(true);  // the launcher's terminal is not each rank's to draw on
     if (f.rendezvous.empty()) fail("--rank needs --rendezvous (both are set by the launcher)");
     if (f.rank >= world_size) fail("--rank {} is outside world size {}", f.rank, world_size);
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach the launcher as they are printed
     return false;
   }
   if (world_size <= 1) return false;
+  std::string why = rt::deviceProblem();
+  if (!why.empty()) fail("cannot run on the GPU: {}", why);
   int devices = 0;
-  cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess) fail("cannot run on the GPU: {} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
+  cudaGetDeviceCount(&devices);
   if (devices < world_size)
     fail("--world-size {} needs {} GPUs (one per rank); {} {} visible", world_size, world_size, devices,
          devices == 1 ? "is" : "are");

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "compiler/cli/node_check.h"
+#include "compiler/cli/progress.h"
 #include "compiler/cli/rank_link.h"
 #include "compiler/cli/multigpu.h"
 #include "compiler/interpreter/compare.h"
@@ -39,12 +40,6 @@ namespace pb = fxfuse::plan::v1;
 namespace rt = fxfuse::runtime;
 
 namespace {
-
-bool isPlanPath(const std::string& p) {
-  for (const char* s : {".plan.pb", ".plan.txt", ".plan", ".pbtxt"})
-    if (p.size() >= std::strlen(s) && p.compare(p.size() - std::strlen(s), std::strlen(s), s) == 0) return true;
-  return false;
-}
 
 void cudaCheck(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess) fail("CUDA error in {}: {}", what, cudaGetErrorString(e));
@@ -75,7 +70,8 @@ struct Loaded {
 
 Loaded loadInput(const std::string& path, int world_size, bool need_graph, const std::vector<std::string>& passes = {}) {
   Loaded l;
-  if (isPlanPath(path)) {
+  progress::stage("reading " + path);
+  if (lowering::isPlanFile(path)) {
     l.plan = lowering::loadPlan(path);
     if (need_graph) {
       if (l.plan.source().empty()) fail("{}: the plan does not name its source graph; --compare-cpu needs it", path);
@@ -88,7 +84,9 @@ Loaded loadInput(const std::string& path, int world_size, bool need_graph, const
   compiler::CompileOptions co;
   co.world_size = world_size;
   co.passes = passes;  // empty: the default pipeline
+  progress::stage("compiling");
   compiler::compileModule(*m, co);
+  progress::stage("lowering to a launch plan");
   lowering::LowerOptions lo;
   lo.world_size = world_size;
   lo.source = path;
@@ -239,7 +237,7 @@ void registerRun(CLI::App& app, int& exit_code) {
   static std::vector<std::string> passes;
   static double rtol = -1, atol = -1, mismatch_frac = 0.001;
   static MultiGpuFlags mg;
-  cmd->add_option("input", input, "launch plan (.plan.pb, .plan.txt) or graph (.pt2, .json, .pb, .fxg)")->required();
+  cmd->add_option("input", input, "launch plan (binary or text) or graph (.pt2, .json, .pb, .fxg, FX text); recognized by content")->required();
   cmd->add_option("--device", device, "device to run on (cuda)");
   cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
   cmd->add_option("--seed", seed, "seed of the random inputs");
@@ -260,11 +258,12 @@ void registerRun(CLI::App& app, int& exit_code) {
   addMultiGpuFlags(cmd, mg);
   cmd->callback([&exit_code] {
     // World size > 1: this process launches one rank per GPU and waits (multigpu.h).
-    const int world = runWorldSize(input, isPlanPath(input), world_size);
+    const int world = runWorldSize(input, lowering::isPlanFile(input), world_size);
     if (!describe && !cpu_only && launchRanks(mg, world, exit_code)) return;
-    if (check_nodes && (isPlanPath(input) || !compare)) fail("--check-nodes needs a graph input and --compare-cpu");
+    if (check_nodes && (lowering::isPlanFile(input) || !compare)) fail("--check-nodes needs a graph input and --compare-cpu");
     Loaded l = loadInput(input, world_size, compare && !describe, passes);
     if (describe) {
+      progress::end();
       std::fputs(lowering::describePlan(l.plan).c_str(), stdout);
       std::fputs(describeMatmulSelection(l.plan).c_str(), stdout);
       exit_code = 0;
@@ -281,13 +280,16 @@ void registerRun(CLI::App& app, int& exit_code) {
     io.world_size = std::max(1, l.plan.world_size());
     io.rank = std::max(0, mg.rank);  // activations depend on the rank (lockstep.h)
     interp::Interpreter in(*ref_module, io);
+    progress::stage("making inputs");
     std::vector<interp::RValue> host_inputs = in.makeInputs(seed);
     if (static_cast<int>(host_inputs.size()) != l.plan.inputs_size())
       fail("the graph has {} inputs, the plan {}", host_inputs.size(), l.plan.inputs_size());
     for (const auto& [k, v] : in.bindings())
       if (!env.count(k)) env[k] = v;
+    progress::stage(compare || cpu_only ? "running the CPU interpreter" : "running the plan");
     if (cpu_only && world > 1) {  // every rank's reference, in lockstep
       auto all = lockstepReference(*ref_module, io, world, seed);
+      progress::end();
       for (int r = 0; r < world; ++r)
         for (int i = 0; i < l.plan.outputs_size() && i < static_cast<int>(all[static_cast<size_t>(r)].size()); ++i)
           if (all[static_cast<size_t>(r)][static_cast<size_t>(i)].isTensor())
@@ -298,6 +300,7 @@ void registerRun(CLI::App& app, int& exit_code) {
     }
     if (cpu_only) {
       std::vector<interp::RValue> ref = in.run(host_inputs);
+      progress::end();
       for (int i = 0; i < l.plan.outputs_size() && i < static_cast<int>(ref.size()); ++i)
         if (ref[static_cast<size_t>(i)].isTensor())
           std::printf("cpu output %d %s: %s\n", i, l.plan.outputs(i).name().c_str(), summary(ref[static_cast<size_t>(i)].t).c_str());
@@ -326,6 +329,7 @@ void registerRun(CLI::App& app, int& exit_code) {
     cudaCheck(cudaStreamSynchronize(stream), "running the plan");
     std::string binds_s;
     for (const auto& [k, v] : env) binds_s += fmt::format(" {}={}", k, v);
+    progress::clear();
     std::printf("plan: %d steps, %d launches, %d generated kernels (%d from cache, load %.0f ms), arena %lld bytes;%s\n",
                 l.plan.steps_size(), s.launchesPerRun(), l.plan.kernels_size(), prog->cacheHits(), load_ms,
                 static_cast<long long>(s.arenaBytes()), binds_s.c_str());
@@ -342,6 +346,7 @@ void registerRun(CLI::App& app, int& exit_code) {
     if (rtol >= 0) co.rtol = rtol;
     if (atol >= 0) co.atol = atol;
     co.max_mismatch_frac = mismatch_frac;
+    progress::end();  // the rest prints as it goes
     bool all_pass = true;
     std::vector<std::optional<interp::Tensor>> got_all;
     for (int i = 0; i < l.plan.outputs_size(); ++i) {
@@ -368,7 +373,7 @@ void registerRun(CLI::App& app, int& exit_code) {
     // World size > 1: every rank takes the same decision (any rank's outputs differ -> all run
     // the check, whose gathers are collective); node_check_collective.h.
     const bool any_differ = compare && comm && world > 1 ? !allRanksPass(*comm, all_pass) : !all_pass;
-    if (compare && !isPlanPath(input) && ((any_differ && !strict) || check_nodes)) {
+    if (compare && !lowering::isPlanFile(input) && ((any_differ && !strict) || check_nodes)) {
       compiler::CompileOptions cop;
       cop.world_size = world_size;
       cop.passes = passes;
@@ -416,7 +421,7 @@ void registerBench(CLI::App& app, int& exit_code) {
   static int warmup = 20, iters = 200, world_size = kDefaultWorldSize;
   static bool no_graph = false, no_gemm_tune = false;
   static MultiGpuFlags mg;
-  cmd->add_option("input", input, "launch plan (.plan.pb, .plan.txt) or graph")->required();
+  cmd->add_option("input", input, "launch plan (binary or text) or graph; recognized by content")->required();
   cmd->add_option("--device", device, "device to run on (cuda)");
   cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
   cmd->add_option("--warmup", warmup, "untimed runs first (default 20)")->check(CLI::Range(0, 1000000));
@@ -427,7 +432,7 @@ void registerBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--json", json, "also write the result as JSON to this file");
   addMultiGpuFlags(cmd, mg);
   cmd->callback([&exit_code] {
-    const int world = runWorldSize(input, isPlanPath(input), world_size);
+    const int world = runWorldSize(input, lowering::isPlanFile(input), world_size);
     if (launchRanks(mg, world, exit_code)) return;
     requireDevice(device);
     std::unique_ptr<rt::Communicator> comm = rankCommunicator(mg, world);  // selects GPU `rank`
@@ -505,7 +510,7 @@ void registerEmbed(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "embed", "Write C++/CUDA sources embedding a launch plan and its kernels (for the fxfuse_plan Bazel macro)");
   static std::string plan_path, name, cu, cc, header, include;
-  cmd->add_option("plan", plan_path, "launch plan (.plan.pb or .plan.txt)")->required();
+  cmd->add_option("plan", plan_path, "launch plan (binary or text)")->required();
   cmd->add_option("--name", name, "C identifier: load_NAME() is what user code calls")->required();
   cmd->add_option("--cu", cu, "output .cu: every generated kernel, compiled by nvcc")->required();
   cmd->add_option("--cc", cc, "output .cc: the plan bytes and load_NAME()")->required();

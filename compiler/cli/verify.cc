@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/cli/progress.h"
 #include "compiler/interpreter/compare.h"
 #include "compiler/interpreter/interpreter.h"
 #include "compiler/pipeline.h"
@@ -153,6 +154,7 @@ bool verifyGraph(const VerifyArgs& va, ir::Module& ref, ir::Module& got, const s
   io.numerics.allreduce_norm_single_rounding = va.allreduce_single_rounding;
   io.numerics.attention_quant_skips_rounding = va.attn_quant_skip_rounding;
   interp::Interpreter ia(ref, io);
+  progress::stage(fmt::format("@{}: making inputs", graph));
   auto ti0 = std::chrono::steady_clock::now();
   std::vector<RValue> inputs = ia.makeInputs(va.seed);
   double inputs_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ti0).count();
@@ -167,6 +169,7 @@ bool verifyGraph(const VerifyArgs& va, ir::Module& ref, ir::Module& got, const s
   std::vector<RValue> inputs_b = matchInputs(ia.entry(), ib.entry(), inputs);
   ib.bindFromInputs(ib.entry(), inputs_b);
 
+  progress::clear();
   if (print_graph) std::printf("graph @%s\n", graph.c_str());
   if (!va.quiet) {
     std::string b;
@@ -180,8 +183,10 @@ bool verifyGraph(const VerifyArgs& va, ir::Module& ref, ir::Module& got, const s
     }
   }
 
+  progress::stage(fmt::format("@{}: interpreting the reference", graph));
   std::vector<RValue> out_a = ia.run(inputs);
   double ms_a = ia.stats().seconds * 1e3;
+  progress::stage(fmt::format("@{}: interpreting the other graph", graph));
   std::vector<RValue> out_b = ib.run(inputs_b);
   double ms_b = ib.stats().seconds * 1e3;
   if (out_a.size() != out_b.size())
@@ -193,10 +198,12 @@ bool verifyGraph(const VerifyArgs& va, ir::Module& ref, ir::Module& got, const s
   co.max_mismatch_frac = va.max_mismatch_frac;
   co.fp8_max_steps = va.fp8_steps;
   co.fp8_max_step_frac = va.fp8_frac;
+  progress::stage(fmt::format("@{}: comparing outputs", graph));
   bool all_pass = true;
   if (!va.quiet) std::printf("  %-28s %-22s %12s %12s %10s  %s\n", "output", "type", "max_abs", "max_rel", "mismatch", "result");
   for (size_t i = 0; i < out_a.size(); ++i) {
     interp::OutputReport r = interp::compareValues(outputName(ia.entry(), i), out_a[i], out_b[i], co);
+    progress::clear();
     all_pass = all_pass && r.pass;
     if (va.quiet && r.pass) continue;
     std::string extra;
@@ -237,6 +244,8 @@ int runVerify(const VerifyArgs& va) {
   // buffers for every node, and fresh mmap'ed pages cost a page fault each.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  progress::setQuiet(va.quiet);
+  progress::stage("reading " + va.input);
   std::unique_ptr<ir::Module> ref = ir::loadModuleForCompute(va.input);
   std::unique_ptr<ir::Module> got;
   std::string got_label;
@@ -252,12 +261,14 @@ int runVerify(const VerifyArgs& va) {
     co.disabled = splitCommas(va.disabled);
     co.world_size = va.world_size;
     auto c0 = std::chrono::steady_clock::now();
+    progress::stage("compiling");
     cres = compiler::compileModule(*got, co);
     compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
     got_label = co.passes.empty() ? "compiled (default pipeline)"
                                   : fmt::format("compiled (--passes={})", fmt::join(co.passes, ","));
     if (!va.save_compiled.empty()) ir::saveModule(*got, va.save_compiled);
   }
+  progress::clear();
   if (!va.quiet) {
     std::printf("verify: %s\n  against: %s\n", va.input.c_str(), got_label.c_str());
     std::printf("  seed %llu, world size %d\n", static_cast<unsigned long long>(va.seed), va.world_size);
@@ -287,10 +298,12 @@ int runVerify(const VerifyArgs& va) {
       all_pass = verifyGraph(va, *ref, *got, g, !va.quiet) && all_pass;
     } catch (const FxError& e) {
       ++errors;
+      progress::clear();
       std::printf("  @%s: ERROR: %s\n", g.c_str(), e.what());
     }
   }
   double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  progress::end();
   if (!va.quiet) std::printf("  total %.2f s\n", total);
   if (errors) {
     std::printf("ERROR: %d of %zu graphs could not be run%s\n", errors, graphs.size(), all_pass ? "" : "; outputs differ");

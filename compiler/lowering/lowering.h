@@ -48,10 +48,12 @@ struct LowerStats {
 
 fxfuse::plan::v1::Plan lowerModule(ir::Module& m, const LowerOptions& opts, LowerStats* stats = nullptr);
 
-// Reading and writing plans: `.txt` / `.pbtxt` = protobuf text, anything else binary.
-// Errors are FxErrors naming the file.
+// Reading and writing plans. savePlan: `.txt` / `.pbtxt` = protobuf text, anything else
+// binary; loadPlan and isPlanFile tell text from binary (and plans from graphs) by content
+// (ir/sniff.h). Errors are FxErrors naming the file.
 void savePlan(const fxfuse::plan::v1::Plan& p, const std::string& path);
 fxfuse::plan::v1::Plan loadPlan(const std::string& path);
+bool isPlanFile(const std::string& path);
 fxfuse::plan::v1::Plan parsePlan(const std::string& bytes, bool text, const std::string& source);
 std::string planToText(const fxfuse::plan::v1::Plan& p);
 std::string planToBinary(const fxfuse::plan::v1::Plan& p);

@@ -9,6 +9,7 @@
 #include "ir/checked_math.h"
 #include "ir/io.h"
 #include "ir/proto_io.h"
+#include "ir/sniff.h"
 #include "ir/status.h"
 #include "ir/world_size.h"
 
@@ -142,7 +143,19 @@ pb::Plan parsePlan(const std::string& bytes, bool text, const std::string& sourc
 }
 
 pb::Plan loadPlan(const std::string& path) {
-  return parsePlan(ir::readFile(path), isTextPath(path), path);
+  // Text or binary by content, whatever the file is called.
+  std::string bytes = ir::readFile(path);
+  ir::FileFormat format = ir::sniffFormat(bytes);
+  if (format == ir::FileFormat::kUnknown)
+    fail("{}: unrecognized input format (tried: {})", path, ir::knownFormats());
+  if (format != ir::FileFormat::kPlanText && format != ir::FileFormat::kPlanBinary)
+    fail("{}: not a launch plan: it is {} (compile --emit=plan writes plans)", path, ir::formatName(format));
+  return parsePlan(bytes, format == ir::FileFormat::kPlanText, path);
+}
+
+bool isPlanFile(const std::string& path) {
+  ir::FileFormat format = ir::sniffFile(path);
+  return format == ir::FileFormat::kPlanText || format == ir::FileFormat::kPlanBinary;
 }
 
 std::string describePlan(const pb::Plan& p) {

@@ -183,11 +183,14 @@ std::function<cudaError_t(cudaStream_t)> sm90Attention(const AttentionParams& q,
 std::string deviceProblem() {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
+  int drv = 0;
+  cudaDriverGetVersion(&drv);  // 0 when no driver is installed
+  // The runtime reports a missing driver as "insufficient" (its cuInit fails): say what it is.
+  if (drv == 0 && (e == cudaErrorInsufficientDriver || e == cudaErrorInitializationError || e == cudaErrorNoDevice))
+    return "no CUDA driver found";
   if (e != cudaSuccess)
     return fmt::format("no usable CUDA device: {} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
   if (n == 0) return "no CUDA device found";
-  int drv = 0;
-  cudaDriverGetVersion(&drv);
   if (drv < 12080) return fmt::format("CUDA driver {}.{} is too old (12.8 or newer needed)", drv / 1000, (drv % 1000) / 10);
   cudaDeviceProp prop;
   e = cudaGetDeviceProperties(&prop, 0);
