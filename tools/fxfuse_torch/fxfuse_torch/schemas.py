@@ -1,0 +1,2 @@
+FXFUSE_SCHEMAS = []
+VLLM_SCHEMAS = []
