@@ -10,7 +10,6 @@
 #include "ir/fxg.h"
 #include "ir/importers/export_json.h"
 #include "ir/importers/fx_text.h"
-#include "ir/pt2_writer.h"
 #include "ir/proto_io.h"
 #include "ir/status.h"
 
@@ -133,9 +132,9 @@ void saveModule(Module& m, const std::string& path) {
   } else if (ext == ".json") {
     writeFileAtomic(path, moduleToJson(m));
   } else if (ext == ".pt2") {
-    savePt2Archive(m, path);
+    fail("{}: writing .pt2 archives is not supported (write .fxg, .pb or .json)", path);
   } else {
-    fail("{}: unknown output format (expected .fxg, .pb, .json or .pt2)", path);
+    fail("{}: unknown output format (expected .fxg, .pb or .json)", path);
   }
 }
 

@@ -21,7 +21,6 @@
 #include <set>
 #include <unordered_map>
 
-#include "ir/importers/export_json.h"
 #include "ir/io.h"
 #include "ir/op_schema.h"
 #include "ir/status.h"
@@ -680,6 +679,38 @@ class GraphWriter {
 
 // ------------------------------------------------------------------ the program
 
+// Every member of a zip archive in memory: (name, contents), directories left out.
+std::vector<std::pair<std::string, std::string>> readZipMembers(const std::string& bytes, const std::string& path) {
+  zip_error_t err;
+  zip_error_init(&err);
+  zip_source_t* src = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &err);
+  zip_t* za = src ? zip_open_from_source(src, ZIP_RDONLY, &err) : nullptr;
+  zip_error_fini(&err);
+  if (!za) {
+    if (src) zip_source_free(src);
+    fail("{}: cannot reopen the input archive to carry its weights over", path);
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  zip_int64_t n = zip_get_num_entries(za, 0);
+  for (zip_uint64_t i = 0; i < static_cast<zip_uint64_t>(n); ++i) {
+    zip_stat_t st;
+    if (zip_stat_index(za, i, 0, &st) != 0 || !(st.valid & ZIP_STAT_NAME) || !(st.valid & ZIP_STAT_SIZE)) continue;
+    std::string name = st.name;
+    if (name.empty() || name.back() == '/') continue;
+    std::string data(static_cast<size_t>(st.size), '\0');
+    zip_file_t* f = zip_fopen_index(za, i, 0);
+    zip_int64_t got = f && st.size ? zip_fread(f, data.data(), st.size) : 0;
+    if (f) zip_fclose(f);
+    if (!f || got != static_cast<zip_int64_t>(st.size)) {
+      zip_discard(za);
+      fail("{}: {}: cannot read member", path, name);
+    }
+    out.emplace_back(std::move(name), std::move(data));
+  }
+  zip_discard(za);
+  return out;
+}
+
 struct SourceArchive {
   std::vector<std::pair<std::string, std::string>> members;
   std::string root;        // "<root>" of "<root>/models/model.json"
@@ -891,8 +922,7 @@ class ZipWriter {
 // A stable id for `.data/serialization_id` (torch writes a random 40-digit number).
 std::string serializationId(const std::string& content) {
   uint64_t h1 = std::hash<std::string>{}(content), h2 = std::hash<std::string>{}(content + "#");
-  std::string id = fmt::format("{:020}{:020}", h1 % 100000000000000000000ull, h2 % 100000000000000000000ull);
-  return id.substr(0, 40);
+  return fmt::format("{:020}{:020}", h1, h2);
 }
 
 }  // namespace

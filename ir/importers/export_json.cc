@@ -760,16 +760,6 @@ std::unique_ptr<Module> importExportJson(std::string_view json, const std::strin
   return ExportImporter(path, member).run(json, padded);
 }
 
-std::vector<std::pair<std::string, std::string>> readZipMembers(const std::string& bytes, const std::string& path) {
-  ZipReader zip(bytes, path);
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& n : zip.names()) {
-    if (!n.empty() && n.back() == '/') continue;  // directory entries
-    out.emplace_back(n, zip.read(n));
-  }
-  return out;
-}
-
 std::unique_ptr<Module> importExportArchive(const std::string& bytes, const std::string& path) {
   ZipReader zip(bytes, path);
   // PT2 archive (torch >= 2.8): <root>/models/<name>.json, prefer "model".

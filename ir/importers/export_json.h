@@ -10,8 +10,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
 
 #include "ir/graph.h"
 
@@ -26,9 +24,5 @@ std::unique_ptr<Module> importExportJson(std::string_view json, const std::strin
 
 // Reads a .pt2 / legacy zip archive from memory.
 std::unique_ptr<Module> importExportArchive(const std::string& bytes, const std::string& path);
-
-// Every member of a zip archive in memory, in archive order: (name, contents). Used by the
-// .pt2 writer to carry weights and constants over from the input archive.
-std::vector<std::pair<std::string, std::string>> readZipMembers(const std::string& bytes, const std::string& path);
 
 }  // namespace fxfuse::ir
