@@ -461,6 +461,29 @@ class GraphWriter {
     nodes_.push_back(std::move(node));
   }
 
+  // The type of element `i` of a split: the input's type with the split dimension's size
+  // (a view: same strides, offset past the elements before it).
+  TensorType unusedSplitType(const Node& n, size_t i) const {
+    const Value* self = n.input("self");
+    const Attr* sizes = n.arg("split_sizes");
+    if (!self || !sizes || sizes->kind != Attr::Kind::List || i >= sizes->list.size())
+      nodeError(n, "an unused element of a Tensor[] result has no type to write");
+    const Attr* dim_attr = n.arg("dim");
+    int64_t dim = dim_attr && dim_attr->asInt() ? *dim_attr->asInt() : 0;
+    if (dim < 0) dim += static_cast<int64_t>(self->type.rank());
+    if (dim < 0 || dim >= static_cast<int64_t>(self->type.rank())) nodeError(n, "split dimension out of range");
+    auto sizeOf = [&](size_t k) -> SymExpr {
+      if (auto e = sizes->list[k].asSize()) return *e;
+      nodeError(n, "split size of an unused element is not known");
+    };
+    TensorType t = self->type;
+    SymExpr offset = t.storage_offset;
+    for (size_t k = 0; k < i; ++k) offset = offset + sizeOf(k) * t.stride[static_cast<size_t>(dim)];
+    t.shape[static_cast<size_t>(dim)] = sizeOf(i);
+    t.storage_offset = offset;
+    return t;
+  }
+
   // Outputs of an op with a schema: one per return; a single `Tensor[]` return is a list.
   json schemaOutputs(const Node& n, const OpSchema* s, const std::vector<std::string>& slot_names) {
     auto slot = [&](size_t i) -> json {
@@ -473,8 +496,13 @@ class GraphWriter {
     if (s && s->returns.size() == 1 && s->returns[0].is_list && s->returns[0].is_tensor) {
       json list = json::array();
       for (size_t i = 0; i < n.numOutputs(); ++i) {
-        if (!n.output(i)) nodeError(n, "an unused element of a Tensor[] result cannot be written");
-        list.push_back({{"name", names_.at(n.output(i))}});
+        if (n.output(i)) {
+          list.push_back({{"name", names_.at(n.output(i))}});
+          continue;
+        }
+        // torch names an unused element `<node>_unused_<i>` and still describes it.
+        std::string name = defineTemp(n.name + "_unused_" + std::to_string(i), unusedSplitType(n, i));
+        list.push_back({{"name", name}});
       }
       outs.push_back({{"as_tensors", list}});
       return outs;
@@ -520,6 +548,7 @@ class GraphWriter {
         casts.emplace_back(i, slot_names[i]);
       }
     }
+    if (!slot_names.empty() && !slot_names[0].empty()) name = slot_names[0];  // the cast takes the IR name
     pushNode(serializedTarget(n), inputs, schemaOutputs(n, s, slot_names), metadataOf(n), name, false);
     for (const auto& [i, tmp] : casts) {
       const Value* v = n.output(i);
@@ -634,7 +663,9 @@ class GraphWriter {
                                kw, mut);
         return true;
       }
-      if (str("kind") == "dynamic_token" && flag("divide") && !(add && flag("variance_of_rounded_sum")) && scale_out) {
+      // vLLM's kernel divides and takes the variance of the unrounded sum; vLLM's own fusion
+      // maps its native (reciprocal-multiply) spelling onto it too (docs/pt2-output.md).
+      if (str("kind") == "dynamic_token" && scale_out) {
         std::string r = result(input);
         std::string s = emitEmpty("scale", scale_out->type, input, n);
         std::vector<std::pair<std::string, json>> kw = {{"result", tensorRef(r)}, {"input", arg("input")}, {"weight", arg("weight")},
