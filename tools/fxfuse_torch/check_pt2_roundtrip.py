@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """GPU-box check: fxfuse-written .pt2 archives load in torch and match the originals.
 
-For every original torch.export archive under tests/ (and a zoo directory if present), runs
+For every original torch.export archive under tests/ (and a zoo directory if present), and
+every vLLM post-grad dump of tests/data/vllm (its unfused graph written by `fxfuse convert`
+as the reference, vLLM's unfused ops served by the stubs), runs
 `fxfuse compile ORIG -o fused.pt2` and `--op-names=vllm -o fused_vllm.pt2`, loads all three
 with torch.export.load(...).module(), runs them on the same random inputs (symbolic sizes
 set from their hints or ranges, token ids below the embedding's vocabulary size) and
@@ -44,6 +46,16 @@ def originals(zoo):
     if zoo and os.path.isdir(zoo):
         files += glob.glob(os.path.join(zoo, "**", "*.pt2"), recursive=True)
     return sorted(files)
+
+
+def fx_text_fixtures():
+    return sorted(glob.glob(os.path.join(REPO, "tests", "data", "vllm", "*.post_grad.txt")))
+
+
+def convert_pt2(fxfuse, src, dst):
+    r = subprocess.run([fxfuse, "convert", src, "-o", dst], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"fxfuse convert exited {r.returncode}: {r.stderr.strip()}")
 
 
 def compile_pt2(fxfuse, src, dst, vllm):
@@ -97,9 +109,15 @@ def make_inputs(ep, seed=0):
             t = torch.randint(0, vocab.get(n.name, 2), shape, generator=g, dtype=val.dtype)
         elif val.dtype == torch.bool:
             t = torch.ones(shape, dtype=torch.bool)
+        elif val.dtype == torch.float32 and all(isinstance(d, int) and d == 1 for d in val.shape):  # a scale
+            t = torch.rand(shape, generator=g) * 0.05 + 0.01
         else:
             t = torch.randn(shape, generator=g, dtype=torch.float32).to(val.dtype)
-        flat.append(t.to(val.device))
+        # Keep the declared strides (FP8 GEMM operands are column-major).
+        strides = [concrete(st, ep.range_constraints) for st in val.stride()]
+        out = torch.empty_strided(shape, strides, dtype=val.dtype, device=val.device)
+        out.copy_(t.to(val.device))
+        flat.append(out)
     spec = ep.call_spec.in_spec if ep.call_spec is not None else None
     if spec is None:
         return tuple(flat), {}
@@ -151,6 +169,10 @@ def graph_summary(ep):
 def check_one(fxfuse, src, work):
     row = {"original": os.path.relpath(src, REPO)}
     t0 = time.time()
+    if src.endswith(".txt"):  # an FX text dump: the unfused graph written as .pt2 is the reference
+        orig = os.path.join(work, os.path.basename(src)[:-4] + ".orig.pt2")
+        convert_pt2(fxfuse, src, orig)
+        src = orig
     ep0 = torch.export.load(src)
     args, kwargs = make_inputs(ep0)
     ref = run(ep0, args, kwargs)
@@ -188,7 +210,7 @@ def main():
     work = a.work or tempfile.mkdtemp(prefix="fxfuse_pt2_")
     os.makedirs(work, exist_ok=True)
     rows = []
-    for src in originals(a.zoo):
+    for src in originals(a.zoo) + fx_text_fixtures():
         try:
             rows.append(check_one(a.fxfuse, src, work))
         except Exception as e:  # noqa: BLE001  (the original itself does not load or run)
