@@ -86,6 +86,26 @@ def _unified_attention(query, key, value, layer_name):
     return ref.attention(query, key, value, layout="vllm", layer_name=layer_name)
 
 
+def _rotate(x, cos, sin, is_neox):
+    if is_neox:
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+
+
+def _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
+    # The kernel's arithmetic in the tensors' dtype; neox: halves, else interleaved pairs.
+    cos, sin = cos_sin_cache[positions.flatten()].chunk(2, dim=-1)
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    rot = cos.shape[-1] * 2
+    for x in (query, key):
+        if x is None:
+            continue
+        v = x.view(x.shape[0], -1, head_size)
+        v[..., :rot] = _rotate(v[..., :rot], cos.to(x.dtype), sin.to(x.dtype), is_neox)
+
+
 def _all_reduce(tensor, group_name):
     return ref.all_reduce(tensor, group_name)
 
@@ -101,6 +121,7 @@ IMPLEMENTATIONS = {
     "_C::fused_add_rms_norm_static_fp8_quant": _fused_add_rms_norm_static_fp8_quant,
     "_C::rms_norm_dynamic_per_token_quant": _rms_norm_dynamic_per_token_quant,
     "_C::silu_and_mul_quant": _silu_and_mul_quant,
+    "_C::rotary_embedding": _rotary_embedding,
     "vllm::unified_attention_with_output": _unified_attention_with_output,
     "vllm::unified_attention": _unified_attention,
     "vllm::all_reduce": _all_reduce,
