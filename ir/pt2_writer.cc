@@ -853,7 +853,9 @@ json rangeConstraints(const Module& m) {
   json rc = json::object();
   for (const auto& [name, info] : m.symbols.all()) {
     json r;
-    r["min_val"] = info.min ? json(*info.min) : json(0);
+    // Unknown lower bounds: torch's defaults, 2 for backed sizes (0 and 1 are specialized),
+    // 0 for unbacked ones.
+    r["min_val"] = info.min ? json(*info.min) : json(!name.empty() && name[0] == 'u' ? 0 : 2);
     r["max_val"] = info.max ? json(*info.max) : json(nullptr);
     rc[name] = r;
   }
