@@ -1,5 +1,5 @@
 // `fxfuse compile [IN] [-o OUT]`: runs the pass pipeline and writes the compiled graph
-// (.fxg, .pb, .json; `-o -` prints .fxg to stdout) and the report. Without IN it compiles
+// (.fxg, .pb, .json, .pt2; `-o -` prints .fxg to stdout) and the report. Without IN it compiles
 // the embedded default graph. `fxfuse explain IN [--node NAME]`: every candidate site,
 // applied or not, with the first failing condition.
 #include "compiler/cli/compile.h"
@@ -22,6 +22,7 @@
 #include "compiler/report.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
+#include "ir/pt2_writer.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
 #include "ir/world_size.h"
@@ -123,9 +124,13 @@ void registerCompile(CLI::App& app, int& exit_code) {
   static std::string html;  // --html: inspection report hook (compiler/inspect/html_report.h)
   static std::string emit = "graph";  // --emit: launch plans (issue #7, compiler/lowering/)
   static std::vector<std::string> print_after;
+  static std::string op_names = "fxfuse";  // --op-names: spelling of fused ops in a .pt2 output
   static bool quiet = false, list = false;
   flags.add(cmd, /*input_required=*/false);
-  cmd->add_option("-o,--output", out, "output graph: .fxg, .pb, .json, or - for .fxg on stdout");
+  cmd->add_option("-o,--output", out, "output graph: .fxg, .pb, .json, .pt2 (torch.export archive), or - for .fxg on stdout");
+  cmd->add_option("--op-names", op_names,
+                  "fused ops in a .pt2 output: fxfuse (torch.ops.fxfuse.*, tools/fxfuse_torch) or vllm (vLLM's _C ops)")
+      ->check(CLI::IsMember({"fxfuse", "vllm"}));
   cmd->add_option("--report", report, "write the JSON report (docs/report.md) to this file (- for stdout)");
   cmd->add_option("--emit", emit, "what -o writes: graph (default), plan (binary launch plan), plan-text")
       ->check(CLI::IsMember({"graph", "plan", "plan-text"}));
@@ -181,6 +186,10 @@ void registerCompile(CLI::App& app, int& exit_code) {
         std::fputs(ir::printFxg(*m).c_str(), stdout);
       } else if (endsWith(out, ".fxg")) {
         ir::writeFileAtomic(out, ir::printFxg(*m));
+      } else if (endsWith(out, ".pt2")) {
+        ir::Pt2WriteOptions po;
+        po.vllm_op_names = op_names == "vllm";
+        ir::savePt2Archive(*m, out, po);
       } else {
         ir::saveModule(*m, out);
       }

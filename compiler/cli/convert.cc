@@ -1,11 +1,12 @@
 // `fxfuse convert IN -o OUT`: converts between graph formats, chosen by extension.
-// Readable: .pt2, .json, .pb, .fxg, FX text. Writable: .fxg, .pb, .json.
+// Readable: .pt2, .json, .pb, .fxg, FX text. Writable: .fxg, .pb, .json, .pt2.
 #include <string>
 
 #include "compiler/cli/commands.h"
 #include "compiler/cli/progress.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
+#include "ir/pt2_writer.h"
 #include "ir/verifier.h"
 
 namespace fxfuse::cli {
@@ -15,7 +16,7 @@ void registerConvert(CLI::App& app, int& exit_code) {
   static std::string in, out;
   static bool locations = false;
   cmd->add_option("input", in, "input graph")->required();
-  cmd->add_option("-o,--output", out, "output file: .fxg, .pb or .json")->required();
+  cmd->add_option("-o,--output", out, "output file: .fxg, .pb, .json or .pt2")->required();
   cmd->add_flag("--locations", locations, "print source locations in .fxg output");
   cmd->callback([&exit_code] {
     progress::stage("reading " + in);
@@ -25,6 +26,8 @@ void registerConvert(CLI::App& app, int& exit_code) {
       ir::FxgPrintOptions opts;
       opts.locations = locations;
       ir::writeFileAtomic(out, ir::printFxg(*m, opts));
+    } else if (out.size() > 4 && out.substr(out.size() - 4) == ".pt2") {
+      ir::savePt2Archive(*m, out);
     } else {
       ir::saveModule(*m, out);
     }

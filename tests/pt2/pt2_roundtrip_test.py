@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Every .pt2 that `fxfuse compile -o X.pt2` writes reads back through fxfuse's own
+importer as the graph it compiled, and passes the torch.export schema checker.
+
+Usage: pt2_roundtrip_test.py FXFUSE CHECKER INPUT...   (.pt2 archives or FX text dumps)
+
+For each input:
+  * A = `compile IN -o A.fxg`, B = `compile IN -o B.pt2`, C = `compile IN --op-names=vllm -o C.pt2`;
+  * B and C pass tools/fxfuse_torch/check_pt2_schema.py;
+  * `inspect --json` op counts: B equals A, plus one `aten._to_copy.default` per fxfuse
+    output written at its fp32 natural dtype (counted from B's JSON: a `_to_copy` reading
+    a value named `*_f32`);
+  * C: every fused fxfuse op of A is either still an fxfuse op in C or became one
+    `auto_functionalized` call of a vLLM op (fused-op count conserved), other ops as in B
+    plus the `empty` buffers and `sym_size` reads the vLLM calls need;
+  * B compiles again to the same op counts as A (fused ops are stable);
+  * for archive inputs, every data/ member (weights, constants) is carried over byte for byte.
+"""
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+FUSED = {"fxfuse.rms_norm_quant.default", "fxfuse.fused_add_rms_norm_quant.default",
+         "fxfuse.silu_and_mul_quant.default", "fxfuse.attention_quant.default"}
+VLLM_HELPERS = {"aten.empty.memory_format", "aten.sym_size.int"}
+
+
+def sh(*cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def ops(fxfuse, path):
+    return collections.Counter(json.loads(sh(fxfuse, "inspect", "--json", path))["ops"])
+
+
+def program(path):
+    with zipfile.ZipFile(path) as z:
+        member = next(n for n in z.namelist() if "/models/" in n and n.endswith(".json"))
+        return json.loads(z.read(member))
+
+
+def data_members(path):
+    with zipfile.ZipFile(path) as z:
+        return {n.split("/", 1)[1]: z.read(n) for n in z.namelist() if n.split("/", 1)[1].startswith("data/")}
+
+
+def casts_added(path):
+    nodes = program(path)["graph_module"]["graph"]["nodes"]
+    return sum(1 for n in nodes if n["target"] == "torch.ops.aten._to_copy.default"
+               and n["inputs"][0]["arg"].get("as_tensor", {}).get("name", "").endswith("_f32"))
+
+
+def check(fxfuse, checker, src, tmp):
+    base = os.path.join(tmp, os.path.basename(src).replace(".", "_"))
+    a, b, c, d = base + ".fxg", base + ".pt2", base + ".vllm.pt2", base + ".again.fxg"
+    sh(fxfuse, "compile", src, "-o", a, "-q")
+    sh(fxfuse, "compile", src, "-o", b, "-q")
+    sh(fxfuse, "compile", src, "--op-names=vllm", "-o", c, "-q")
+    problems = []
+    r = subprocess.run([sys.executable, checker, b, c], capture_output=True, text=True)
+    if r.returncode != 0:
+        problems.append("schema check:\n    " + r.stdout.strip().replace("\n", "\n    "))
+    want, got_b, got_c = ops(fxfuse, a), ops(fxfuse, b), ops(fxfuse, c)
+    want_b = want.copy()
+    n_casts = casts_added(b)
+    if n_casts:
+        want_b["aten._to_copy.default"] += n_casts
+    if got_b != want_b:
+        problems.append(f"op counts of the .pt2 differ from the .fxg: {dict(got_b - want_b)} extra, "
+                        f"{dict(want_b - got_b)} missing")
+    fused_a = sum(want[k] for k in FUSED)
+    fused_c = sum(got_c[k] for k in FUSED)
+    af = got_c["higher_order.auto_functionalized"] - want["higher_order.auto_functionalized"]
+    if fused_a != fused_c + af:
+        problems.append(f"vllm form: {fused_a} fused ops in the .fxg, {fused_c} left + {af} vLLM calls in the .pt2")
+    rest_c = {k: v for k, v in got_c.items() if k not in FUSED | VLLM_HELPERS | {"higher_order.auto_functionalized"}}
+    rest_b = {k: v for k, v in got_b.items() if k not in FUSED | VLLM_HELPERS | {"higher_order.auto_functionalized"}}
+    if rest_c != rest_b:
+        problems.append(f"vllm form changes other ops: {rest_c} vs {rest_b}")
+    sh(fxfuse, "compile", b, "-o", d, "-q")
+    again = ops(fxfuse, d)
+    if again != want:
+        problems.append(f"recompiling the .pt2 changes op counts: {dict(again - want)} extra, {dict(want - again)} missing")
+    if zipfile.is_zipfile(src):
+        orig = data_members(src)
+        for path in (b, c):
+            if data_members(path) != orig:
+                problems.append(f"{os.path.basename(path)}: data/ members not carried over unchanged")
+    return problems, sum(want.values()), fused_a, af
+
+
+def main():
+    fxfuse, checker, inputs = sys.argv[1], sys.argv[2], sys.argv[3:]
+    failed = 0
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as tmp:
+        for src in inputs:
+            try:
+                problems, nodes, fused, vllm_calls = check(fxfuse, checker, src, tmp)
+            except RuntimeError as e:
+                problems, nodes, fused, vllm_calls = [str(e)], 0, 0, 0
+            if problems:
+                failed += 1
+                print(f"FAIL {src}:\n  " + "\n  ".join(problems))
+            else:
+                print(f"ok   {src}: {nodes} nodes, {fused} fused ops, {vllm_calls} as vLLM calls")
+    print(f"{len(inputs) - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
