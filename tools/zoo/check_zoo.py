@@ -5,10 +5,16 @@ expectations committed next to it. docs/zoo.md.
     check_zoo.py --fxfuse bazel-bin/fxfuse --dir tests/data/zoo [--expect FILE] [--update-expectations]
 
 Graphs: files under --dir ending in .pt2, .fxg.json, .fxg.json.gz or .fxg (and --suffix ...).
-Commands per graph (--commands): inspect (`inspect --json`), compile (`compile -q`),
-plan (`compile --emit=plan -o TMP`), verify (`verify -q`), explain (`explain`).
-Each result is `pass` or a one-line reason: `refused: ...` (exit 2), `fail: ...` (exit 1,
-verify's mismatch), `BUG: ...` (exit 3), `CRASH: signal N`, `timeout`.
+Commands per graph (--commands; default the CI set): inspect (`inspect --json`), compile
+(`compile -q`), plan (`compile --emit=plan -o TMP`), verify (`verify -q`), explain (`explain`),
+cpu_vs_torch (`run --cpu-only --input input_ids=... --save-outputs`: the CPU interpreter on the
+archive's weights and torch's input, against torch's logits; only .pt2 files that keep their
+weights and have a `<arch>.reference.json`, else `n/a: ...`), and on a GPU machine
+(tools/zoo/gpu_zoo.sh) run (`run --device=cuda --compare-cpu`) and vs_torch (the plan on the GPU
+against torch's logits).
+Each result is `pass`, `n/a: why`, or a one-line reason: `refused: ...` (exit 2), `fail: ...`
+(exit 1: verify's or compare-cpu's mismatch, or the torch comparison), `BUG: ...` (exit 3),
+`CRASH: signal N`, `timeout`.
 
 Exit status (what CI checks):
   0  every result matches the expectations file;
@@ -26,9 +32,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_reference  # noqa: E402
 
 DEFAULT_SUFFIXES = (".pt2", ".fxg.json", ".fxg.json.gz", ".fxg")
-ALL_COMMANDS = ("inspect", "compile", "plan", "verify", "explain")
+CI_COMMANDS = ("inspect", "compile", "plan", "verify", "explain", "cpu_vs_torch")
+GPU_COMMANDS = ("run", "vs_torch")
+ALL_COMMANDS = CI_COMMANDS + GPU_COMMANDS
 CRASH_PREFIXES = ("CRASH", "BUG", "timeout")
 
 
@@ -62,7 +74,47 @@ def argv_for(fxfuse, command, path, tmpdir):
         return [fxfuse, "verify", "-q", path]
     if command == "explain":
         return [fxfuse, "explain", path]
+    if command == "run":
+        return [fxfuse, "run", path, "--device=cuda", "--compare-cpu"]
     raise ValueError(command)
+
+
+def reference_for(path):
+    """(reference.json, input file, None) for a .pt2 that keeps its weights next to torch's
+    reference, else (None, None, 'n/a: why')."""
+    arch, _ = split_name(path)
+    ref = os.path.join(os.path.dirname(path), arch + ".reference.json")
+    if not os.path.isfile(ref):
+        return None, None, "n/a: no torch reference"
+    if not path.endswith(".pt2"):
+        return None, None, "n/a: weights are not in this graph file"
+    try:
+        with zipfile.ZipFile(path) as z:
+            has = any("/data/weights/" in n and not n.endswith(".json") for n in z.namelist())
+        with open(ref) as f:
+            inp = json.load(f)["input"]
+    except Exception as e:  # noqa: BLE001
+        return None, None, "fail: unreadable reference or archive (%s)" % e
+    if not has:
+        return None, None, "n/a: weights stripped"
+    return ref, (inp.get("name", "input_ids"), os.path.join(os.path.dirname(path), inp["file"])), None
+
+
+def run_vs_torch(fxfuse, command, path, tmpdir, timeout):
+    ref, inp, why = reference_for(path)
+    if why:
+        return why
+    out = tempfile.mkdtemp(dir=tmpdir)
+    argv = [fxfuse, "run", path, "--input", "%s=%s" % inp, "--save-outputs", out]
+    argv += ["--cpu-only"] if command == "cpu_vs_torch" else ["--device=cuda"]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, errors="replace")
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    if p.returncode != 0:
+        return classify(p.returncode, p.stdout, p.stderr, command)
+    rc, line = compare_reference.compare(ref, out)
+    return ("pass" if rc == 0 else "fail: " if rc == 1 else "fail: bad output files: ") + ("" if rc == 0 else line)
 
 
 def first_line(text):
@@ -91,7 +143,7 @@ def classify(rc, out, err, command):
                 return "fail: inspect --json printed no JSON"
         return "pass"
     line = first_line(err) or first_line(out)
-    if command == "verify" and rc == 1:  # verify prints its table on stdout
+    if command in ("verify", "run") and rc == 1:  # the comparison table is on stdout
         fails = [ln.strip() for ln in out.splitlines() if "FAIL" in ln or "mismatch" in ln.lower()]
         line = fails[0][:300] if fails else line
     kind = {1: "fail", 2: "refused", 3: "BUG"}.get(rc, "exit %d" % rc)
@@ -101,6 +153,8 @@ def classify(rc, out, err, command):
 def run_one(fxfuse, command, path, tmpdir, timeout, rel):
     """One fxfuse command on one graph; the reason names the graph by `rel`, so expectations do
     not depend on where the zoo lies."""
+    if command in ("vs_torch", "cpu_vs_torch"):
+        return run_vs_torch(fxfuse, command, path, tmpdir, timeout).replace(path, rel)
     argv = argv_for(fxfuse, command, path, tmpdir)
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, errors="replace")
@@ -184,7 +238,7 @@ def reasons(results, commands):
     for g in sorted(results):
         for c in commands:
             r = results[g][c]
-            if r != "pass":
+            if r != "pass" and not r.startswith("n/a"):
                 lines.append("  %s %s: %s" % (g, c, r))
     return lines
 
@@ -206,7 +260,10 @@ def parse_args(argv=None):
     ap.add_argument("--expect", default=None, help="expectations JSON (default <dir>/expectations.json)")
     ap.add_argument("--update-expectations", action="store_true",
                     help="write the current results as the expectations (crashes still fail)")
-    ap.add_argument("--commands", default=",".join(ALL_COMMANDS))
+    ap.add_argument("--commands", default=",".join(CI_COMMANDS),
+                    help="comma-separated, of: %s (default: %s)" % (", ".join(ALL_COMMANDS), ",".join(CI_COMMANDS)))
+    ap.add_argument("--report-only", action="store_true",
+                    help="no expectations: print the table, fail only on crashes")
     ap.add_argument("--suffix", action="append", default=[], help="also check files ending in this")
     ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--timeout", type=int, default=300, help="seconds per fxfuse command")
@@ -228,7 +285,7 @@ def main(argv=None):
         print("check_zoo: %s: no graphs found" % args.dir, file=sys.stderr)
         return 2
     expected = {}
-    if not args.update_expectations:
+    if not args.update_expectations and not args.report_only:
         try:
             with open(args.expect) as f:
                 expected = json.load(f)["graphs"]
@@ -250,6 +307,11 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"graphs": results}, f, indent=1, sort_keys=True)
+    if args.report_only:
+        crashes = [ln for ln in compare(results, results, args.commands)]
+        for ln in crashes:
+            print("PROBLEM " + ln)
+        return 1 if crashes else 0
     if args.update_expectations:
         with open(args.expect, "w") as f:
             json.dump({"note": "fxfuse results per graph and command (tools/zoo/check_zoo.py "
