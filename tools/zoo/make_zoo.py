@@ -16,7 +16,8 @@ hard time limit, files under <out>/zoo/<arch>/:
   <arch>.input_ids.i64 / .logits.f32 / .reference.json
                                       the fixed input, torch's eager logits (fp32, little-endian)
 The parent process writes <out>/zoo/manifest.json (status of every form of every architecture,
-one-line errors) and packs <out>/zoo into one tar.gz (members zoo/...). docs/zoo.md.
+one-line errors) and packs <out>/zoo into one tar.gz (members zoo/...), the workers' logs into
+zoo_logs.tar.gz next to it. docs/zoo.md.
 
 Nothing here imports torch at module level: --dry-run and the helpers work on any python3.
 """
@@ -171,6 +172,7 @@ EXTRA_SIZES = [
     (("hidden_size_per_layer_input",), 16),
     (("vocab_size_per_layer_input",), 256),
     (("attention_window_size", "window_size"), 8),
+    (("word_embed_proj_dim", "embedding_size"), 64),
 ]
 TOKEN_IDS = [(("pad_token_id",), 0), (("bos_token_id",), 1), (("eos_token_id",), 2),
              (("decoder_start_token_id",), 1)]
@@ -959,6 +961,13 @@ def pack(args, manifest):
                 p = os.path.join(root, fn)
                 tf.add(p, arcname=os.path.relpath(p, args.out))
     os.replace(tmp, args.tar)
+    logs = os.path.join(args.out, "_logs")
+    if os.path.isdir(logs):  # the workers' logs, next to the tar (not part of the zoo)
+        ltar = os.path.join(os.path.dirname(args.tar), "zoo_logs.tar.gz")
+        with tarfile.open(ltar + ".tmp", "w:gz") as tf:
+            for fn in sorted(os.listdir(logs)):
+                tf.add(os.path.join(logs, fn), arcname="zoo_logs/" + fn)
+        os.replace(ltar + ".tmp", ltar)
     return os.path.getsize(args.tar)
 
 
