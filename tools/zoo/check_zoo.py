@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -68,7 +69,7 @@ def argv_for(fxfuse, command, path, tmpdir):
     if command == "compile":
         return [fxfuse, "compile", "-q", path]
     if command == "plan":
-        out = os.path.join(tmpdir, "%d.plan.pb" % abs(hash((path, time.time()))))
+        out = os.path.join(tmpdir, "%s.plan.pb" % uuid.uuid4().hex)
         return [fxfuse, "compile", "-q", "--emit=plan", "-o", out, path]
     if command == "verify":
         return [fxfuse, "verify", "-q", path]

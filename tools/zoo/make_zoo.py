@@ -532,7 +532,9 @@ class Worker:
         except Exception:  # noqa: BLE001
             pass
         if self.form("build", self.build) is None:
-            self.res["status"] = "failed: " + self.res["forms"]["build"]["status"]
+            self.res["status"] = "build " + self.res["forms"]["build"]["status"]
+            for f in ["reference"] + list(FORMS):
+                self.res["forms"][f] = {"status": "skipped: the model did not build"}
             self.save()
             return
         self.form("reference", self.reference)
