@@ -31,7 +31,9 @@ mkdir -p "$out" || exit 2
 jobs=${GPU_ZOO_JOBS:-8}
 commands=${GPU_ZOO_COMMANDS:-inspect,compile,plan,verify,explain,cpu_vs_torch,run,vs_torch}
 cmdline="tools/zoo/gpu_zoo.sh $fxfuse $zoo \$OUT  (GPU_ZOO_JOBS=$jobs)"
-echo "gpu_zoo: $("$fxfuse" --version 2>/dev/null | head -1); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+gpu=${gpu:-no nvidia-smi}
+echo "gpu_zoo: $zoo on $gpu"
 PYTHONUNBUFFERED=1 python3 "$here/check_zoo.py" --fxfuse "$fxfuse" --dir "$zoo" --commands "$commands" \
   --jobs "$jobs" --timeout 300 --report-only --markdown "$out/gpu_zoo.table.md" --json "$out/gpu_zoo.json" \
   | tee "$out/gpu_zoo.txt"
@@ -39,8 +41,7 @@ rc=${PIPESTATUS[0]}
 {
   echo "# Model zoo on the GPU"
   echo
-  echo "Made by \`$cmdline\` on $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1))."
+  echo "Made by \`$cmdline\` on $(date -u +%Y-%m-%dT%H:%MZ) ($gpu)."
   echo "Columns: docs/zoo.md. \`n/a\`: the check does not apply (no weights in the file, no reference)."
   echo
   cat "$out/gpu_zoo.table.md"
