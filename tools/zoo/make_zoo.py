@@ -817,6 +817,17 @@ def _kill(p):
             pass
 
 
+def _form_line(args, arch):
+    """'train_ir ok, core_aten failed, ...' from a worker's result file (progress lines)."""
+    try:
+        with open(os.path.join(args.out, "_results", arch + ".json")) as f:
+            forms = json.load(f).get("forms", {})
+        return "| " + ", ".join("%s %s" % (k, str(v.get("status", "?")).split(":")[0])
+                                for k, v in forms.items())
+    except Exception:  # noqa: BLE001
+        return ""
+
+
 def run_pool(args, specs):
     """One process per architecture, `jobs` at a time; each killed at its own time limit, all
     killed at the global deadline. Returns {arch: how the process ended}."""
@@ -852,7 +863,7 @@ def run_pool(args, specs):
             if rc is not None:
                 logf.close()
                 del running[arch]
-                log("end  ", arch, ended[arch], "%.0fs" % (time.time() - t))
+                log("end  ", arch, ended[arch], "%.0fs" % (time.time() - t), _form_line(args, arch))
         time.sleep(0.2)
     return ended
 
