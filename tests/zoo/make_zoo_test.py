@@ -203,8 +203,25 @@ def test_pool(tmp):
     check("tar members under zoo/", "zoo/manifest.json" in names and "zoo/good/good.logits.f32" in names, str(names))
 
 
+def test_shards():
+    specs, _, _ = mz.enumerate_archs()
+    live = [s["arch"] for s in specs if not s.get("excluded")]
+    a = [s["arch"] for s in mz.shard(specs, "0/2")]
+    b = [s["arch"] for s in mz.shard(specs, "1/2")]
+    check("shards partition the architectures", sorted(a + b) == sorted(live) and not set(a) & set(b))
+    check("priority architectures spread over the shards", a[0] == live[0] and b[0] == live[1])
+    m1 = {"argv": ["--shard", "0/2"], "architectures": {"llama": {"arch": "llama", "tags": [], "forms": {
+        "train_ir": {"status": "ok"}}}}}
+    m2 = {"argv": ["--shard", "1/2"], "architectures": {"gpt2": {"arch": "gpt2", "tags": ["layernorm"], "forms": {
+        "train_ir": {"status": "failed: x"}}}}}
+    m = mz.merge_manifests([m1, m2])
+    check("merged manifest", sorted(m["architectures"]) == ["gpt2", "llama"] and
+          m["summary"]["per_form"]["train_ir"] == {"ok": 1, "failed": 1, "skipped": 0, "other": 0}, str(m["summary"]))
+
+
 def main():
     fxfuse = sys.argv[1] if len(sys.argv) > 1 else None
+    test_shards()
     test_dry_run()
     test_config_shrinking()
     test_scalar_kwarg()

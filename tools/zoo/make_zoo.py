@@ -17,7 +17,7 @@ hard time limit, files under <out>/zoo/<arch>/:
                                       the fixed input, torch's eager logits (fp32, little-endian)
 The parent process writes <out>/zoo/manifest.json (status of every form of every architecture,
 one-line errors) and packs <out>/zoo into one tar.gz (members zoo/...), the workers' logs into
-zoo_logs.tar.gz next to it. docs/zoo.md.
+<tar>_logs.tar.gz next to it. docs/zoo.md.
 
 Nothing here imports torch at module level: --dry-run and the helpers work on any python3.
 """
@@ -976,7 +976,7 @@ def pack(args, manifest):
     os.replace(tmp, args.tar)
     logs = os.path.join(args.out, "_logs")
     if os.path.isdir(logs):  # the workers' logs, next to the tar (not part of the zoo)
-        ltar = os.path.join(os.path.dirname(args.tar), "zoo_logs.tar.gz")
+        ltar = re.sub(r"(\.tar\.gz|\.tgz)?$", "", args.tar, count=1) + "_logs.tar.gz"
         with tarfile.open(ltar + ".tmp", "w:gz") as tf:
             for fn in sorted(os.listdir(logs)):
                 tf.add(os.path.join(logs, fn), arcname="zoo_logs/" + fn)
@@ -1155,6 +1155,28 @@ def self_test(args):
 
 # --------------------------------------------------------------------------- main
 
+def shard(specs, spec):
+    """Every N-th not-excluded architecture from the I-th ('I/N'), in priority order."""
+    if not spec:
+        return specs
+    i, n = (int(x) for x in spec.split("/"))
+    if not 0 <= i < n:
+        raise SystemExit("--shard %s: expected I/N with 0 <= I < N" % spec)
+    live = [s for s in specs if not s.get("excluded")]
+    return live[i::n]
+
+
+def merge_manifests(manifests):
+    """One manifest from those of several shards (architectures united, summary recomputed)."""
+    out = dict(manifests[0])
+    out["architectures"] = {}
+    for m in manifests:
+        out["architectures"].update(m.get("architectures", {}))
+    out["merged_from"] = [m.get("argv") for m in manifests]
+    out["summary"] = summarize(out)
+    return out
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="/tmp/fxfuse_zoo", help="work directory (zoo/ is written under it)")
@@ -1164,6 +1186,8 @@ def parse_args(argv=None):
     ap.add_argument("--budget", type=int, default=380, help="seconds after which no architecture starts")
     ap.add_argument("--deadline", type=int, default=440, help="seconds after which every worker is killed")
     ap.add_argument("--archs", default="", help="comma-separated model types (default: all)")
+    ap.add_argument("--shard", default="", help="I/N: only every N-th architecture from the I-th (0-based), for "
+                    "runs split over several device calls; tools/zoo/install_zoo.sh merges the tars")
     ap.add_argument("--include-non-decoder", action="store_true")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -1201,6 +1225,7 @@ def main(argv=None):
         shutil.rmtree(os.path.join(args.out, "_tmp"), ignore_errors=True)
         return rc
     specs, source, version = enumerate_archs(args.include_non_decoder, only)
+    specs = shard(specs, args.shard)
     log("%d architectures from %s (%d excluded); %d jobs, %ds each, budget %ds, deadline %ds" % (
         len([s for s in specs if not s.get("excluded")]), source, len([s for s in specs if s.get("excluded")]),
         args.jobs, args.timeout, args.budget, args.deadline))
