@@ -138,6 +138,12 @@ def test_files(tmp, fxfuse):
                                    "tensor": {"dtype": "BF16", "shape": [{"int": 4}], "device": {"type": "cuda"}}},
                                   {"id": 3, "name": "s", "kind": "SYM_INT"}]}]}
     check("lifted scalar inputs", mz.lifted_scalar_inputs(mod) == ["eps:F64"])
+    names = {"m.train_ir.pt2": "train_ir", "m.core_aten.pt2": "core_aten", "m.post_grad.fxg.json.gz": "post_grad",
+             "m.post_grad.2.fxg.json.gz": "post_grad", "m.post_grad.scalars.fxg.json.gz": "post_grad_scalars",
+             "m.post_grad.scalars.1.fxg.json.gz": "post_grad_scalars", "m.logits.f32": None,
+             "m.core_aten.partial.pt2": None, "mm.train_ir.pt2": None}
+    got = {n: mz.form_of_file("m", n) for n in names}
+    check("form of each zoo file", got == names, str(got))
 
 
 def test_scalar_kwarg():
@@ -171,6 +177,8 @@ def test_pool(tmp):
     os.makedirs(os.path.join(args.out, "_results"))
     finished = ("import json, os, sys; d = sys.argv[1]; "
                 "open(os.path.join(d, 'zoo', 'good', 'good.logits.f32'), 'wb').write(b'1234'); "
+                "open(os.path.join(d, 'zoo', 'good', 'good.train_ir.pt2'), 'wb').write(b'half'); "
+                "open(os.path.join(d, 'zoo', 'good', 'good.core_aten.partial.pt2'), 'wb').write(b'half'); "
                 "json.dump({'arch': 'good', 'status': 'done', 'forms': {'reference': {'status': 'ok'}, "
                 "'train_ir': {'status': 'failed: Unsupported: data-dependent'}}}, "
                 "open(os.path.join(d, '_results', 'good.json'), 'w'))")
@@ -201,6 +209,9 @@ def test_pool(tmp):
     with tarfile.open(args.tar) as tf:
         names = tf.getnames()
     check("tar members under zoo/", "zoo/manifest.json" in names and "zoo/good/good.logits.f32" in names, str(names))
+    check("files of failed forms and partial files removed", sorted(a["good"].get("removed_files", [])) ==
+          ["good.core_aten.partial.pt2", "good.train_ir.pt2"] and "zoo/good/good.train_ir.pt2" not in names,
+          str(a["good"].get("removed_files")))
 
 
 def test_shards():

@@ -553,8 +553,18 @@ class Worker:
             self.res["forms"]["post_grad_scalars"] = {
                 "status": "skipped: fxfuse_export has no option to record lifted scalar values (looked for %s)"
                           % ", ".join(SCALAR_KWARG_CANDIDATES[:3])}
-        self.res["status"] = "done"
+        bad = [f for f, e in self.res["forms"].items()
+               if e.get("status") != "ok" and not (f == "post_grad_scalars" and not kw)]
+        self.res["status"] = "done" + (" (not ok: %s)" % ", ".join(bad) if bad else "")
         self.save()
+
+    def save_program(self, ep, form):
+        """torch.export.save through a temporary name: a killed worker leaves no partial archive."""
+        path = self.path(FORMS[form])
+        tmp = path[:-len(".pt2")] + ".partial.pt2"
+        self.torch.export.save(ep, tmp)
+        os.replace(tmp, path)
+        return path
 
     # -- the model
     def build(self, ent):
@@ -671,7 +681,7 @@ class Worker:
         ids = self.input_ids()
         ep, desc = self._export(ids)
         ent["dynamic"] = desc
-        self.torch.export.save(ep, self.path(FORMS["train_ir"]))
+        self.save_program(ep, "train_ir")
         ent["ops"] = self.fe.op_histogram(ep.graph_module)
         ent["file"] = self.arch + "." + FORMS["train_ir"]
         self._check_against_eager(ent, ep, ids)
@@ -679,7 +689,7 @@ class Worker:
 
     def core_aten(self, ent, ep):
         core = ep.run_decompositions()
-        self.torch.export.save(core, self.path(FORMS["core_aten"]))
+        self.save_program(core, "core_aten")
         ent["ops"] = self.fe.op_histogram(core.graph_module)
         ent["file"] = self.arch + "." + FORMS["core_aten"]
         ent["weight_bytes"] = pt2_weight_bytes(self.path(FORMS["core_aten"]))
@@ -887,7 +897,8 @@ def collect(args, specs, ended, source, tf_version, scalar_kw_note):
                  "status": "no result"}
         how = ended.get(a, "not run")
         r["process"] = how
-        if how != "exit 0" and r.get("status") in ("started", "no result", "done", None):
+        if how != "exit 0" and (r.get("status") in ("started", "no result", None) or
+                                str(r.get("status")).startswith("done")):
             r["status"] = "failed: " + how
             tail = _log_tail(args, a)
             if tail:
@@ -897,10 +908,41 @@ def collect(args, specs, ended, source, tf_version, scalar_kw_note):
             if "status" not in ent:
                 ent["status"] = ("not reached: " + how) if how != "exit 0" else "not reached"
             ent.pop("ok", None)
+        remove_unfinished(args, a, r)
         archs[a] = r
     return {"version": MANIFEST_VERSION, "generator": "tools/zoo/make_zoo.py", "source": source,
             "transformers": tf_version, "argv": sys.argv[1:], "forms": FORMS,
             "scalar_recording": scalar_kw_note, "architectures": archs}
+
+
+def form_of_file(arch, fn):
+    """The form a zoo file belongs to: `<arch>.<suffix>`, or `<arch>.<stem>.<n>.fxg.json.gz` for
+    the further graphs of a post-grad capture; None for reference and other files."""
+    for form, suffix in FORMS.items():
+        if fn == "%s.%s" % (arch, suffix):
+            return form
+        if suffix.endswith(".fxg.json.gz"):
+            stem = suffix[:-len(".fxg.json.gz")]
+            if re.fullmatch(r"%s\.%s\.\d+\.fxg\.json\.gz" % (re.escape(arch), re.escape(stem)), fn):
+                return form
+    return None
+
+
+def remove_unfinished(args, arch, r):
+    """Files of forms that did not finish (killed mid-write, or failed after writing), temporary
+    files, and the reference of a failed reference step are not part of the zoo."""
+    d = os.path.join(args.out, "zoo", arch)
+    if not os.path.isdir(d):
+        return
+    ref_ok = r["forms"].get("reference", {}).get("status") == "ok"
+    for fn in sorted(os.listdir(d)):
+        form = form_of_file(arch, fn)
+        stale = ".partial." in fn or fn.endswith(".tmp")
+        stale = stale or (form is not None and r["forms"].get(form, {}).get("status") != "ok")
+        stale = stale or (not ref_ok and fn in ["%s.%s" % (arch, x) for x in REFERENCE_FILES])
+        if stale:
+            os.remove(os.path.join(d, fn))
+            r.setdefault("removed_files", []).append(fn)
 
 
 def _log_tail(args, arch, n=6):
