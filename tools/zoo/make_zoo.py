@@ -41,7 +41,7 @@ TOOLS = os.path.dirname(HERE)
 MANIFEST_VERSION = 1
 T0 = time.time()
 
-SEQ_LEN = 16
+SEQ_LEN = 16  # = fxfuse's size for a free symbol without a hint, so `run --input` fits the export
 INPUT_SEED = 1234
 MODEL_SEED = 0
 
