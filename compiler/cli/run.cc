@@ -20,6 +20,7 @@
 #include "compiler/cli/node_check.h"
 #include "compiler/cli/progress.h"
 #include "compiler/cli/rank_link.h"
+#include "compiler/cli/tensor_files.h"
 #include "compiler/cli/multigpu.h"
 #include "compiler/interpreter/compare.h"
 #include "compiler/interpreter/interpreter.h"
@@ -234,10 +235,16 @@ void registerRun(CLI::App& app, int& exit_code) {
   static bool compare = false, describe = false, no_cache = false, cpu_only = false, check_nodes = false,
               strict = false, no_gemm_tune = false;
   static int world_size = kDefaultWorldSize;
-  static std::vector<std::string> passes;
+  static std::vector<std::string> passes, input_files;
+  static std::string save_outputs;
   static double rtol = -1, atol = -1, mismatch_frac = 0.001;
   static MultiGpuFlags mg;
   cmd->add_option("input", input, "launch plan (binary or text) or graph (.pt2, .json, .pb, .fxg, FX text); recognized by content")->required();
+  cmd->add_option("--input", input_files,
+                  "NAME=FILE: graph input NAME from raw little-endian data of its dtype and shape, instead of "
+                  "seeded values (repeatable)");
+  cmd->add_option("--save-outputs", save_outputs,
+                  "write each tensor output as DIR/output_<i>.f32 (float32, little-endian) and DIR/outputs.json");
   cmd->add_option("--device", device, "device to run on (cuda)");
   cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
   cmd->add_option("--seed", seed, "seed of the random inputs");
@@ -284,6 +291,18 @@ void registerRun(CLI::App& app, int& exit_code) {
     std::vector<interp::RValue> host_inputs = in.makeInputs(seed);
     if (static_cast<int>(host_inputs.size()) != l.plan.inputs_size())
       fail("the graph has {} inputs, the plan {}", host_inputs.size(), l.plan.inputs_size());
+    if (!input_files.empty()) {
+      std::vector<std::string> names;
+      for (const auto& pi : l.plan.inputs()) names.push_back(pi.name());
+      applyInputFiles(input_files, names, host_inputs);
+    }
+    auto save = [&](const std::vector<const interp::Tensor*>& tensors) {
+      if (save_outputs.empty()) return;
+      std::vector<SavedOutput> outs;
+      for (int i = 0; i < l.plan.outputs_size(); ++i)
+        outs.push_back({l.plan.outputs(i).name(), i < static_cast<int>(tensors.size()) ? tensors[static_cast<size_t>(i)] : nullptr});
+      saveOutputs(save_outputs, outs);
+    };
     for (const auto& [k, v] : in.bindings())
       if (!env.count(k)) env[k] = v;
     progress::stage(compare || cpu_only ? "running the CPU interpreter" : "running the plan");
@@ -301,9 +320,13 @@ void registerRun(CLI::App& app, int& exit_code) {
     if (cpu_only) {
       std::vector<interp::RValue> ref = in.run(host_inputs);
       progress::end();
-      for (int i = 0; i < l.plan.outputs_size() && i < static_cast<int>(ref.size()); ++i)
+      std::vector<const interp::Tensor*> saved;
+      for (int i = 0; i < l.plan.outputs_size() && i < static_cast<int>(ref.size()); ++i) {
+        saved.push_back(ref[static_cast<size_t>(i)].isTensor() ? &ref[static_cast<size_t>(i)].t : nullptr);
         if (ref[static_cast<size_t>(i)].isTensor())
           std::printf("cpu output %d %s: %s\n", i, l.plan.outputs(i).name().c_str(), summary(ref[static_cast<size_t>(i)].t).c_str());
+      }
+      save(saved);
       exit_code = 0;
       return;
     }
@@ -366,6 +389,11 @@ void registerRun(CLI::App& app, int& exit_code) {
         if (!rep.pass) printMismatches(ref.at(static_cast<size_t>(i)), got, co, 6);
         all_pass = all_pass && rep.pass;
       }
+    }
+    {
+      std::vector<const interp::Tensor*> saved;
+      for (const auto& g : got_all) saved.push_back(g ? &*g : nullptr);
+      save(saved);
     }
     // Outputs differ: is every kernel right on its own inputs (the difference only rounding
     // carried forward)? node_check.h; docs/runtime.md "Parity".
