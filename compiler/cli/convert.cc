@@ -5,6 +5,7 @@
 #include "compiler/cli/commands.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
+#include "ir/output_set.h"
 #include "ir/verifier.h"
 
 namespace fxfuse::cli {
@@ -22,7 +23,7 @@ void registerConvert(CLI::App& app, int& exit_code) {
     if (out.size() > 4 && out.substr(out.size() - 4) == ".fxg") {
       ir::FxgPrintOptions opts;
       opts.locations = locations;
-      ir::writeFileAtomic(out, ir::printFxg(*m, opts));
+      ir::writeOutputFile(out, ir::printFxg(*m, opts));
     } else {
       ir::saveModule(*m, out);
     }

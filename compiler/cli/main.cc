@@ -1,7 +1,8 @@
 // fxfuse: a fusion compiler over PyTorch FX/ATen graphs.
 //
 // Usage: fxfuse <command> [options]; `fxfuse --help` lists the commands. Errors in the
-// input are reported as one line on stderr with exit code 2.
+// input are reported as one line on stderr with exit code 2; the command's output files are
+// all-or-nothing (ir/output_set.h).
 #include <cstdio>
 #include <exception>
 
@@ -9,6 +10,7 @@
 
 #include "compiler/cli/commands.h"
 #include "compiler/cli/registry.h"
+#include "ir/output_set.h"
 #include "ir/status.h"
 
 int main(int argc, char** argv) {
@@ -18,8 +20,12 @@ int main(int argc, char** argv) {
   fxfuse::cli::registerInspect(app, exit_code);
   fxfuse::cli::registerConvert(app, exit_code);
   fxfuse::cli::registerExtraCommands(app, exit_code);
+  // Every file the command writes (-o, --report, --html, --dump-dir, ...) is staged here and
+  // moved into place only when the command finishes with 0 or 1; on any failure none is left.
+  fxfuse::ir::OutputSet outputs;
   try {
     app.parse(argc, argv);
+    if (exit_code == 0 || exit_code == 1) outputs.commit();
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

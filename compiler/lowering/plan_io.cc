@@ -5,6 +5,7 @@
 
 #include "compiler/lowering/lowering.h"
 #include "ir/io.h"
+#include "ir/output_set.h"
 #include "ir/proto_io.h"
 #include "ir/status.h"
 
@@ -34,7 +35,7 @@ std::string planToBinary(const pb::Plan& p) {
 }
 
 void savePlan(const pb::Plan& p, const std::string& path) {
-  ir::writeFileAtomic(path, isTextPath(path) ? planToText(p) : planToBinary(p));
+  ir::writeOutputFile(path, isTextPath(path) ? planToText(p) : planToBinary(p));
 }
 
 pb::Plan parsePlan(const std::string& bytes, bool text, const std::string& source) {
