@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 
 #include <fmt/format.h>
 
 #include "compiler/op_util.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
+#include "ir/output_set.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
 
@@ -94,11 +94,8 @@ CompileResult compileModule(ir::Module& m, const CompileOptions& opts) {
            std::find(opts.print_after.begin(), opts.print_after.end(), "all") != opts.print_after.end();
   };
   if (!opts.dump_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(opts.dump_dir, ec);
-    if (ec || !std::filesystem::is_directory(opts.dump_dir))
-      fail("--dump-dir {}: cannot create the directory ({})", opts.dump_dir, ec ? ec.message() : "a file is in the way");
-    ir::writeFileAtomic(opts.dump_dir + "/00.input.fxg", ir::printFxg(m));
+    ir::createOutputDirectories(opts.dump_dir);
+    ir::writeOutputFile(opts.dump_dir + "/00.input.fxg", ir::printFxg(m));
   }
 
   bool snapshot_taken = false;
@@ -135,7 +132,7 @@ CompileResult compileModule(ir::Module& m, const CompileOptions& opts) {
     if (wants_print(info->name) && opts.print_stream)
       *opts.print_stream << "// ----- after " << info->name << "\n" << ir::printFxg(m);
     if (!opts.dump_dir.empty())
-      ir::writeFileAtomic(fmt::format("{}/{:02d}.after.{}.fxg", opts.dump_dir, index, info->name), ir::printFxg(m));
+      ir::writeOutputFile(fmt::format("{}/{:02d}.after.{}.fxg", opts.dump_dir, index, info->name), ir::printFxg(m));
   }
   if (!snapshot_taken) result.canonical = countCanonicalOps(g);
   for (const char* f : kFusedNames) result.fusions.emplace(f, 0);

@@ -122,7 +122,11 @@ void Value::replaceAllUsesWith(Value* other) {
   std::vector<Node*> users = users_;
   std::sort(users.begin(), users.end());
   users.erase(std::unique(users.begin(), users.end()), users.end());
-  for (Node* u : users) u->replaceUsesOfWith(this, other);
+  // Every use moves, so the use lists move whole (linear; a search per use in a long use list
+  // would be quadratic).
+  for (Node* u : users) u->rewriteArgs(this, other);
+  if (other) other->users_.insert(other->users_.end(), users_.begin(), users_.end());
+  users_.clear();
   if (output_uses_ > 0) {
     Graph* g = graph_;
     for (size_t i = 0; i < g->outputs_.size(); ++i)
@@ -161,8 +165,10 @@ void Node::detachUses(const Attr& a) {
   std::vector<Value*> vs;
   a.collectValues(vs);
   for (Value* v : vs) {
-    auto it = std::find(v->users_.begin(), v->users_.end(), this);
-    if (it != v->users_.end()) v->users_.erase(it);
+    // From the back: the newest use is the likeliest to go (rewrites erase what they just
+    // matched), which keeps erasing the users of a many-user value cheap.
+    auto it = std::find(v->users_.rbegin(), v->users_.rend(), this);
+    if (it != v->users_.rend()) v->users_.erase(std::next(it).base());
   }
 }
 
@@ -187,17 +193,25 @@ void Node::addArg(Arg a) {
   attachUses(args_.back().value);
 }
 
+namespace {
+bool rewriteValue(Attr& a, Value* from, Value* to) {
+  bool changed = false;
+  if (a.kind == Attr::Kind::Value && a.value == from) {
+    a.value = to;
+    changed = true;
+  }
+  if (a.kind == Attr::Kind::List)
+    for (auto& x : a.list) changed |= rewriteValue(x, from, to);
+  return changed;
+}
+}  // namespace
+
+void Node::rewriteArgs(Value* from, Value* to) {
+  for (auto& a : args_) rewriteValue(a.value, from, to);
+}
+
 void Node::replaceUsesOfWith(Value* from, Value* to) {
-  std::function<bool(Attr&)> rewrite = [&](Attr& a) {
-    bool changed = false;
-    if (a.kind == Attr::Kind::Value && a.value == from) {
-      a.value = to;
-      changed = true;
-    }
-    if (a.kind == Attr::Kind::List)
-      for (auto& x : a.list) changed |= rewrite(x);
-    return changed;
-  };
+  auto rewrite = [&](Attr& a) { return rewriteValue(a, from, to); };
   for (auto& a : args_) {
     Attr copy = a.value;
     if (rewrite(copy)) {
@@ -383,23 +397,72 @@ void Graph::topoSort() {
   }
 }
 
+void Graph::erase(const std::vector<Node*>& doomed) {
+  std::unordered_set<const Node*> set(doomed.begin(), doomed.end());
+  for (Node* n : doomed)
+    for (Value* v : n->outputs_)
+      if (v) {
+        if (v->output_uses_ > 0) fail("cannot erase node {}: output still used", n->name);
+        for (Node* u : v->users_)
+          if (!set.count(u)) fail("cannot erase node {}: output still used", n->name);
+      }
+  // One pass over each operand's use list instead of one search per use: erasing the users of
+  // a value one by one is quadratic when it has many.
+  std::unordered_set<Value*> operands;
+  for (Node* n : doomed)
+    for (const auto& a : n->args_) {
+      std::vector<Value*> vs;
+      a.value.collectValues(vs);
+      operands.insert(vs.begin(), vs.end());
+    }
+  for (Value* v : operands)
+    v->users_.erase(std::remove_if(v->users_.begin(), v->users_.end(), [&](Node* u) { return set.count(u) > 0; }),
+                    v->users_.end());
+  for (Node* n : doomed) {
+    for (Value* v : n->outputs_)
+      if (v) {
+        v->users_.clear();
+        v->producer_ = nullptr;
+        v->result_index_ = -1;
+        v->graph_ = nullptr;  // orphaned; kept alive in values_ until the graph dies
+      }
+    nodes_.erase(n->self_);
+  }
+}
+
 size_t Graph::eliminateDeadCode() {
-  // Visiting nodes from the end frees users before their producers, so one sweep removes
-  // whole dead chains; sweep again only if something was removed.
+  // Linear in nodes + uses: one reverse sweep decides deadness with live-use counts (a node
+  // is dead when it has no side effects and no live use of any output; its operands then
+  // lose one live use each), then the dead nodes are erased as one batch. A second sweep
+  // finds more only when a producer came after its user (graphs not yet sorted).
   size_t removed = 0;
-  bool changed = true;
-  while (changed) {
-    changed = false;
+  while (true) {
+    std::unordered_map<const Value*, size_t> live;
+    auto liveUses = [&](const Value* v) -> size_t& {
+      auto it = live.find(v);
+      if (it == live.end()) it = live.emplace(v, v->numUses()).first;
+      return it->second;
+    };
+    std::vector<Node*> dead;
     std::vector<Node*> order = nodeList();
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       Node* n = *it;
-      if (n->hasUsers() || hasSideEffects(*n)) continue;
-      erase(n);
-      ++removed;
-      changed = true;
+      if (hasSideEffects(*n)) continue;
+      bool used = false;
+      for (Value* v : n->outputs_)
+        if (v && liveUses(v) > 0) used = true;
+      if (used) continue;
+      dead.push_back(n);
+      for (const auto& a : n->args_) {
+        std::vector<Value*> vs;
+        a.value.collectValues(vs);
+        for (Value* v : vs) --liveUses(v);
+      }
     }
+    if (dead.empty()) return removed;
+    erase(dead);
+    removed += dead.size();
   }
-  return removed;
 }
 
 // ---------------------------------------------------------------------------- Module

@@ -180,8 +180,11 @@ class Node {
 
  private:
   friend class Graph;
+  friend class Value;
   void attachUses(const Attr& a);
   void detachUses(const Attr& a);
+  // Rewrites `from` to `to` in the arguments without touching use lists (the caller moves them).
+  void rewriteArgs(Value* from, Value* to);
   Graph* graph_ = nullptr;
   std::vector<Arg> args_;
   std::vector<Value*> outputs_;
@@ -235,6 +238,9 @@ class Graph {
                    Node* before = nullptr, std::string name = {});
   // Erases a node whose outputs have no remaining uses.
   void erase(Node* n);
+  // Erases nodes whose outputs are used by no node outside them; linear in their uses (use
+  // this, not erase(Node*) in a loop, to remove many users of one value).
+  void erase(const std::vector<Node*>& nodes);
   void moveBefore(Node* n, Node* before);
 
   // Assigns dense value ids (inputs first, then node outputs in order), starting at 1.

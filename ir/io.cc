@@ -1,15 +1,19 @@
 #include "ir/io.h"
 
-#include <cstdio>
-#include <fstream>
-#include <vector>
-#include <sstream>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
 
 #include "ir/fxg.h"
 #include "ir/importers/export_json.h"
 #include "ir/importers/fx_text.h"
+#include "ir/output_set.h"
 #include "ir/proto_io.h"
 #include "ir/sniff.h"
 #include "ir/status.h"
@@ -29,58 +33,92 @@ std::string extensionOf(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+const char* fileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Opens a regular file for reading. O_NONBLOCK keeps opening a FIFO from blocking until a
+// writer appears; anything but a regular file is then refused.
+int openRegular(const std::string& path, struct stat* st) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) fail("{}: cannot open: no such file", path);
+    fail("{}: cannot open for reading: {}", path, std::strerror(errno));
+  }
+  if (::fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    ::close(fd);
+    fail("{}: is {}; expected a regular file", path, fileKind(st->st_mode));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+}  // namespace
+
 std::string readFile(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) fail("{}: cannot open: no such file", path);
-  if (S_ISDIR(st.st_mode)) fail("{}: is a directory", path);
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail("{}: cannot open for reading", path);
+  struct stat st {};
+  int fd = openRegular(path, &st);
   // One allocation, with kReadPadding spare bytes after the data so JSON can be parsed in
   // place (simdjson reads up to 64 bytes past the end).
   std::string out;
   size_t size = static_cast<size_t>(st.st_size);
   out.resize(size + kReadPadding, '\0');
-  size_t got = size ? std::fread(out.data(), 1, size, f) : 0;
-  std::fclose(f);
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = ::read(fd, out.data() + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
   if (got != size) fail("{}: read failed", path);
   out.resize(size);  // capacity (and the zeroed padding) stays
   return out;
 }
 
-void writeFileAtomic(const std::string& path, const std::string& data) {
-  std::string tmp = path + ".tmp~";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("{}: cannot open for writing", path);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!out) {
-      std::remove(tmp.c_str());
-      fail("{}: write failed", path);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail("{}: cannot move the written file into place", path);
-  }
+void writeFileAtomic(const std::string& path, const std::string& data, int force_mode) {
+  OutputSet once(/*activate=*/false);
+  once.stage(path, data, force_mode);
+  once.commit();
+}
+
+size_t decompressedBudget(size_t compressed_bytes) {
+  size_t proportional = compressed_bytes > kMaxDecompressedBytes / kMaxCompressionRatio
+                            ? kMaxDecompressedBytes
+                            : compressed_bytes * kMaxCompressionRatio;
+  return std::min(kMaxDecompressedBytes, std::max(kMinDecompressedBudget, proportional));
 }
 
 namespace {
 
 // Reads a gzip-compressed file whole (benchmark graphs ship as .json.gz), keeping the same
-// padding guarantee as readFile.
+// padding guarantee as readFile. Decompression stops at decompressedBudget() of the file size.
 std::string readGzipFile(const std::string& path) {
-  readFile(path);  // existence and readability, with the usual messages
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) fail("{}: cannot open for reading", path);
+  struct stat st {};
+  int fd = openRegular(path, &st);
+  gzFile f = gzdopen(fd, "rb");
+  if (!f) {
+    ::close(fd);
+    fail("{}: cannot open for reading", path);
+  }
+  const size_t budget = decompressedBudget(static_cast<size_t>(st.st_size));
   std::string out;
   std::vector<char> buf(1 << 20);
   int n;
   while ((n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()))) > 0) {
-    out.append(buf.data(), static_cast<size_t>(n));
-    if (out.size() > (size_t{8} << 30)) {
+    if (out.size() + static_cast<size_t>(n) > budget) {
       gzclose(f);
-      fail("{}: decompressed size exceeds 8 GiB", path);
+      fail("{}: decompresses to more than {} bytes ({}x its size, at most {} bytes): refusing a likely gzip bomb",
+           path, budget, kMaxCompressionRatio, kMaxDecompressedBytes);
     }
+    out.append(buf.data(), static_cast<size_t>(n));
   }
   int err = 0;
   std::string msg = n < 0 ? gzerror(f, &err) : "";
@@ -133,11 +171,11 @@ std::unique_ptr<Module> loadModuleForCompute(const std::string& path) {
 void saveModule(Module& m, const std::string& path) {
   std::string ext = extensionOf(path);
   if (ext == ".fxg") {
-    writeFileAtomic(path, printFxg(m));
+    writeOutputFile(path, printFxg(m));
   } else if (ext == ".pb") {
-    writeFileAtomic(path, moduleToBinary(m));
+    writeOutputFile(path, moduleToBinary(m));
   } else if (ext == ".json") {
-    writeFileAtomic(path, moduleToJson(m));
+    writeOutputFile(path, moduleToJson(m));
   } else if (ext == ".pt2") {
     fail("{}: writing .pt2 archives is not supported (write .fxg, .pb or .json)", path);
   } else {

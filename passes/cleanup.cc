@@ -111,7 +111,7 @@ class CsePass : public Pass {
   bool run(ir::Graph& g, PassContext& ctx) override {
     std::unordered_map<size_t, std::vector<ir::Node*>> seen;
     seen.reserve(g.numNodes());
-    bool changed = false;
+    std::vector<ir::Node*> merged;  // erased together at the end (linear; see Graph::erase)
     for (ir::Node* n : g.nodeList()) {
       if (cseExcluded(*n)) continue;
       size_t h = std::hash<std::string>()(n->target);
@@ -129,11 +129,11 @@ class CsePass : public Pass {
       }
       for (size_t i = 0; i < n->numOutputs(); ++i)
         if (n->output(i)) n->output(i)->replaceAllUsesWith(first->output(i));
-      g.erase(n);
+      merged.push_back(n);
       ctx.addMatch("merged_node");
-      changed = true;
     }
-    return changed;
+    g.erase(merged);
+    return !merged.empty();
   }
 };
 

@@ -3,7 +3,7 @@
 # Idempotent: packages already present are skipped quickly.
 set -euo pipefail
 PKGS=(bazel-bootstrap protobuf-compiler libprotobuf-dev nlohmann-json3-dev libsimdjson-dev
-      libzip-dev libfmt-dev libcli11-dev catch2 libopenblas-dev llvm-14-tools graphviz clang-14 libclang-rt-14-dev
+      libzip-dev libssl-dev libfmt-dev libcli11-dev catch2 libopenblas-dev llvm-14-tools graphviz clang-14 libclang-rt-14-dev
       python3 zlib1g-dev)
 if [[ "${FXFUSE_WITH_TORCH:-0}" == 1 ]]; then PKGS+=(python3-torch); fi
 # Headless browser for the HTML report test (tests/inspect); tools/test.sh (CI) sets FXFUSE_WITH_TORCH=1 too.

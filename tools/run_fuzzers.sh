@@ -1,28 +1,34 @@
 #!/usr/bin/env bash
-# Builds fxfuse's importer fuzz targets (tests/fuzz/fuzz_*.cc) with clang + libFuzzer under
-# AddressSanitizer (leak checking included) and UndefinedBehaviorSanitizer, then runs each
-# for a bounded time. Any crash, leak, UB report, timeout (-timeout=10 s per input) or
+# Builds fxfuse's fuzz targets (tests/fuzz/fuzz_*.cc: six importers and the whole pipeline)
+# with clang + libFuzzer under AddressSanitizer (leak checking included) and
+# UndefinedBehaviorSanitizer, then runs each for a bounded time. Any crash, leak, UB report, timeout (-timeout=10 s per input) or
 # memory blow-up (-rss_limit_mb=2048) fails the script, which then prints the reproducer.
 #
-#   tools/run_fuzzers.sh [SECONDS_PER_TARGET] [TARGET...]     (default 30 s, all targets)
+#   tools/run_fuzzers.sh [SECONDS_PER_TARGET] [TARGET...]     (default 30 s, all targets;
+#                                                              pipeline gets at least 60 s)
 #   tools/run_fuzzers.sh --build-only
 #   tools/run_fuzzers.sh --repro TARGET FILE                  (re-run one input)
 #
-# Targets: fx_text export_json export_archive fxg proto_binary proto_json.
+# Targets: fx_text export_json export_archive fxg proto_binary proto_json pipeline.
+# pipeline (tests/fuzz/fuzz_pipeline.cc) also links the passes, the interpreter and lowering;
+# its seeds are every .fxg test of the repository (tests/**/*.fxg) plus corpus/pipeline/.
 # The ir sources are compiled directly with clang++ (objects cached, rebuilt on change via
 # make and -MMD), plus the protoc output Bazel generates (bazel-bin/proto/fxfuse_ir.pb.*),
-# linked with Debian's libprotobuf, libsimdjson, libzip; fmt is header-only.
+# linked with Debian's libprotobuf, libsimdjson, libzip and libfmt (the shared library rather
+# than header-only fmt, and line tables rather than full debug info, to compile faster).
 #
 # Environment: FXFUSE_FUZZ_BUILD (build folder; default ~/.cache/fxfuse-fuzz/<checkout>),
 # FXFUSE_FUZZ_ARTIFACTS (where crash reproducers go; default <build>/artifacts),
-# FXFUSE_FUZZ_JOBS (parallel compiles, default 2), CXX (default clang++-14).
+# FXFUSE_FUZZ_JOBS (parallel compiles, default 2), CXX (default clang++-14),
+# FXFUSE_FUZZ_EXTRA (more libFuzzer flags, e.g. "-fork=1 -ignore_crashes=1 -ignore_ooms=1
+# -ignore_timeouts=1" to keep a long run going past findings and collect them all).
 # Seeds: tests/fuzz/corpus/<target>/ (read-only; the growing corpus lives in the build
 # folder). Dictionaries: tests/fuzz/<target>.dict when present.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-ALL_TARGETS=(fx_text export_json export_archive fxg proto_binary proto_json)
+ALL_TARGETS=(fx_text export_json export_archive fxg proto_binary proto_json pipeline)
 MODE=run
 SECS=30
 TARGETS=()
@@ -59,26 +65,30 @@ JOBS=${FXFUSE_FUZZ_JOBS:-2}
 mkdir -p "$BUILD/gen/proto" "$ARTIFACTS" || exit 1
 
 # --- protoc output, from Bazel (the same genrule the product uses) ----------------------
-PB=bazel-bin/proto/fxfuse_ir.pb.cc
-if [[ ! -f $PB || proto/fxfuse_ir.proto -nt $PB ]]; then
-  echo "run_fuzzers: bazel build //proto:fxfuse_ir_cc_gen"
-  bazel build //proto:fxfuse_ir_cc_gen >"$BUILD/bazel.log" 2>&1 || { tail -20 "$BUILD/bazel.log"; exit 1; }
+PB=bazel-bin/proto/fxfuse_plan.pb.cc
+if [[ ! -f $PB || proto/fxfuse_ir.proto -nt $PB || proto/fxfuse_plan.proto -nt $PB ]]; then
+  echo "run_fuzzers: bazel build //proto:fxfuse_ir_cc_gen //proto:fxfuse_plan_cc_gen"
+  bazel build //proto:fxfuse_ir_cc_gen //proto:fxfuse_plan_cc_gen >"$BUILD/bazel.log" 2>&1 ||
+    { tail -20 "$BUILD/bazel.log"; exit 1; }
 fi
-for f in fxfuse_ir.pb.h fxfuse_ir.pb.cc; do
+for f in fxfuse_ir.pb.h fxfuse_ir.pb.cc fxfuse_plan.pb.h fxfuse_plan.pb.cc; do
   cmp -s "bazel-bin/proto/$f" "$BUILD/gen/proto/$f" || cp -f "bazel-bin/proto/$f" "$BUILD/gen/proto/$f"
   chmod u+w "$BUILD/gen/proto/$f"
 done
 
 # --- build with make (incremental, header dependencies from -MMD) ------------------------
 IR_SRCS=$(ls ir/*.cc ir/importers/*.cc | tr '\n' ' ')
+PIPE_SRCS=$(ls compiler/{match,op_util,rewriter,pipeline}.cc passes/*.cc compiler/interpreter/*.cc \
+  compiler/lowering/*.cc kernels/attention/check.cc | tr '\n' ' ')
 cat >"$BUILD/Makefile" <<EOF
 ROOT := $ROOT
 CXX := $CXX
-FLAGS := -std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \\
-  -fno-sanitize-recover=undefined -DFMT_HEADER_ONLY -I\$(ROOT) -I$BUILD/gen
+FLAGS := -std=c++17 -gline-tables-only -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \\
+  -fno-sanitize-recover=undefined -I\$(ROOT) -I$BUILD/gen -I/usr/local/cuda/include
 CXXFLAGS := \$(FLAGS) -fsanitize=fuzzer-no-link -Wno-deprecated-declarations
-LIBS := -lprotobuf -lsimdjson -lzip -lz -lpthread
+LIBS := -lprotobuf -lsimdjson -lzip -lfmt -lz -lpthread
 IR_OBJS := \$(patsubst %.cc,obj/%.o,$IR_SRCS) obj/gen/proto/fxfuse_ir.pb.o
+PIPE_OBJS := \$(patsubst %.cc,obj/%.o,$PIPE_SRCS) obj/gen/proto/fxfuse_plan.pb.o
 TARGETS := $(printf 'fuzz_%s ' "${ALL_TARGETS[@]}")
 
 all: \$(TARGETS)
@@ -88,6 +98,8 @@ obj/gen/proto/%.o: $BUILD/gen/proto/%.cc
 obj/%.o: \$(ROOT)/%.cc
 	@mkdir -p \$(dir \$@)
 	\$(CXX) \$(CXXFLAGS) -MMD -MP -c \$< -o \$@
+fuzz_pipeline: obj/tests/fuzz/fuzz_pipeline.o \$(IR_OBJS) \$(PIPE_OBJS)
+	\$(CXX) \$(FLAGS) -fsanitize=fuzzer \$^ \$(LIBS) -lopenblas -o \$@
 fuzz_%: obj/tests/fuzz/fuzz_%.o \$(IR_OBJS)
 	\$(CXX) \$(FLAGS) -fsanitize=fuzzer \$^ \$(LIBS) -o \$@
 .SECONDARY:
@@ -119,12 +131,23 @@ for t in "${TARGETS[@]}"; do
   [[ -f tests/fuzz/$t.dict ]] && dict=(-dict="$ROOT/tests/fuzz/$t.dict")
   log="$BUILD/fuzz_$t.log"
   seeds="$ROOT/tests/fuzz/corpus/$t"
-  "$BUILD/fuzz_$t" -max_total_time="$SECS" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
-    -artifact_prefix="$ARTIFACTS/$t-" -print_final_stats=1 "${dict[@]}" "$work" "$seeds" >"$log" 2>&1
+  secs=$SECS
+  if [[ $t == pipeline ]]; then
+    # every .fxg test of the repository is a seed (copied: the seed folders are read-only)
+    seeds="$BUILD/seeds/pipeline"
+    rm -rf "$seeds" && mkdir -p "$seeds"
+    find "$ROOT/tests" -name '*.fxg' -size -64k -exec cp {} "$seeds/" \;
+    [[ -d $ROOT/tests/fuzz/corpus/pipeline ]] && cp "$ROOT"/tests/fuzz/corpus/pipeline/* "$seeds/"
+    ((secs < 60)) && secs=60
+    dict=(-dict="$ROOT/tests/fuzz/fxg.dict")
+  fi
+  "$BUILD/fuzz_$t" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
+    -artifact_prefix="$ARTIFACTS/$t-" -print_final_stats=1 "${dict[@]}" ${FXFUSE_FUZZ_EXTRA:-} "$work" "$seeds" \
+    >"$log" 2>&1
   rc=$?
   runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || true)
   if [[ $rc -eq 0 ]]; then
-    echo "fuzz $t: ok (${runs:-?} inputs in ${SECS}s)"
+    echo "fuzz $t: ok (${runs:-?} inputs in ${secs}s)"
   else
     failed+=("$t")
     echo "fuzz $t: FAILED (exit $rc)"

@@ -22,6 +22,7 @@
 #include "compiler/report.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
+#include "ir/output_set.h"
 #include "ir/pt2_writer.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
@@ -176,7 +177,7 @@ void registerCompile(CLI::App& app, int& exit_code) {
       std::string bytes = emit == "plan-text" || out == "-" ? lowering::planToText(plan) : lowering::planToBinary(plan);
       progress::clear();
       if (out == "-") std::fputs(bytes.c_str(), stdout);
-      else ir::writeFileAtomic(out, bytes);
+      else ir::writeOutputFile(out, bytes);
       rc.output = out == "-" ? "<stdout>" : out;
     }
     if (!out.empty() && emit == "graph") {
@@ -185,7 +186,7 @@ void registerCompile(CLI::App& app, int& exit_code) {
       if (out == "-") {
         std::fputs(ir::printFxg(*m).c_str(), stdout);
       } else if (endsWith(out, ".fxg")) {
-        ir::writeFileAtomic(out, ir::printFxg(*m));
+        ir::writeOutputFile(out, ir::printFxg(*m));
       } else if (endsWith(out, ".pt2")) {
         ir::Pt2WriteOptions po;
         po.vllm_op_names = op_names == "vllm";
@@ -201,7 +202,7 @@ void registerCompile(CLI::App& app, int& exit_code) {
     if (!report.empty()) {
       std::string text = compiler::reportJson(result, opts, rc).dump(2) + "\n";
       if (report == "-") std::fputs(text.c_str(), stdout);
-      else ir::writeFileAtomic(report, text);
+      else ir::writeOutputFile(report, text);
     }
     if (!html.empty()) {
       inspect::HtmlReportInput hi;

@@ -6,6 +6,7 @@
 #include "compiler/cli/progress.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
+#include "ir/output_set.h"
 #include "ir/pt2_writer.h"
 #include "ir/verifier.h"
 
@@ -25,7 +26,7 @@ void registerConvert(CLI::App& app, int& exit_code) {
     if (out.size() > 4 && out.substr(out.size() - 4) == ".fxg") {
       ir::FxgPrintOptions opts;
       opts.locations = locations;
-      ir::writeFileAtomic(out, ir::printFxg(*m, opts));
+      ir::writeOutputFile(out, ir::printFxg(*m, opts));
     } else if (out.size() > 4 && out.substr(out.size() - 4) == ".pt2") {
       ir::savePt2Archive(*m, out);
     } else {

@@ -4,6 +4,7 @@
 // input are reported as one line on stderr with exit code 2 (docs/architecture.md, "Errors
 // and exit codes": 0 ok, 1 a verification or diff result, 2 bad input or environment, 3 a
 // bug in fxfuse). Messages are escaped and capped (printableMessage) so they stay one line.
+// The command's output files are all-or-nothing (ir/output_set.h).
 // Under `bazel run`, relative paths (inputs and outputs) are relative to the directory bazel
 // was run from.
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "compiler/cli/commands.h"
 #include "compiler/cli/progress.h"
 #include "compiler/cli/registry.h"
+#include "ir/output_set.h"
 #include "ir/status.h"
 
 namespace {
@@ -42,9 +44,12 @@ void addQuietFlags(CLI::App& app) {
   }
 }
 
-int runCommand(CLI::App& app, int argc, char** argv, int& exit_code) {
+// Runs the command; its output files (-o, --report, --html, --dump-dir, ...) are staged in
+// `outputs` and moved into place only when it finishes with 0 or 1: on any failure none is left.
+int runCommand(CLI::App& app, int argc, char** argv, int& exit_code, fxfuse::ir::OutputSet& outputs) {
   try {
     app.parse(argc, argv);
+    if (exit_code == 0 || exit_code == 1) outputs.commit();
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -83,7 +88,8 @@ int main(int argc, char** argv) {
   addQuietFlags(app);
   for (CLI::App* cmd : app.get_subcommands({}))
     cmd->preparse_callback([cmd](size_t) { fxfuse::cli::progress::begin(cmd->get_name()); });
-  int rc = runCommand(app, argc, argv, exit_code);
+  fxfuse::ir::OutputSet outputs;
+  int rc = runCommand(app, argc, argv, exit_code, outputs);
   fxfuse::cli::progress::end();
   return rc;
 }

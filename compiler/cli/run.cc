@@ -30,6 +30,7 @@
 #include "compiler/runtime/kernels/fill.h"
 #include "compiler/runtime/runtime.h"
 #include "ir/io.h"
+#include "ir/output_set.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
 #include "ir/world_size.h"
@@ -521,7 +522,7 @@ void registerBench(CLI::App& app, int& exit_code) {
                 static_cast<long long>(l.plan.arena().no_reuse_bytes_at_hint()));
     if (mg.rank <= 0) printMatmulAlgorithms(s);
     if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers
-      ir::writeFileAtomic(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
+      ir::writeOutputFile(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
                                             "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
                                             "\"arena_bytes\": {}, \"gemm_tune\": {}}}\n",
                                             input, binds_s, med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
@@ -589,9 +590,9 @@ void registerEmbed(CLI::App& app, int& exit_code) {
         "// The launch plan {1} with its kernels compiled at build time (no NVRTC at load).\n"
         "std::unique_ptr<fxfuse::runtime::Program> load_{1}();\n",
         plan_path, name);
-    ir::writeFileAtomic(cu, cu_s);
-    ir::writeFileAtomic(cc, cc_s);
-    ir::writeFileAtomic(header, h_s);
+    ir::writeOutputFile(cu, cu_s);
+    ir::writeOutputFile(cc, cc_s);
+    ir::writeOutputFile(header, h_s);
     exit_code = 0;
   });
 }

@@ -21,6 +21,7 @@
 #include "compiler/inspect/node_text.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
+#include "ir/output_set.h"
 #include "ir/status.h"
 
 namespace fxfuse::inspect {
@@ -652,12 +653,14 @@ std::string dotProgram() {
   return {};
 }
 
-void renderDot(const std::string& dot, const std::string& format, const std::string& out_path) {
+namespace {
+
+// Runs `dot -T<format>` writing to `tmp` (a path in a private directory); `out_path` names
+// the final output in messages.
+void runDot(const std::string& dot, const std::string& format, const std::string& tmp, const std::string& out_path) {
   std::string prog = dotProgram();
   if (prog.empty())
     fail("{}: Graphviz `dot` not found (install the Debian package `graphviz`, or write .dot output)", out_path);
-  // dot writes to a temporary file next to the output, renamed on success.
-  std::string tmp = out_path + ".tmp." + std::to_string(getpid());
   char errname[] = "/tmp/fxfuse-dot-XXXXXX";
   int errfd = mkstemp(errname);
   if (errfd < 0) fail("{}: cannot create a temporary file: {}", out_path, std::strerror(errno));
@@ -705,24 +708,34 @@ void renderDot(const std::string& dot, const std::string& format, const std::str
     fail("{}: Graphviz dot failed (exit {}): {}", out_path, WIFEXITED(status) ? WEXITSTATUS(status) : -1,
          err.empty() ? "no message" : err);
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, out_path, ec);
-  if (ec) fail("{}: cannot write: {}", out_path, ec.message());
 }
 
-std::string renderSvgInline(const std::string& dot) {
-  char dir[] = "/tmp/fxfuse-svg-XXXXXX";
-  if (!mkdtemp(dir)) fail("cannot create a temporary directory: {}", std::strerror(errno));
-  std::string path = std::string(dir) + "/g.svg";
-  std::string svg;
+// The rendered bytes: dot writes into a private temporary directory (never next to the
+// output, where a planted name could redirect it), removed afterwards.
+std::string renderDotBytes(const std::string& dot, const std::string& format, const std::string& out_path) {
+  char dir[] = "/tmp/fxfuse-dot-XXXXXX";
+  if (!mkdtemp(dir)) fail("{}: cannot create a temporary directory: {}", out_path, std::strerror(errno));
+  std::string bytes;
   try {
-    renderDot(dot, "svg", path);
-    svg = ir::readFile(path);
+    std::string tmp = std::string(dir) + "/out." + format;
+    runDot(dot, format, tmp, out_path);
+    bytes = ir::readFile(tmp);
   } catch (...) {
     std::filesystem::remove_all(dir);
     throw;
   }
   std::filesystem::remove_all(dir);
+  return bytes;
+}
+
+}  // namespace
+
+void renderDot(const std::string& dot, const std::string& format, const std::string& out_path) {
+  ir::writeOutputFile(out_path, renderDotBytes(dot, format, out_path));
+}
+
+std::string renderSvgInline(const std::string& dot) {
+  std::string svg = renderDotBytes(dot, "svg", "inline SVG");
   size_t s = svg.find("<svg");
   if (s != std::string::npos) svg = svg.substr(s);
   // Inline SVG in HTML needs no namespace declarations; dropping them leaves no URL at all.

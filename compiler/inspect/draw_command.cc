@@ -11,6 +11,7 @@
 #include "compiler/inspect/module_util.h"
 #include "compiler/pipeline.h"
 #include "ir/io.h"
+#include "ir/output_set.h"
 #include "ir/status.h"
 #include "ir/world_size.h"
 #include "compiler/cli/flag_checks.h"
@@ -89,7 +90,7 @@ void registerDraw(CLI::App& app, int& exit_code) {
       dot = graphToDot(m->entry(), opts);
     }
     if (ext == "dot" || ext == "gv") {
-      ir::writeFileAtomic(args.out, dot);
+      ir::writeOutputFile(args.out, dot);
     } else {
       renderDot(dot, ext, args.out);
     }

@@ -10,6 +10,7 @@
 #include "compiler/inspect/graph_diff.h"
 #include "compiler/inspect/node_text.h"
 #include "ir/io.h"
+#include "ir/output_set.h"
 #include "ir/status.h"
 
 namespace fxfuse::inspect {
@@ -370,6 +371,6 @@ std::string htmlReport(const HtmlReportInput& in) {
   return h;
 }
 
-void writeHtmlReport(const std::string& path, const HtmlReportInput& in) { ir::writeFileAtomic(path, htmlReport(in)); }
+void writeHtmlReport(const std::string& path, const HtmlReportInput& in) { ir::writeOutputFile(path, htmlReport(in)); }
 
 }  // namespace fxfuse::inspect

@@ -1,5 +1,6 @@
 // Seeded inputs by dtype and role (docs/interpreter.md "Inputs"), and weights read from
 // the archive's payloads when the module has them.
+#include <sys/stat.h>
 #include <zip.h>
 
 #include <cmath>
@@ -13,6 +14,8 @@
 #include "compiler/interpreter/interpreter.h"
 #include "ir/checked_math.h"
 #include "compiler/interpreter/ops_common.h"
+#include "ir/io.h"
+#include "ir/status.h"
 
 namespace fxfuse::interp {
 namespace {
@@ -290,6 +293,13 @@ Tensor loadPayload(const ir::WeightInfo& w) {
   zip_stat_t st;
   zip_stat_init(&st);
   if (zip_stat(z, w.member.c_str(), 0, &st) == 0 && (st.valid & ZIP_STAT_SIZE)) {
+    struct stat ast {};
+    size_t budget = ir::decompressedBudget(::stat(w.archive_path.c_str(), &ast) == 0 ? static_cast<size_t>(ast.st_size) : 0);
+    if (st.size > budget) {
+      zip_close(z);
+      fail("{}: {}: member declares {} bytes, more than {} for this archive: refusing a likely zip bomb",
+           w.archive_path, w.member, st.size, budget);
+    }
     zip_file_t* f = zip_fopen(z, w.member.c_str(), 0);
     if (f) {
       std::string bytes(static_cast<size_t>(st.size), '\0');

@@ -1634,13 +1634,15 @@ attention::AttentionShapeFacts Lowerer::attentionFacts(int q4, int k4, int v4, i
 // reader (donated), else a fresh buffer the residual is copied into first.
 int Lowerer::inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr>& shape, DType dt, Value* res_out) {
   int tri = mat(residual, n);
+  // (freshTensor below may move trefs_: decide everything about `tri` before it)
   const TRef& ri = trefs_[static_cast<size_t>(tri)];
   const Buf& rb = bufs_[static_cast<size_t>(ri.buffer)];
+  const bool dense_same_shape = isContiguous(ri) && ri.shape == shape;
   bool donate = rb.kind == pb::ARENA && rb.trefs == 1 && residual->numUses() == 1 &&
-                residual->graphOutputUses() == 0 && isContiguous(ri) && ri.shape == shape;
+                residual->graphOutputUses() == 0 && dense_same_shape;
   if (donate) return tri;
   int tres = freshTensor(dt, shape, res_out ? res_out->name : residual->name + ".updated");
-  if (isContiguous(ri) && ri.shape == shape) {
+  if (dense_same_shape) {
     pb::Step* cs = addStep({n.name}, "copy residual (updated in place by the next kernel)");
     auto* c = cs->mutable_copy();
     c->set_src(tri);

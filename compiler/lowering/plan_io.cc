@@ -8,6 +8,7 @@
 #include "compiler/lowering/lowering.h"
 #include "ir/checked_math.h"
 #include "ir/io.h"
+#include "ir/output_set.h"
 #include "ir/proto_io.h"
 #include "ir/sniff.h"
 #include "ir/status.h"
@@ -39,7 +40,7 @@ std::string planToBinary(const pb::Plan& p) {
 }
 
 void savePlan(const pb::Plan& p, const std::string& path) {
-  ir::writeFileAtomic(path, isTextPath(path) ? planToText(p) : planToBinary(p));
+  ir::writeOutputFile(path, isTextPath(path) ? planToText(p) : planToBinary(p));
 }
 
 namespace {

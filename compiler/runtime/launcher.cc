@@ -71,6 +71,7 @@ int runRanks(const std::vector<std::string>& argv, const LaunchOptions& opts) {
     if (!mkdtemp(tmpl.data())) fail("cannot create a rendezvous directory under {}", tmpl);
     dir = tmpl;
   }
+  FileRendezvous::startRun(dir);
   struct Child {
     int rank = 0;
     pid_t pid = 0;

@@ -1,9 +1,11 @@
 // Compiling generated kernels with NVRTC (no GPU needed), with an on-disk cache of the
-// cubins keyed by the source hash, the target and the NVRTC version:
-// $FXFUSE_CACHE_DIR, else $XDG_CACHE_HOME/fxfuse/kernels, else ~/.cache/fxfuse/kernels.
+// cubins keyed by SHA-256 of the source, the options, the target and the NVRTC version, in a
+// private directory (kernel_cache.h).
 #pragma once
 
 #include <string>
+
+#include "compiler/runtime/kernel_cache.h"
 
 namespace fxfuse::runtime {
 
@@ -16,6 +18,5 @@ struct CompiledKernel {
 // `use_cache` = false skips the disk cache (tests of the compiler itself).
 CompiledKernel compileKernel(const std::string& source, const std::string& name, const std::string& arch = "sm_90a",
                              bool use_cache = true);
-std::string kernelCacheDir();
 
 }  // namespace fxfuse::runtime

@@ -9,12 +9,14 @@
 
 #include <zip.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
 #include <simdjson.h>
 #include <unordered_map>
 
+#include "ir/io.h"
 #include "ir/op_schema.h"
 #include "ir/checked_math.h"
 #include "ir/status.h"
@@ -695,7 +697,7 @@ class ExportImporter {
 
 class ZipReader {
  public:
-  ZipReader(const std::string& bytes, const std::string& path) : path_(path) {
+  ZipReader(const std::string& bytes, const std::string& path) : path_(path), archive_bytes_(bytes.size()) {
     zip_error_t err;
     zip_error_init(&err);
     src_ = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &err);
@@ -733,35 +735,54 @@ class ZipReader {
     return static_cast<int64_t>(st.size);
   }
 
+  // Reads a member whole, at most decompressedBudget(archive size) bytes: the declared size
+  // is checked before anything is allocated, and data is read in bounded chunks so a member
+  // that lies about its size cannot make the reader allocate more than it really holds.
+  // libzip checks the member's CRC-32 when a read reaches the member's end.
   std::string read(const std::string& member) {
     zip_stat_t st;
     zip_stat_init(&st);
     if (zip_stat(za_, member.c_str(), 0, &st) != 0) fail("{}: {}: member missing", path_, member);
     if (!(st.valid & ZIP_STAT_SIZE)) fail("{}: {}: member size unknown", path_, member);
-    if (st.size > kMaxMemberBytes) fail("{}: {}: member too large ({} bytes)", path_, member, st.size);
+    const size_t budget = std::min(kMaxMemberBytes, decompressedBudget(archive_bytes_));
+    if (st.size > budget)
+      fail("{}: {}: member declares {} bytes, more than {} for a {}-byte archive: refusing a likely zip bomb", path_,
+           member, st.size, budget, archive_bytes_);
     zip_file_t* f = zip_fopen(za_, member.c_str(), 0);
     if (!f) fail("{}: {}: cannot open member ({})", path_, member, zip_strerror(za_));
-    std::string out(static_cast<size_t>(st.size) + 64, '\0');  // 64 bytes of parse padding
-    zip_int64_t got = st.size == 0 ? 0 : zip_fread(f, out.data(), st.size);
-    out.resize(static_cast<size_t>(st.size));
-    bool ok = got == static_cast<zip_int64_t>(st.size);
-    std::string msg = ok ? "" : (got < 0 ? zip_file_strerror(f) : "truncated member");
-    if (ok) {
-      // libzip checks the member's CRC-32 when a read reaches its end: read once more.
+    const size_t size = static_cast<size_t>(st.size);
+    constexpr size_t kChunk = size_t{16} << 20;
+    std::string out;
+    out.reserve(std::min(size, kChunk) + 64);  // 64 bytes of parse padding
+    std::string msg;
+    while (out.size() < size) {
+      size_t want = std::min(kChunk, size - out.size());
+      size_t at = out.size();
+      out.resize(at + want);
+      zip_int64_t got = zip_fread(f, out.data() + at, want);
+      if (got <= 0) {
+        out.resize(at);
+        msg = got < 0 ? zip_file_strerror(f) : "truncated member";
+        break;
+      }
+      out.resize(at + static_cast<size_t>(got));
+    }
+    if (msg.empty()) {
+      // The CRC-32 check happens when a read reaches the end: read once more past it.
       char extra;
       zip_int64_t more = zip_fread(f, &extra, 1);
-      if (more != 0) {
-        ok = false;
-        msg = more < 0 ? zip_file_strerror(f) : "longer than its recorded size";
-      }
+      if (more != 0) msg = more < 0 ? zip_file_strerror(f) : "longer than its recorded size";
     }
     zip_fclose(f);
-    if (!ok) fail("{}: {}: cannot read member ({})", path_, member, msg);
+    if (!msg.empty()) fail("{}: {}: cannot read member ({})", path_, member, msg);
+    out.resize(size + 64, '\0');  // zeroed padding kept as capacity
+    out.resize(size);
     return out;
   }
 
  private:
   std::string path_;
+  size_t archive_bytes_;
   zip_source_t* src_ = nullptr;
   zip_t* za_ = nullptr;
   std::vector<std::string> names_;

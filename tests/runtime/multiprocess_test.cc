@@ -4,6 +4,7 @@
 // rank that dies or hangs, stops the others, and never hangs itself.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 
 #include "compiler/runtime/launcher.h"
 #include "compiler/runtime/rendezvous.h"
+#include "ir/io.h"
 #include "ir/status.h"
 
 using fxfuse::runtime::FileRendezvous;
@@ -26,6 +28,7 @@ namespace {
 std::string freshDir() {
   std::string t = (std::filesystem::temp_directory_path() / "fxfuse-rdv-test-XXXXXX").string();
   REQUIRE(mkdtemp(t.data()) != nullptr);
+  FileRendezvous::startRun(t);
   return t;
 }
 
@@ -113,6 +116,48 @@ TEST_CASE("rendezvous: a rank outside the world size is an error") {
   const std::string dir = freshDir();
   REQUIRE_THROWS_WITH(FileRendezvous(dir, 2, 2, 1.0), Catch::Contains("rank 2 is outside world size 2"));
   REQUIRE_THROWS_WITH(FileRendezvous(dir + "/missing", 0, 2, 1.0), Catch::Contains("does not exist"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("rendezvous: a directory others can write, or a symlink to one, is refused") {
+  const std::string dir = freshDir();
+  REQUIRE(chmod(dir.c_str(), 0777) == 0);
+  REQUIRE_THROWS_WITH(FileRendezvous(dir, 0, 2, 1.0), Catch::Contains("writable by others") && Catch::Contains(dir));
+  REQUIRE_THROWS_WITH(FileRendezvous::startRun(dir), Catch::Contains("writable by others"));
+  REQUIRE(chmod(dir.c_str(), 0700) == 0);
+  const std::string link = dir + "-link";
+  REQUIRE(symlink(dir.c_str(), link.c_str()) == 0);
+  REQUIRE_THROWS_WITH(FileRendezvous(link, 0, 2, 1.0), Catch::Contains("symbolic link"));
+  std::filesystem::remove(link);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("rendezvous: blob names carry a fresh random run id; a previous run's blobs are never taken") {
+  const std::string dir = freshDir();
+  std::string first, second;
+  {
+    FileRendezvous rdv(dir, 0, 1, 1.0);
+    CHECK(rdv.broadcast("nccl_id", 0, "old-id") == "old-id");
+  }
+  // the old run's blob is still there; a new run must not read it
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  REQUIRE(names.size() == 2);  // run-id and <old run id>.nccl_id.0
+  std::string run1 = FileRendezvous::startRun(dir);
+  std::string run2 = FileRendezvous::startRun(dir);
+  CHECK(run1.size() == 32);
+  CHECK(run1 != run2);
+  FileRendezvous rdv(dir, 1, 2, 0.3);
+  REQUIRE_THROWS_WITH(rdv.broadcast("nccl_id", 0, ""), Catch::Contains("rank 0 did not arrive at 'nccl_id'"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("rendezvous: a blob of this run's name without this run's header is refused") {
+  const std::string dir = freshDir();
+  std::string run = FileRendezvous::startRun(dir);
+  fxfuse::ir::writeFileAtomic(dir + "/" + run + ".nccl_id.0", "planted");
+  FileRendezvous rdv(dir, 1, 2, 1.0);
+  REQUIRE_THROWS_WITH(rdv.broadcast("nccl_id", 0, ""), Catch::Contains("not from this run"));
   std::filesystem::remove_all(dir);
 }
 
