@@ -19,6 +19,7 @@
 #include "compiler/report.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
+#include "ir/lifted_scalar.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
 
@@ -47,7 +48,7 @@ std::vector<std::string> splitCommas(const std::vector<std::string>& in) {
 
 struct CommonFlags {
   std::string input;
-  std::vector<std::string> passes, disabled, ar_caps;
+  std::vector<std::string> passes, disabled, ar_caps, consts;
   int world_size = 1;
   bool vllm_eps_only = false;
   bool verify_each = false;
@@ -61,6 +62,8 @@ struct CommonFlags {
     cmd->add_option("--allreduce-max-bytes", ar_caps,
                     "all-reduce fusion size cap WS=BYTES (repeatable; default SM90: 2=64MiB, 4=2MiB, 8=1MiB)")
         ->delimiter(',');
+    cmd->add_option("--const", consts,
+                    "value of a lifted scalar input (0-d CPU tensor), e.g. --const arg3_1=448.0 (repeatable)");
     cmd->add_flag("--vllm-eps-only", vllm_eps_only, "fuse only RMSNorms with eps 1e-5 or 1e-6 (vLLM's patterns)");
     cmd->add_flag("--verify-each", verify_each,
                   "run the IR verifier after every pass and check each pass's changed flag");
@@ -88,11 +91,14 @@ struct CommonFlags {
   std::unique_ptr<ir::Module> load(std::string* name) const {
     if (input.empty()) {
       *name = compiler::defaultGraphName();
-      return ir::parseFxg(compiler::defaultGraphText(), "default_graph.fxg");
+      auto m = ir::parseFxg(compiler::defaultGraphText(), "default_graph.fxg");
+      ir::applyConstFlags(*m, consts);
+      return m;
     }
     *name = input;
     auto m = ir::loadModule(input);
     ir::verifyOrThrow(*m, input);
+    ir::applyConstFlags(*m, consts);
     return m;
   }
 };

@@ -19,6 +19,7 @@
 #include "compiler/interpreter/interpreter.h"
 #include "compiler/pipeline.h"
 #include "ir/io.h"
+#include "ir/lifted_scalar.h"
 #include "ir/status.h"
 
 namespace fxfuse::cli {
@@ -28,7 +29,7 @@ using interp::RValue;
 
 struct VerifyArgs {
   std::string input, against;
-  std::vector<std::string> passes, disabled, binds;
+  std::vector<std::string> passes, disabled, binds, consts;
   int world_size = 1;
   uint64_t seed = 0;
   int64_t default_size = 16;
@@ -236,15 +237,18 @@ int runVerify(const VerifyArgs& va) {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   std::unique_ptr<ir::Module> ref = ir::loadModule(va.input);
+  ir::applyConstFlags(*ref, va.consts);
   std::unique_ptr<ir::Module> got;
   std::string got_label;
   compiler::CompileResult cres;
   double compile_ms = 0;
   if (!va.against.empty()) {
     got = ir::loadModule(va.against);
+    ir::applyConstFlags(*got, va.consts);
     got_label = va.against;
   } else {
     got = ir::loadModule(va.input);
+    ir::applyConstFlags(*got, va.consts);
     compiler::CompileOptions co;
     co.passes = splitCommas(va.passes);
     co.disabled = splitCommas(va.disabled);
@@ -312,6 +316,8 @@ void registerVerify(CLI::App& app, int& exit_code) {
   cmd->add_option("--world-size", va->world_size,
                   "tensor-parallel world size: compile for it and simulate all_reduce as N copies summed (default 1)");
   cmd->add_option("--bind", va->binds, "bind a size symbol, e.g. --bind s0=37 (repeatable, or comma-separated)");
+  cmd->add_option("--const", va->consts,
+                  "value of a lifted scalar input (0-d CPU tensor), e.g. --const arg3_1=1e-06 (repeatable)");
   cmd->add_option("--seed", va->seed, "seed of the random inputs (default 0)");
   cmd->add_option("--default-size", va->default_size,
                   "size of a symbol with no --bind, hint or forced size (default 16, clamped to its range)");
