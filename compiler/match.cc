@@ -6,6 +6,7 @@
 
 #include "compiler/op_util.h"
 #include "ir/fxg.h"
+#include "ir/lifted_scalar.h"
 
 namespace fxfuse::compiler::m {
 
@@ -52,6 +53,38 @@ std::string describeAttr(const ir::Attr& a) {
   if (auto d = a.asDouble()) return fmt::format("the number {}", ir::formatFloat(*d));
   if (a.isNone()) return "None";
   return "a non-tensor argument";
+}
+
+// A lifted scalar input read as a number, possibly negated (`neg(convert(fp8_max))` is how a
+// `-fp8_max` clamp bound arrives): its value, or the input when the value is unknown.
+struct LiftedRead {
+  const ir::Value* input = nullptr;  // null: not a lifted scalar
+  std::optional<double> value;
+};
+LiftedRead readLifted(ir::Value* v) {
+  double sign = 1.0;
+  if (v && v->producer() && v->producer()->target == "aten.neg.default" && v->type.rank() == 0) {
+    sign = -1.0;
+    v = valueArg(*v->producer(), "self");
+  }
+  LiftedRead r;
+  r.input = ir::liftedScalarSource(v);
+  if (r.input && r.input->scalar_value) r.value = sign * *r.input->scalar_value;
+  return r;
+}
+
+// A bound argument: a number, or a lifted scalar with a known value. `why` says what it
+// is otherwise (naming the input and --const for an unknown lifted scalar).
+std::optional<double> boundArg(const ir::Node& n, const char* name, std::string* why) {
+  const ir::Attr* a = argOf(n, name);
+  if (!a) return std::nullopt;
+  if (auto d = a->asDouble()) return d;
+  if (a->isValue()) {
+    LiftedRead r = readLifted(a->value);
+    if (r.value) return r.value;
+    if (r.input) *why = ir::constFlagHint(*r.input);
+  }
+  return std::nullopt;
 }
 
 struct DepthGuard {
@@ -110,6 +143,14 @@ struct ConstImpl : Impl {
     return check(a.asDouble(), st, describeAttr(a));
   }
   bool matchValue(ir::Value* v, MatchState& st) const override {
+    // A lifted scalar graph input (seen through casts): its recorded or --const value.
+    LiftedRead lifted = readLifted(v);
+    if (lifted.value) return check(lifted.value, st, describe(v) + " = " + ir::formatFloat(*lifted.value));
+    if (lifted.input) {
+      st.fail(fmt::format("expected the constant {}, got {}: {}", ir::formatFloat(c), describe(v),
+                          ir::constFlagHint(*lifted.input)));
+      return false;
+    }
     // A scalar value with a known constant expression.
     if (v && v->sym) {
       if (v->sym->isInt()) return check(static_cast<double>(v->sym->intValue()), st, describe(v));
@@ -233,9 +274,18 @@ struct ClampImpl : Impl {
   Pattern input;
   double lo, hi;
   ClampImpl(Pattern p, double l, double h) : input(std::move(p)), lo(l), hi(h) {}
-  bool num(const ir::Node& n, const char* name, double want) const {
-    auto d = numberArg(n, name);
-    return d && approxEqual(*d, want, 1e-6);
+  // The bound `name` of `n` equals `want`; else fails with what it is.
+  bool bound(const ir::Node& n, const char* name, double want, MatchState& st) const {
+    std::string why;
+    auto d = boundArg(n, name, &why);
+    if (d && approxEqual(*d, want, 1e-6)) return true;
+    st.fail(fmt::format("{} (node {}) bound '{}' is not {}{}", shortTarget(n.target), n.name, name,
+                        ir::formatFloat(want), why.empty() ? "" : ": " + why));
+    return false;
+  }
+  static bool is(const ir::Node& n, const char* op) {
+    std::string base = std::string("aten.") + op;
+    return n.target == base + ".default" || n.target == base + ".Tensor";
   }
   bool matchValue(ir::Value* v, MatchState& st) const override {
     const ir::Node* n = v ? v->producer() : nullptr;
@@ -244,35 +294,27 @@ struct ClampImpl : Impl {
       return false;
     }
     DepthGuard g(st);
-    if (n->target == "aten.clamp.default") {
-      if (!num(*n, "min", lo) || !num(*n, "max", hi)) {
-        st.fail(fmt::format("clamp (node {}) bounds are not [{}, {}]", n->name, ir::formatFloat(lo), ir::formatFloat(hi)));
-        return false;
-      }
+    if (is(*n, "clamp")) {
+      if (!bound(*n, "min", lo, st) || !bound(*n, "max", hi, st)) return false;
       return input.match(valueArg(*n, "self"), st);
     }
-    auto inner = [&](const char* inner_target, const char* inner_arg, double inner_bound) -> bool {
+    auto inner = [&](const char* inner_op, const char* inner_arg, double inner_bound) -> bool {
       ir::Value* x = valueArg(*n, "self");
       const ir::Node* p = x ? x->producer() : nullptr;
-      if (!p || p->target != inner_target || !num(*p, inner_arg, inner_bound)) {
-        st.fail(fmt::format("expected {} before {} (node {})", shortTarget(inner_target), shortTarget(n->target), n->name));
+      if (!p || !is(*p, inner_op)) {
+        st.fail(fmt::format("expected {} before {} (node {})", inner_op, shortTarget(n->target), n->name));
         return false;
       }
+      if (!bound(*p, inner_arg, inner_bound, st)) return false;
       return input.match(valueArg(*p, "self"), st);
     };
-    if (n->target == "aten.clamp_max.default") {
-      if (!num(*n, "max", hi)) {
-        st.fail(fmt::format("clamp_max (node {}) bound is not {}", n->name, ir::formatFloat(hi)));
-        return false;
-      }
-      return inner("aten.clamp_min.default", "min", lo);
+    if (is(*n, "clamp_max")) {
+      if (!bound(*n, "max", hi, st)) return false;
+      return inner("clamp_min", "min", lo);
     }
-    if (n->target == "aten.clamp_min.default") {
-      if (!num(*n, "min", lo)) {
-        st.fail(fmt::format("clamp_min (node {}) bound is not {}", n->name, ir::formatFloat(lo)));
-        return false;
-      }
-      return inner("aten.clamp_max.default", "max", hi);
+    if (is(*n, "clamp_min")) {
+      if (!bound(*n, "min", lo, st)) return false;
+      return inner("clamp_max", "max", hi);
     }
     st.fail(fmt::format("expected {}, got {}", str(), describe(v)));
     return false;

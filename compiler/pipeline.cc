@@ -9,6 +9,7 @@
 #include "ir/fxg.h"
 #include "ir/io.h"
 #include "ir/output_set.h"
+#include "ir/lifted_scalar.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
 
@@ -138,6 +139,9 @@ CompileResult compileModule(ir::Module& m, const CompileOptions& opts) {
   for (const char* f : kFusedNames) result.fusions.emplace(f, 0);
   result.nodes_after = g.numNodes();
   result.decisions = std::move(ctx.decisions());
+  for (const auto& in : g.inputs())
+    if (ir::isLiftedScalarInput(in.value)) result.lifted_scalars.emplace_back(in.value->name, in.value->scalar_value);
+  result.guards = m.guards;
   result.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   return result;
 }

@@ -41,6 +41,11 @@ struct CompileResult {
   // attention_quant, all_reduce_rms_norm, all_reduce_rms_norm_quant.
   std::map<std::string, int64_t> fusions;
   std::vector<Decision> decisions;
+  // Lifted scalar inputs of the entry graph (0-d CPU tensors) and the value each had (the
+  // recorded or --const value; nullopt: unknown, so no match could rely on it).
+  std::vector<std::pair<std::string, std::optional<double>>> lifted_scalars;
+  // Symbolic assumptions matches relied on (the module's guards after the passes).
+  std::vector<ir::Guard> guards;
 };
 
 // The default pass order.

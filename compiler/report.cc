@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "ir/fxg.h"
+
 namespace fxfuse::compiler {
 
 bool isFusionPattern(const std::string& p) {
@@ -43,7 +45,27 @@ nlohmann::json reportJson(const CompileResult& r, const CompileOptions& opts, co
     if (!d.applied && isFusionPattern(d.pattern))
       unfused.push_back({{"fusion", d.pattern}, {"node", d.node}, {"reason", d.reason}});
   j["unfused"] = unfused;
+  nlohmann::json scalars = nlohmann::json::array();
+  for (const auto& [name, value] : r.lifted_scalars)
+    scalars.push_back({{"input", name}, {"value", value ? nlohmann::json(*value) : nlohmann::json()}});
+  j["lifted_scalars"] = scalars;
+  nlohmann::json guards = nlohmann::json::array();
+  for (const auto& g : r.guards) guards.push_back({{"condition", g.condition.str()}, {"reason", g.reason}});
+  j["guards"] = guards;
   return j;
+}
+
+// One line per lifted scalar input (its value, or that it is unknown and how to give it) and
+// per guard (a symbolic assumption a match relied on).
+static std::string liftedScalarLines(const CompileResult& r) {
+  std::string out;
+  for (const auto& [name, value] : r.lifted_scalars)
+    out += value ? fmt::format("lifted scalar input '{}' = {}\n", name, ir::formatFloat(*value))
+                 : fmt::format("lifted scalar input '{}': value unknown; matches that depend on it were not made "
+                               "(pass --const {}=VALUE)\n", name, name);
+  for (const auto& g : r.guards)
+    out += fmt::format("guard {}: {} (checked when symbols are bound)\n", g.condition.str(), g.reason);
+  return out;
 }
 
 std::string humanSummary(const CompileResult& r, const CompileOptions& opts, const ReportContext& rc) {
@@ -84,6 +106,7 @@ std::string humanSummary(const CompileResult& r, const CompileOptions& opts, con
     else
       os << fmt::format("  {:<26} at {} and {} more: {}\n", key.first, nodes[0], nodes.size() - 1, key.second);
   }
+  os << liftedScalarLines(r);
   if (!rc.output.empty()) os << fmt::format("\nwrote {}\n", rc.output);
   return os.str();
 }
@@ -111,6 +134,7 @@ std::string explainText(const CompileResult& r, const std::string& node) {
     os << "\n";
   }
   if (shown == 0) os << (node.empty() ? "no candidate sites\n" : fmt::format("no decision involves node '{}'\n", node));
+  if (node.empty()) os << liftedScalarLines(r);
   return os.str();
 }
 

@@ -149,6 +149,7 @@ std::string printGraphFxg(Graph& g, const FxgPrintOptions& opts) {
     os << "    input %" << in.value->id << " " << quote(in.value->name) << ": " << typeStr(*in.value);
     if (in.kind != InputKind::UserInput) os << " " << inputKindName(in.kind);
     if (!in.target.empty()) os << " " << quote(in.target);
+    if (in.value->scalar_value) os << " value=" << formatFloat(*in.value->scalar_value);
     os << "\n";
   }
   for (const auto& np : g.nodes()) {
@@ -224,6 +225,7 @@ std::string printFxg(Module& m, const FxgPrintOptions& opts) {
       os << "  weight " << quote(w.fqn) << ": " << typeStr(tmp) << (w.is_param ? " parameter" : " buffer") << "\n";
     }
     for (const auto& [k, v] : m.metadata) os << "  meta " << quote(k) << " " << quote(v) << "\n";
+    for (const auto& gd : m.guards) os << "  guard " << quote(gd.condition.str()) << " " << quote(gd.reason) << "\n";
   }
   for (auto& g : m.graphs()) os << printGraphFxg(*g, opts);
   os << "}\n";
@@ -632,6 +634,10 @@ std::unique_ptr<Module> parseFxg(std::string_view text, const std::string& filen
         w.type = tmp.type;
         w.is_param = p.ident() == "parameter";
         m->weights.push_back(std::move(w));
+      } else if (kw == "guard") {
+        std::string cond = p.str();
+        std::string reason = p.str();
+        m->addGuard(parseSymExpr(cond, filename + ":" + std::to_string(lineno)), reason);
       } else if (kw == "meta") {
         std::string k = p.str();
         m->metadata[k] = p.str();
@@ -662,20 +668,27 @@ std::unique_ptr<Module> parseFxg(std::string_view text, const std::string& filen
       p.type(tmp);
       InputKind kind = InputKind::UserInput;
       std::string target;
-      if (!p.atEnd() && !p.peek("\"")) {
+      std::optional<double> scalar_value;
+      if (!p.atEnd() && !p.peek("\"") && !p.peek("value=")) {
         std::string k = p.ident();
         kind = k == "parameter" ? InputKind::Parameter : k == "buffer" ? InputKind::Buffer
              : k == "constant" ? InputKind::ConstantTensor : k == "custom_obj" ? InputKind::CustomObj
              : k == "token" ? InputKind::Token : k == "user" ? InputKind::UserInput
              : (p.error("unknown input kind '" + k + "'"), InputKind::UserInput);
       }
-      if (!p.atEnd()) target = p.str();
+      if (!p.atEnd() && !p.peek("value=")) target = p.str();
+      if (p.eat("value=")) {
+        scalar_value = p.attr(values).asDouble();
+        if (!scalar_value) p.error("value= needs a number");
+        if (tmp.kind != ValueKind::Tensor || tmp.type.rank() != 0) p.error("value= on an input that is not a 0-d tensor");
+      }
       if (!p.atEnd()) p.error("unexpected trailing text");
       if (values.count(static_cast<uint32_t>(id))) p.error("value %" + std::to_string(id) + " defined twice");
       Value* v = g->addInput(tmp.kind, name, kind, target);
       v->type = tmp.type;
       v->sym = tmp.sym;
       v->opaque_type = tmp.opaque_type;
+      v->scalar_value = scalar_value;
       values[static_cast<uint32_t>(id)] = v;
       continue;
     }

@@ -467,6 +467,26 @@ size_t Graph::eliminateDeadCode() {
 
 // ---------------------------------------------------------------------------- Module
 
+void Module::addGuard(const SymExpr& condition, std::string reason) {
+  for (const auto& g : guards)
+    if (g.condition == condition) return;
+  guards.push_back(Guard{condition, std::move(reason)});
+}
+
+void checkGuards(const std::vector<Guard>& guards, const std::map<std::string, int64_t>& env,
+                 const std::string& context) {
+  for (const auto& g : guards) {
+    auto v = g.condition.evaluate(env);
+    if (!v || *v != 0) continue;
+    std::set<std::string> names;
+    g.condition.collectSymbols(names);
+    std::string binding;
+    for (const auto& n : names) binding += fmt::format("{}{}={}", binding.empty() ? "" : ", ", n, env.at(n));
+    fail("{}: the symbol binding {} violates the assumption {} that the compiled graph relies on ({})", context,
+         binding, g.condition.str(), g.reason);
+  }
+}
+
 Graph* Module::addGraph(std::string n) {
   graphs_.push_back(std::make_unique<Graph>(this, std::move(n)));
   return graphs_.back().get();

@@ -61,6 +61,9 @@ class Value {
   TensorType type;                // for tensors
   std::optional<SymExpr> sym;     // for Sym* values, when known
   std::string opaque_type;        // for opaque values
+  // A lifted scalar input's value (a 0-d CPU tensor input that Dynamo made of a Python
+  // number): recorded by the exporter, or given with --const. Graph inputs only.
+  std::optional<double> scalar_value;
 
   Node* producer() const { return producer_; }
   int resultIndex() const { return result_index_; }
@@ -284,6 +287,14 @@ struct WeightInfo {
   uint64_t offset = 0, length = 0;
 };
 
+// An assumption a rewrite relied on that the graph's own ranges could not prove (a symbolic
+// fact such as "s0 is even"), written into reports and plans and checked when symbols are
+// bound (the interpreter, the runtime): a binding that violates it is refused.
+struct Guard {
+  SymExpr condition;   // true (nonzero) under every valid binding: "Eq(Mod(s0, 2), 0)"
+  std::string reason;  // what relied on it: "silu_and_mul at mul_3: gate s0//2 = up s0 - s0//2"
+};
+
 class Module {
  public:
   Module() = default;
@@ -295,6 +306,10 @@ class Module {
   std::map<std::string, std::string> op_schemas;  // target -> schema string
   std::vector<WeightInfo> weights;
   std::map<std::string, std::string> metadata;
+  std::vector<Guard> guards;
+
+  // Adds a guard unless one with the same condition is there.
+  void addGuard(const SymExpr& condition, std::string reason);
 
   Graph* addGraph(std::string name);
   Graph& entry() { return *graphs_.at(0); }
@@ -305,6 +320,11 @@ class Module {
  private:
   std::vector<std::unique_ptr<Graph>> graphs_;
 };
+
+// Every guard holds under `env` (guards naming a symbol `env` lacks are skipped); throws
+// FxError naming the first violated one, what relied on it, and the binding.
+void checkGuards(const std::vector<Guard>& guards, const std::map<std::string, int64_t>& env,
+                 const std::string& context);
 
 // Node targets whose nodes must never be removed as dead code.
 bool hasSideEffects(const Node& n);

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "ir/status.h"
 
@@ -351,6 +352,7 @@ void moduleToProto(Module& m, pb::Module* out) {
     }
   }
   for (const auto& [k, v] : m.metadata) (*out->mutable_metadata())[k] = v;
+  for (const auto& gd : m.guards) *out->add_guards() = guardToProto(gd);
   for (auto& gp : m.graphs()) {
     Graph& g = *gp;
     g.renumber();
@@ -362,6 +364,7 @@ void moduleToProto(Module& m, pb::Module* out) {
       pi->set_value(in.value->id);
       pi->set_kind(static_cast<pb::InputKind>(static_cast<int>(in.kind) + 1));
       pi->set_target(in.target);
+      if (in.value->scalar_value) pi->set_scalar_value(*in.value->scalar_value);
     }
     for (const auto& np : g.nodes()) {
       const Node& n = *np;
@@ -429,6 +432,7 @@ std::unique_ptr<Module> moduleFromProto(const pb::Module& pm, const std::string&
     m->weights.push_back(std::move(w));
   }
   for (const auto& [k, v] : pm.metadata()) m->metadata[k] = v;
+  for (const auto& pg : pm.guards()) m->addGuard(symExprFromProto(pg.condition(), source + ": guard"), pg.reason());
   if (pm.graphs_size() == 0) fail("{}: module has no graph", source);
   size_t num_graphs = static_cast<size_t>(pm.graphs_size());
   for (const auto& pg : pm.graphs()) {
@@ -449,6 +453,11 @@ std::unique_ptr<Module> moduleFromProto(const pb::Module& pm, const std::string&
       InputKind kind = ik >= 1 && ik <= 6 ? static_cast<InputKind>(ik - 1) : InputKind::UserInput;
       Value* v = g->addInput(ValueKind::Tensor, it->second->name(), kind, pi.target());
       fillValue(v, *it->second, gctx);
+      if (pi.has_scalar_value()) {
+        if (!v->isTensor() || v->type.rank() != 0)
+          fail("{}: input '{}' records a scalar value but is not a 0-d tensor", gctx, v->name);
+        v->scalar_value = pi.scalar_value();
+      }
       values[pi.value()] = v;
     }
     for (const auto& pn : pg.nodes()) {
@@ -533,6 +542,20 @@ std::unique_ptr<Module> moduleFromJson(const std::string& json, const std::strin
     fail("{}: malformed fxfuse JSON: {}", source, msg);
   }
   return moduleFromProto(pm, source);
+}
+
+pb::Guard guardToProto(const Guard& g) {
+  pb::Guard out;
+  symExprToProto(g.condition, out.mutable_condition());
+  out.set_reason(g.reason);
+  return out;
+}
+
+std::vector<Guard> guardsFromProto(const google::protobuf::RepeatedPtrField<pb::Guard>& guards,
+                                   const std::string& context) {
+  std::vector<Guard> out;
+  for (const auto& pg : guards) out.push_back(Guard{symExprFromProto(pg.condition(), context + ": guard"), pg.reason()});
+  return out;
 }
 
 }  // namespace fxfuse::ir

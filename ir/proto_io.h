@@ -2,6 +2,8 @@
 // and reading/writing it as binary `.pb` or protobuf JSON `.json`.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -23,5 +25,8 @@ std::unique_ptr<Module> moduleFromJson(const std::string& json, const std::strin
 // `context` names the file/field in error messages.
 void symExprToProto(const SymExpr& e, fxfuse::ir::v1::SymExpr* out);
 SymExpr symExprFromProto(const fxfuse::ir::v1::SymExpr& p, const std::string& context);
+fxfuse::ir::v1::Guard guardToProto(const Guard& g);
+std::vector<Guard> guardsFromProto(const google::protobuf::RepeatedPtrField<fxfuse::ir::v1::Guard>& guards,
+                                   const std::string& context);
 
 }  // namespace fxfuse::ir

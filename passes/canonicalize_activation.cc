@@ -5,6 +5,7 @@
 //         form differs from the div form only by the f32 accuracy of exp/sigmoid)
 //   out = mul(h, U)
 //   G = slice(x, -1, 0, d), U = slice(x, -1, d, end), last(x) == 2d  -> silu_and_mul(x)
+//     (d may be symbolic, s // 2: "s is even" is proved, or recorded as a module guard)
 //   otherwise, shape(G) == shape(U)                                   -> silu_and_mul(G, up=U)
 //
 // `sigmoid(x) * x` computed in a 16-bit dtype is not rewritten: it rounds twice.
@@ -86,10 +87,11 @@ ir::Value* matchSilu(ir::Value* h, std::vector<ir::Node*>* nodes, std::string* w
 
 struct Slice {
   ir::Value* base = nullptr;
-  int64_t start = 0;
-  std::optional<int64_t> end;
+  ir::SymExpr start;                // 0 by default
+  std::optional<ir::SymExpr> end;   // none: to the end
 };
 
+// A slice of the last dim with step 1; start/end may be symbolic (`s // 2`).
 std::optional<Slice> lastDimSlice(ir::Value* v) {
   ir::Node* p = v ? v->producer() : nullptr;
   if (!p || p->target != "aten.slice.Tensor") return std::nullopt;
@@ -104,16 +106,37 @@ std::optional<Slice> lastDimSlice(ir::Value* v) {
   const ir::Attr* st = compiler::argOf(*p, "start");
   const ir::Attr* en = compiler::argOf(*p, "end");
   if (st && !st->isNone()) {
-    auto x = st->asInt();
+    auto x = st->asSize();
     if (!x) return std::nullopt;
     s.start = *x;
   }
   if (en && !en->isNone()) {
-    auto x = en->asInt();
+    auto x = en->asSize();
     if (!x) return std::nullopt;
-    s.end = *x;
+    if (!(x->isInt() && x->intValue() >= (int64_t{1} << 62))) s.end = *x;  // INT64_MAX: to the end
   }
   return s;
+}
+
+// `gate = x[..., :d]`, `up = x[..., d:]` with the last dim F of x equal to 2d. With a
+// symbolic F (d = F // 2), "F is even" is proved from the expression (F = 2*s) or the
+// symbol's range (a single value), or else recorded as a guard on the module.
+bool isPackedHalves(ir::Module& mod, const Slice& gs, const Slice& us, const std::string& site) {
+  if (gs.base != us.base || gs.base->type.rank() == 0) return false;
+  const ir::SymExpr full = gs.base->type.shape.back();
+  const ir::SymExpr d = ir::floorDiv(full, ir::SymExpr::integer(2));
+  auto eq = [&](const ir::SymExpr& a, const ir::SymExpr& b) { return a == b || mod.symbols.knownEqual(a, b); };
+  bool g_ok = eq(gs.start, ir::SymExpr::integer(0)) && gs.end && eq(*gs.end, d);
+  bool u_ok = eq(us.start, d) && (!us.end || eq(*us.end, full));
+  if (!g_ok || !u_ok) return false;
+  if (full.isInt()) return full.intValue() % 2 == 0;
+  if (eq(d * ir::SymExpr::integer(2), full)) return true;  // proved: F = 2*(F//2)
+  ir::SymExpr even = ir::SymExpr::apply(ir::SymExpr::Kind::Eq,
+                                        {ir::SymExpr::apply(ir::SymExpr::Kind::Mod, {full, ir::SymExpr::integer(2)}),
+                                         ir::SymExpr::integer(0)});
+  mod.addGuard(even, fmt::format("silu_and_mul at {}: gate {} and up {} are the halves of {}", site, d.str(),
+                                 (full - d).str(), full.str()));
+  return true;
 }
 
 class CanonicalizeActivationPass : public Pass {
@@ -157,19 +180,11 @@ class CanonicalizeActivationPass : public Pass {
     auto gs = lastDimSlice(gate);
     auto us = lastDimSlice(up);
     bool packed = false;
-    if (gs && us && gs->base == us->base) {
-      auto full = compiler::lastDim(gs->base);
-      if (full && *full % 2 == 0) {
-        int64_t d = *full / 2;
-        bool g_ok = gs->start == 0 && gs->end && *gs->end == d;
-        bool u_ok = us->start == d && (!us->end || *us->end >= *full);
-        if (g_ok && u_ok) {
-          packed = true;
-          args = {A("input", V(gs->base))};
-          nodes.push_back(gate->producer());
-          nodes.push_back(up->producer());
-        }
-      }
+    if (gs && us && isPackedHalves(*g.module(), *gs, *us, mul->name)) {
+      packed = true;
+      args = {A("input", V(gs->base))};
+      nodes.push_back(gate->producer());
+      nodes.push_back(up->producer());
     }
     if (!packed) {
       if (!compiler::sameShape(mod, gate->type.shape, up->type.shape) || !compiler::sameShape(mod, gate->type.shape, mul->output(0)->type.shape)) {

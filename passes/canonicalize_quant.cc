@@ -161,7 +161,7 @@ class CanonicalizeQuantPass : public Pass {
     if (recip) sources.insert(sources.begin(), recip);
     // The clamp node(s).
     sources.push_back(clamp_hi);
-    if (clamp_hi->target != "aten.clamp.default")
+    if (clamp_hi->target != "aten.clamp.default" && clamp_hi->target != "aten.clamp.Tensor")
       if (ir::Value* in = valueArg(*clamp_hi, "self"); in && in->producer()) sources.push_back(in->producer());
     if (!xf->isTensor() || !(xf->type.dtype == ir::DType::F32 || ir::isHalf16(xf->type.dtype))) {
       *why = "quantized value is not f32 or 16-bit";

@@ -1,6 +1,9 @@
 // functionalize: one functional form for every mutating call.
 //
 //   auto_functionalized_v2(op, _x_base_index=i, _all_bases=[b...], ...)  -> auto_functionalized(op, x=b_i, ...)
+//     x a view of b_i (_x_slice_dim/start/end, or size/stride/offset of such a slice):
+//       x = slice(b_i, d, s, e); x' = auto_functionalized(op, x=x, ...); b_i' = slice_scatter(b_i, x', d, s, e)
+//     (several arguments may be disjoint slices of one base: the scatters are chained)
 //   op(x!, ...)  (direct call; later uses read x)                         -> x' = auto_functionalized(op, x=x, ...)[k]
 //   aten.add_.Tensor(self!, other)                                        -> aten.add.Tensor(self, other)
 //
@@ -10,6 +13,8 @@
 // mutating custom op. Cases that cannot be expressed exactly (mutation of a graph input,
 // of a partial view whose base is read later, of a list argument) are left alone and
 // recorded.
+#include <functional>
+#include <map>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -241,6 +246,84 @@ class FunctionalizePass : public Pass {
     return true;
   }
 
+  // The view of its base a mutable auto_functionalized_v2 argument is: the whole base
+  // (no view metadata, or `_x_alias`), or a slice of one dimension (`_x_slice_dim/start/end`,
+  // or `_x_size/_stride/_storage_offset` that describe such a slice of the base).
+  struct BaseView {
+    bool whole = true;
+    int64_t dim = 0;
+    ir::SymExpr start, end;
+  };
+  static std::string viewOfBase(const std::function<const ir::Attr*(const std::string&)>& kw, const std::string& arg,
+                                const ir::Value& base, BaseView* out) {
+    auto opt = [&](const char* suffix) -> const ir::Attr* {
+      const ir::Attr* a = kw("_" + arg + suffix);
+      return a && !a->isNone() ? a : nullptr;
+    };
+    const auto& shape = base.type.shape;
+    size_t rank = shape.size();
+    if (const ir::Attr* al = opt("_alias"); al && al->asInt().value_or(0) != 0) return {};
+    if (const ir::Attr* sd = opt("_slice_dim")) {
+      auto d = sd->asInt();
+      auto nd = d ? compiler::normDim(*d, rank) : std::nullopt;
+      if (!nd) return "slice dimension out of range";
+      out->whole = false;
+      out->dim = *nd;
+      const ir::Attr* ss = opt("_slice_start");
+      const ir::Attr* se = opt("_slice_end");
+      out->start = ss && ss->asSize() ? *ss->asSize() : ir::SymExpr::integer(0);
+      out->end = se && se->asSize() ? *se->asSize() : shape[*nd];
+      if (auto e = out->end.isInt() ? std::optional<int64_t>(out->end.intValue()) : std::nullopt;
+          e && *e >= (int64_t{1} << 62))
+        out->end = shape[*nd];
+      return {};
+    }
+    const ir::Attr* sz = opt("_size");
+    if (!sz) return {};
+    // size/stride/offset: a slice of one dim when the strides are the base's and the sizes
+    // differ in at most one dim.
+    const ir::Attr* st = opt("_stride");
+    const ir::Attr* so = opt("_storage_offset");
+    if (sz->kind != ir::Attr::Kind::List || sz->list.size() != rank || !st || st->kind != ir::Attr::Kind::List ||
+        st->list.size() != rank || base.type.stride.size() != rank)
+      return "a strided view that is not a slice of its base";
+    ir::SymExpr offset = so && so->asSize() ? *so->asSize() : base.type.storage_offset;
+    int differing = -1;
+    for (size_t k = 0; k < rank; ++k) {
+      auto size_k = sz->list[k].asSize();
+      auto stride_k = st->list[k].asSize();
+      if (!size_k || !stride_k || *stride_k != base.type.stride[k])
+        return "a strided view that is not a slice of its base";
+      if (*size_k != shape[k]) {
+        if (differing >= 0) return "a strided view that is not a slice of its base";
+        differing = static_cast<int>(k);
+      }
+    }
+    ir::SymExpr rel = offset - base.type.storage_offset;
+    if (differing < 0) {
+      if (rel == ir::SymExpr::integer(0)) return {};
+      return "a strided view that is not a slice of its base";
+    }
+    const ir::SymExpr& stride = base.type.stride[static_cast<size_t>(differing)];
+    if (!stride.isInt() || stride.intValue() <= 0 || !rel.isInt() || rel.intValue() % stride.intValue() != 0)
+      return "a strided view that is not a slice of its base";
+    out->whole = false;
+    out->dim = differing;
+    out->start = ir::SymExpr::integer(rel.intValue() / stride.intValue());
+    out->end = out->start + *sz->list[static_cast<size_t>(differing)].asSize();
+    return {};
+  }
+
+  // The type of `base[..., start:end, ...]` (a view on base's storage).
+  static ir::TensorType sliceType(const ir::Value& base, const BaseView& v) {
+    ir::TensorType t = base.type;
+    size_t d = static_cast<size_t>(v.dim);
+    t.shape[d] = v.end - v.start;
+    if (t.stride.size() != t.shape.size()) t.stride = ir::TensorType::contiguousStrides(base.type.shape);
+    t.storage_offset = base.type.storage_offset + v.start * t.stride[d];
+    return t;
+  }
+
   bool v2ToV1(ir::Graph& g, compiler::Rewriter& rw, ir::Node* n, PassContext& ctx) {
     const auto& args = n->args();
     if (args.empty() || args[0].value.kind != ir::Attr::Kind::Op) return false;
@@ -261,46 +344,71 @@ class FunctionalizePass : public Pass {
     std::vector<int> muts = s->mutableArgs();
     size_t nret = returnSlots(*s);
     std::vector<int> base_of_mut(muts.size(), -1);
+    std::vector<BaseView> views(muts.size());
+    std::vector<ir::Arg> pending;  // mutable arguments: the base, or a slice node made below
     for (const auto& sa : s->args) {
       if (!sa.is_mutable) {
         if (const ir::Attr* a = kw(sa.name)) nargs.push_back(ir::Arg{sa.name, true, *a});
         continue;
       }
+      size_t k = 0;
+      while (muts[k] != s->argIndex(sa.name)) ++k;
       const ir::Attr* bi = kw("_" + sa.name + "_base_index");
-      for (const char* suffix : {"_size", "_stride", "_storage_offset", "_slice_dim", "_slice_start", "_slice_end"}) {
-        const ir::Attr* view = kw("_" + sa.name + suffix);
-        if (view && !view->isNone()) {
-          ctx.rejected("functionalize", n->name,
-                       fmt::format("auto_functionalized_v2: argument '{}' is a view of its base", sa.name));
-          return false;
-        }
-      }
       if (!bi || bi->isNone() || !bases || bases->kind != ir::Attr::Kind::List) {
         nargs.push_back(ir::Arg{sa.name, true, ir::Attr::none()});
         continue;
       }
       auto idx = bi->asInt();
       if (!idx || *idx < 0 || static_cast<size_t>(*idx) >= bases->list.size()) return false;
-      size_t k = 0;
-      while (muts[k] != s->argIndex(sa.name)) ++k;
+      const ir::Attr& base = bases->list[*idx];
+      if (!base.isValue() || !base.value->isTensor()) return false;
+      std::string why = viewOfBase(kw, sa.name, *base.value, &views[k]);
+      if (!why.empty()) {
+        ctx.rejected("functionalize", n->name, fmt::format("auto_functionalized_v2: argument '{}' is {}", sa.name, why));
+        return false;
+      }
       for (size_t j = 0; j < k; ++j)
-        if (base_of_mut[j] == *idx) {
-          ctx.rejected("functionalize", n->name, "auto_functionalized_v2: two mutable arguments share one base");
+        if (base_of_mut[j] == *idx && (views[j].whole || views[k].whole || views[j].dim != views[k].dim ||
+                                       !disjoint(views[j], views[k]))) {
+          ctx.rejected("functionalize", n->name,
+                       "auto_functionalized_v2: two mutable arguments share one base and may overlap");
           return false;
         }
       base_of_mut[k] = static_cast<int>(*idx);
-      nargs.push_back(ir::Arg{sa.name, true, bases->list[*idx]});
+      ir::Attr arg = base;
+      if (!views[k].whole) {  // the argument is base[..., start:end]
+        std::vector<compiler::Rewriter::Out> vo(1);
+        vo[0].type = sliceType(*base.value, views[k]);
+        ir::Node* sl = rw.create("aten.slice.Tensor",
+                                 {compiler::Rewriter::named("self", base), compiler::Rewriter::named("dim", ir::Attr::ofInt(views[k].dim)),
+                                  compiler::Rewriter::named("start", ir::Attr::ofSym(views[k].start)),
+                                  compiler::Rewriter::named("end", ir::Attr::ofSym(views[k].end)),
+                                  compiler::Rewriter::named("step", ir::Attr::ofInt(1))},
+                                 vo, n, {n}, sa.name + "_view");
+        pos_[sl] = pos_.at(n);
+        arg = ir::Attr::ofValue(sl->output(0));
+      }
+      nargs.push_back(ir::Arg{sa.name, true, arg});
     }
     std::vector<compiler::Rewriter::Out> outs(nret + muts.size());
     for (size_t r = 0; r < nret && r < n->numOutputs(); ++r) outs[r].replaces = n->output(r);
     for (size_t k = 0; k < muts.size(); ++k) {
       if (base_of_mut[k] < 0) continue;
       size_t slot = nret + static_cast<size_t>(base_of_mut[k]);
+      if (!views[k].whole) {
+        // The new value of the slice: a fresh contiguous tensor of its shape.
+        ir::TensorType t = sliceType(*bases->list[base_of_mut[k]].value, views[k]);
+        t.stride = ir::TensorType::contiguousStrides(t.shape);
+        t.storage_offset = ir::SymExpr::integer(0);
+        outs[nret + k].type = t;
+        continue;
+      }
       if (slot < n->numOutputs() && n->output(slot)) outs[nret + k].replaces = n->output(slot);
     }
     ir::Node* v1 = rw.create(kAfV1, std::move(nargs), outs, n, {n}, n->name);
     pos_[v1] = pos_.at(n);
     rw.replaceOutputs(v1, outs);
+    scatterViewsIntoBases(rw, n, v1, nret, base_of_mut, views, *bases);
     for (ir::Value* o : n->outputs())
       if (o && o->numUses() > 0) {
         ctx.rejected("functionalize", n->name, "auto_functionalized_v2 output without a v1 counterpart is used");
@@ -312,6 +420,42 @@ class FunctionalizePass : public Pass {
     ctx.addMatch("auto_functionalized_v2");
     ctx.applied("functionalize", v1, "auto_functionalized_v2 of " + compiler::shortTarget(op));
     return true;
+  }
+
+  // Slices of one dim whose [start, end) ranges are provably disjoint.
+  static bool disjoint(const BaseView& a, const BaseView& b) {
+    auto nonNegative = [](const ir::SymExpr& e) { return e.isInt() && e.intValue() >= 0; };
+    return nonNegative(b.start - a.end) || nonNegative(a.start - b.end);
+  }
+
+  // The new value of a base whose mutable arguments were slices of it: the old base with each
+  // slice's new value written back (slice_scatter, chained in argument order); uses of the
+  // v2 node's base output read it.
+  void scatterViewsIntoBases(compiler::Rewriter& rw, ir::Node* v2, ir::Node* v1, size_t nret,
+                             const std::vector<int>& base_of_mut, const std::vector<BaseView>& views,
+                             const ir::Attr& bases) {
+    std::map<int, ir::Value*> current;  // base index -> its value so far
+    for (size_t k = 0; k < views.size(); ++k) {
+      if (base_of_mut[k] < 0 || views[k].whole) continue;
+      int b = base_of_mut[k];
+      ir::Value* old_base = current.count(b) ? current[b] : bases.list[b].value;
+      std::vector<compiler::Rewriter::Out> so(1);
+      so[0].type = bases.list[b].value->type;
+      ir::Node* sc = rw.create(
+          "aten.slice_scatter.default",
+          {compiler::Rewriter::named("self", ir::Attr::ofValue(old_base)),
+           compiler::Rewriter::named("src", ir::Attr::ofValue(v1->output(nret + k))),
+           compiler::Rewriter::named("dim", ir::Attr::ofInt(views[k].dim)),
+           compiler::Rewriter::named("start", ir::Attr::ofSym(views[k].start)),
+           compiler::Rewriter::named("end", ir::Attr::ofSym(views[k].end)), compiler::Rewriter::named("step", ir::Attr::ofInt(1))},
+          so, v2, {v2}, "slice_scatter");
+      pos_[sc] = pos_.at(v2);
+      current[b] = sc->output(0);
+    }
+    for (const auto& [b, v] : current) {
+      size_t slot = nret + static_cast<size_t>(b);
+      if (slot < v2->numOutputs() && v2->output(slot)) rw.replace(v2->output(slot), v);
+    }
   }
 };
 

@@ -24,6 +24,7 @@
 
 #include "compiler/options.h"
 #include "ir/fxg.h"
+#include "ir/lifted_scalar.h"
 #include "passes/canonical_util.h"
 #include "passes/passes.h"
 
@@ -77,6 +78,11 @@ std::string checkNorm(const ir::Node& norm, ir::Value* input, const compiler::Co
   const ir::Attr* eps = fxArg(norm, "epsilon");
   if (opts.vllm_eps_only) {
     auto e = eps ? eps->asDouble() : std::nullopt;
+    if (!e && eps && eps->isValue()) {  // a lifted scalar: its recorded / --const value
+      e = ir::liftedScalarValue(eps->value);
+      if (ir::Value* in = ir::liftedScalarSource(eps->value); in && !e)
+        return "eps (vLLM-compatible mode): " + ir::constFlagHint(*in);
+    }
     if (!e || !(compiler::approxEqual(*e, 1e-5) || compiler::approxEqual(*e, 1e-6)))
       return "eps is not 1e-5 or 1e-6 (vLLM-compatible mode)";
   }

@@ -24,6 +24,7 @@
 #include "ir/io.h"
 #include "ir/output_set.h"
 #include "ir/pt2_writer.h"
+#include "ir/lifted_scalar.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
 #include "ir/world_size.h"
@@ -63,7 +64,7 @@ bool parseWholeInt(const std::string& s, long long& out) {
 
 struct CommonFlags {
   std::string input;
-  std::vector<std::string> passes, disabled, ar_caps;
+  std::vector<std::string> passes, disabled, ar_caps, consts;
   int world_size = kDefaultWorldSize;
   bool vllm_eps_only = false;
   bool verify_each = false;
@@ -78,6 +79,8 @@ struct CommonFlags {
     cmd->add_option("--allreduce-max-bytes", ar_caps,
                     "all-reduce fusion size cap WS=BYTES (repeatable; default SM90: 2=64MiB, 4=2MiB, 8=1MiB)")
         ->delimiter(',');
+    cmd->add_option("--const", consts,
+                    "value of a lifted scalar input (0-d CPU tensor), e.g. --const arg3_1=448.0 (repeatable)");
     cmd->add_flag("--vllm-eps-only", vllm_eps_only, "fuse only RMSNorms with eps 1e-5 or 1e-6 (vLLM's patterns)");
     cmd->add_flag("--verify-each", verify_each,
                   "run the IR verifier after every pass and check each pass's changed flag");
@@ -105,10 +108,14 @@ struct CommonFlags {
   std::unique_ptr<ir::Module> load(std::string* name) const {
     if (input.empty()) {
       *name = compiler::defaultGraphName();
-      return ir::parseFxg(compiler::defaultGraphText(), "default_graph.fxg");
+      auto m = ir::parseFxg(compiler::defaultGraphText(), "default_graph.fxg");
+      ir::applyConstFlags(*m, consts);
+      return m;
     }
     *name = input;
-    return ir::loadModuleForCompute(input);
+    auto m = ir::loadModuleForCompute(input);
+    ir::applyConstFlags(*m, consts);
+    return m;
   }
 };
 

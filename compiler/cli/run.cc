@@ -31,6 +31,7 @@
 #include "compiler/runtime/runtime.h"
 #include "ir/io.h"
 #include "ir/output_set.h"
+#include "ir/lifted_scalar.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
 #include "ir/world_size.h"
@@ -70,7 +71,9 @@ struct Loaded {
   lowering::LowerStats stats;
 };
 
-Loaded loadInput(const std::string& path, int world_size, bool need_graph, const std::vector<std::string>& passes = {}) {
+// `consts`: --const NAME=VALUE for lifted scalar inputs (the graph's, or the plan's source graph's).
+Loaded loadInput(const std::string& path, int world_size, bool need_graph, const std::vector<std::string>& passes = {},
+                 const std::vector<std::string>& consts = {}) {
   Loaded l;
   progress::stage("reading " + path);
   if (lowering::isPlanFile(path)) {
@@ -78,11 +81,16 @@ Loaded loadInput(const std::string& path, int world_size, bool need_graph, const
     if (need_graph) {
       if (l.plan.source().empty()) fail("{}: the plan does not name its source graph; --compare-cpu needs it", path);
       l.graph = ir::loadModuleForCompute(l.plan.source());
+      ir::applyConstFlags(*l.graph, consts);
     }
     return l;
   }
   auto m = ir::loadModuleForCompute(path);
-  if (need_graph) l.graph = ir::loadModuleForCompute(path);  // reference: the graph as given, before any pass
+  ir::applyConstFlags(*m, consts);
+  if (need_graph) {  // reference: the graph as given, before any pass
+    l.graph = ir::loadModuleForCompute(path);
+    ir::applyConstFlags(*l.graph, consts);
+  }
   compiler::CompileOptions co;
   co.world_size = world_size;
   co.passes = passes;  // empty: the default pipeline
@@ -94,6 +102,17 @@ Loaded loadInput(const std::string& path, int world_size, bool need_graph, const
   lo.source = path;
   l.plan = lowering::lowerModule(*m, lo, &l.stats);
   return l;
+}
+
+// Lifted scalar inputs the reference graph has no value for take the value the plan was
+// compiled for (so the interpreter's inputs pass the plan's check).
+void useScalarsOfPlan(const pb::Plan& plan, ir::Module& ref) {
+  const auto& gi = ref.entry().inputs();
+  for (int i = 0; i < plan.inputs_size() && i < static_cast<int>(gi.size()); ++i) {
+    ir::Value* v = gi[static_cast<size_t>(i)].value;
+    if (plan.inputs(i).has_scalar_value() && ir::isLiftedScalarInput(v) && !v->scalar_value)
+      v->scalar_value = plan.inputs(i).scalar_value();
+  }
 }
 
 // Symbol values: --bind first, then the plan's hints; the interpreter uses the same values.
@@ -231,7 +250,7 @@ std::string describeMatmulSelection(const pb::Plan& plan) {
 void registerRun(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("run", "Run a launch plan (or a graph) on the GPU; optionally compare with the CPU");
   static std::string input, device = "cuda";
-  static std::vector<std::string> binds;
+  static std::vector<std::string> binds, consts;
   static uint64_t seed = 0;
   static bool compare = false, describe = false, no_cache = false, cpu_only = false, check_nodes = false,
               strict = false, no_gemm_tune = false;
@@ -249,6 +268,8 @@ void registerRun(CLI::App& app, int& exit_code) {
   cmd->add_option("--device", device, "device to run on (cuda)");
   cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
   cmd->add_option("--seed", seed, "seed of the random inputs");
+  cmd->add_option("--const", consts,
+                  "value of a lifted scalar input (0-d CPU tensor), e.g. --const arg3_1=1e-06 (repeatable)");
   cmd->add_option("--world-size", world_size, "tensor-parallel world size (graphs only)")->check(WorldSizeRange());
   cmd->add_option("--passes", passes, "compiler passes for a graph input (default: the full pipeline)")->delimiter(',');
   cmd->add_flag("--compare-cpu", compare, "compare the outputs with the CPU interpreter on the same inputs");
@@ -269,7 +290,7 @@ void registerRun(CLI::App& app, int& exit_code) {
     const int world = runWorldSize(input, lowering::isPlanFile(input), world_size);
     if (!describe && !cpu_only && launchRanks(mg, world, exit_code)) return;
     if (check_nodes && (lowering::isPlanFile(input) || !compare)) fail("--check-nodes needs a graph input and --compare-cpu");
-    Loaded l = loadInput(input, world_size, compare && !describe, passes);
+    Loaded l = loadInput(input, world_size, compare && !describe, passes, consts);
     if (describe) {
       progress::end();
       std::fputs(lowering::describePlan(l.plan).c_str(), stdout);
@@ -279,11 +300,13 @@ void registerRun(CLI::App& app, int& exit_code) {
     }
     if (!cpu_only) requireDevice(device);
     std::unique_ptr<rt::Communicator> comm = cpu_only ? nullptr : rankCommunicator(mg, world);  // selects GPU `rank`
-    auto env = symbolValues(l.plan, parseBinds(binds));
-    // Inputs from the interpreter (same values for both sides).
+    // Inputs from the interpreter (same values for both sides). It binds the symbols: --bind,
+    // then what the graph's shape equations determine, then hints.
     std::unique_ptr<ir::Module> ref_module = l.graph ? std::move(l.graph) : ir::loadModuleForCompute(input);
+    ir::applyConstFlags(*ref_module, consts);
+    useScalarsOfPlan(l.plan, *ref_module);
     interp::Options io;
-    io.bind = env;
+    io.bind = parseBinds(binds);
     io.seed = seed;
     io.world_size = std::max(1, l.plan.world_size());
     io.rank = std::max(0, mg.rank);  // activations depend on the rank (lockstep.h)
@@ -292,6 +315,7 @@ void registerRun(CLI::App& app, int& exit_code) {
     std::vector<interp::RValue> host_inputs = in.makeInputs(seed);
     if (static_cast<int>(host_inputs.size()) != l.plan.inputs_size())
       fail("the graph has {} inputs, the plan {}", host_inputs.size(), l.plan.inputs_size());
+    auto env = symbolValues(l.plan, in.bindings());
     if (!input_files.empty()) {
       std::vector<std::string> names;
       for (const auto& pi : l.plan.inputs()) names.push_back(pi.name());
@@ -304,8 +328,6 @@ void registerRun(CLI::App& app, int& exit_code) {
         outs.push_back({l.plan.outputs(i).name(), i < static_cast<int>(tensors.size()) ? tensors[static_cast<size_t>(i)] : nullptr});
       saveOutputs(save_outputs, outs);
     };
-    for (const auto& [k, v] : in.bindings())
-      if (!env.count(k)) env[k] = v;
     progress::stage(compare || cpu_only ? "running the CPU interpreter" : "running the plan");
     if (cpu_only && world > 1) {  // every rank's reference, in lockstep
       auto all = lockstepReference(*ref_module, io, world, seed);
@@ -345,6 +367,10 @@ void registerRun(CLI::App& app, int& exit_code) {
       const auto& pi = l.plan.inputs(i);
       if (pi.is_symint()) continue;
       if (!host_inputs[static_cast<size_t>(i)].isTensor()) fail("input {} ('{}') is not a tensor in the graph", i, pi.name());
+      if (pi.is_scalar()) {
+        s.setScalar(static_cast<size_t>(i), host_inputs[static_cast<size_t>(i)].t.item());
+        continue;
+      }
       s.setInput(static_cast<size_t>(i), upload(host_inputs[static_cast<size_t>(i)].t, s.tensor(pi.tensor()), owned.owned));
     }
     cudaStream_t stream;
@@ -416,6 +442,10 @@ void registerRun(CLI::App& app, int& exit_code) {
         for (int i = 0; i < plan.inputs_size(); ++i) {
           const auto& pi = plan.inputs(i);
           if (pi.is_symint()) continue;
+          if (pi.is_scalar()) {
+            s2.setScalar(static_cast<size_t>(i), host_inputs[static_cast<size_t>(i)].t.item());
+            continue;
+          }
           s2.setInput(static_cast<size_t>(i), upload(host_inputs[static_cast<size_t>(i)].t, s2.tensor(pi.tensor()), owned2.owned));
         }
         s2.run(stream);
@@ -476,6 +506,10 @@ void registerBench(CLI::App& app, int& exit_code) {
     for (int i = 0; i < l.plan.inputs_size(); ++i) {
       const auto& pi = l.plan.inputs(i);
       if (pi.is_symint()) continue;
+      if (pi.is_scalar()) {  // the value the plan was compiled for; 1.0 when it takes any
+        s.setScalar(static_cast<size_t>(i), pi.has_scalar_value() ? pi.scalar_value() : 1.0);
+        continue;
+      }
       rt::DeviceTensor t = s.tensor(pi.tensor());
       int eb = ir::dtypeBytes(lowering::fromPlanDType(t.dtype));
       int64_t span = std::max<int64_t>(spanElems(t.shape, t.strides), 1);

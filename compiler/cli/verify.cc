@@ -20,6 +20,7 @@
 #include "compiler/interpreter/interpreter.h"
 #include "compiler/pipeline.h"
 #include "ir/io.h"
+#include "ir/lifted_scalar.h"
 #include "ir/status.h"
 #include "ir/world_size.h"
 #include "compiler/cli/flag_checks.h"
@@ -31,7 +32,7 @@ using interp::RValue;
 
 struct VerifyArgs {
   std::string input, against;
-  std::vector<std::string> passes, disabled, binds;
+  std::vector<std::string> passes, disabled, binds, consts;
   int world_size = kDefaultWorldSize;
   uint64_t seed = 0;
   int64_t default_size = 16;
@@ -247,15 +248,18 @@ int runVerify(const VerifyArgs& va) {
   progress::setQuiet(va.quiet);
   progress::stage("reading " + va.input);
   std::unique_ptr<ir::Module> ref = ir::loadModuleForCompute(va.input);
+  ir::applyConstFlags(*ref, va.consts);
   std::unique_ptr<ir::Module> got;
   std::string got_label;
   compiler::CompileResult cres;
   double compile_ms = 0;
   if (!va.against.empty()) {
     got = ir::loadModuleForCompute(va.against);
+    ir::applyConstFlags(*got, va.consts);
     got_label = va.against;
   } else {
     got = ir::loadModuleForCompute(va.input);
+    ir::applyConstFlags(*got, va.consts);
     compiler::CompileOptions co;
     co.passes = splitCommas(va.passes);
     co.disabled = splitCommas(va.disabled);
@@ -328,6 +332,8 @@ void registerVerify(CLI::App& app, int& exit_code) {
                   "tensor-parallel world size: compile for it and simulate all_reduce as N copies summed (default 1)")
       ->check(WorldSizeRange());
   cmd->add_option("--bind", va->binds, "bind a size symbol, e.g. --bind s0=37 (repeatable, or comma-separated)");
+  cmd->add_option("--const", va->consts,
+                  "value of a lifted scalar input (0-d CPU tensor), e.g. --const arg3_1=1e-06 (repeatable)");
   cmd->add_option("--seed", va->seed, "seed of the random inputs (default 0)");
   cmd->add_option("--default-size", va->default_size,
                   "size of a symbol with no --bind, hint or forced size (default 16, clamped to its range)")

@@ -16,6 +16,8 @@
 #include "compiler/interpreter/ops_common.h"
 #include "ir/io.h"
 #include "ir/status.h"
+#include "ir/fxg.h"
+#include "ir/lifted_scalar.h"
 
 namespace fxfuse::interp {
 namespace {
@@ -378,6 +380,14 @@ std::vector<RValue> Interpreter::makeInputs(uint64_t seed) {
     Shape shape = evalShape(v->type.shape, ctx);
     DType dt = v->type.dtype;
     if (dt == DType::Undefined) fail("{}: unknown dtype", ctx);
+    if (ir::isLiftedScalarInput(v)) {
+      // A lifted Python number: its recorded / --const value; 1.0 (a valid eps or bound of
+      // either sign) when unknown, said in the note.
+      out.push_back(RValue::ofTensor(Tensor::scalar(v->scalar_value.value_or(1.0), dt)));
+      input_notes_.push_back(v->scalar_value ? "lifted scalar = " + ir::formatFloat(*v->scalar_value)
+                                             : "lifted scalar, value unknown: 1.0 (pass --const " + v->name + "=VALUE)");
+      continue;
+    }
     auto wi = weights.find(gi.target);
     if (wi != weights.end()) {
       Tensor t = loadPayload(*wi->second);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <set>
 #include <unordered_map>
@@ -314,6 +315,78 @@ bool isBroadcastingOp(const std::string& target) {
 
 }  // namespace
 
+namespace {
+
+// The values of `x` in [lo, hi] for which f(x) == c, as an interval, assuming f is monotone
+// (sizes are: a*s + b, s // k, s - s // 2); nullopt when there is none or f is undefined.
+std::optional<std::pair<int64_t, int64_t>> solveMonotone(const std::function<std::optional<int64_t>(int64_t)>& f,
+                                                         int64_t lo, int64_t hi, int64_t c) {
+  auto flo = f(lo), fhi = f(hi);
+  if (!flo || !fhi) return std::nullopt;
+  bool inc = *fhi >= *flo;
+  // First x with f(x) >= c (increasing) / <= c (decreasing), and first with f(x) > c / < c.
+  auto first = [&](bool strict) -> int64_t {
+    int64_t a = lo, b = hi + 1;
+    while (a < b) {
+      int64_t mid = a + (b - a) / 2;
+      auto v = f(mid);
+      if (!v) return hi + 1;
+      bool past = inc ? (strict ? *v > c : *v >= c) : (strict ? *v < c : *v <= c);
+      if (past) b = mid;
+      else a = mid + 1;
+    }
+    return a;
+  };
+  int64_t x1 = first(false), x2 = first(true) - 1;
+  if (x1 > hi || x1 > x2) return std::nullopt;
+  auto v1 = f(x1), v2 = f(x2);
+  if (!v1 || !v2 || *v1 != c || *v2 != c) return std::nullopt;
+  return std::make_pair(x1, x2);
+}
+
+}  // namespace
+
+void Interpreter::solveShapeEquations(const std::vector<ShapeEquation>& eqs,
+                                      std::map<std::string, std::pair<int64_t, int64_t>>* ranges) {
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (const auto& e : eqs) {
+      for (int side = 0; side < 2; ++side) {
+        const ir::SymExpr& s = side ? e.b : e.a;
+        const ir::SymExpr& o = side ? e.a : e.b;
+        std::set<std::string> free;
+        s.collectSymbols(free);
+        for (auto it = free.begin(); it != free.end();) it = env_.count(*it) ? free.erase(it) : std::next(it);
+        if (free.size() != 1) continue;
+        auto c = o.evaluate(env_);
+        if (!c) continue;
+        const std::string x = *free.begin();
+        const ir::SymbolInfo* info = module_.symbols.find(x);
+        auto known = ranges->find(x);
+        int64_t lo = known != ranges->end() ? known->second.first : (info && info->min ? *info->min : 0);
+        int64_t hi = known != ranges->end() ? known->second.second : (info && info->max ? *info->max : int64_t{1} << 40);
+        std::map<std::string, int64_t> trial = env_;
+        auto f = [&](int64_t v) {
+          trial[x] = v;
+          return s.evaluate(trial);
+        };
+        auto r = solveMonotone(f, lo, hi, *c);
+        if (!r) continue;
+        if (r->first == r->second) {
+          env_[x] = r->first;
+          env_source_[x] = fmt::format("solved from {}", nodeDesc(*e.node));
+          ranges->erase(x);
+          changed = true;
+        } else if (known == ranges->end() || *r != known->second) {
+          (*ranges)[x] = *r;
+          changed = true;
+        }
+      }
+    }
+  }
+}
+
 void Interpreter::bindSymbols() {
   const ir::Graph& g = *entry_;
   std::set<std::string> syms;
@@ -334,20 +407,8 @@ void Interpreter::bindSymbols() {
     env_[name] = v;
     env_source_[name] = "--bind";
   }
-  for (const auto& name : syms) {
-    if (env_.count(name)) continue;
-    const ir::SymbolInfo* info = module_.symbols.find(name);
-    if (info && info->hint) {
-      env_[name] = *info->hint;
-      env_source_[name] = "hint";
-    }
-  }
   // Sizes forced by a fixed dimension elsewhere in the graph.
-  struct Eq {
-    ir::SymExpr a, b;
-    const ir::Node* node;
-  };
-  std::vector<Eq> eqs;
+  std::vector<ShapeEquation> eqs;
   auto tensorShape = [](const ir::Value* v) -> const std::vector<ir::SymExpr>* {
     if (!v || !v->isTensor() || v->type.dtype == DType::Undefined) return nullptr;
     return &v->type.shape;
@@ -391,22 +452,27 @@ void Interpreter::bindSymbols() {
       matmulPair(n.input("input", 0), n.input("weight", 1), true);
     }
   }
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    for (const auto& e : eqs) {
-      for (int side = 0; side < 2; ++side) {
-        const ir::SymExpr& s = side ? e.b : e.a;
-        const ir::SymExpr& o = side ? e.a : e.b;
-        if (!isBareSymbol(s) || env_.count(s.name())) continue;
-        auto v = o.evaluate(env_);
-        if (!v) continue;
-        env_[s.name()] = *v;
-        env_source_[s.name()] = fmt::format("forced by {}", nodeDesc(*e.node));
-        changed = true;
-      }
+  // Symbols the equations determine come before hints (a hint is one traced value, the
+  // equations are facts of every valid binding); then hints, then what hints determine.
+  std::map<std::string, std::pair<int64_t, int64_t>> ranges;
+  solveShapeEquations(eqs, &ranges);
+  for (const auto& name : syms) {
+    if (env_.count(name)) continue;
+    const ir::SymbolInfo* info = module_.symbols.find(name);
+    if (info && info->hint) {
+      int64_t v = *info->hint;
+      auto r = ranges.find(name);
+      if (r != ranges.end() && (v < r->second.first || v > r->second.second)) continue;  // the equations exclude it
+      env_[name] = v;
+      env_source_[name] = "hint";
     }
   }
+  solveShapeEquations(eqs, &ranges);
+  for (const auto& [name, r] : ranges)
+    if (!env_.count(name)) {
+      env_[name] = r.first;
+      env_source_[name] = fmt::format("smallest value the shape equations allow ([{}, {}])", r.first, r.second);
+    }
   for (const auto& name : syms) {
     if (env_.count(name)) continue;
     int64_t v = options_.default_symbol_size;
@@ -416,6 +482,7 @@ void Interpreter::bindSymbols() {
     env_[name] = v;
     env_source_[name] = "default";
   }
+  ir::checkGuards(module_.guards, env_, "symbol binding");
 }
 
 void Interpreter::bindFromInputs(const ir::Graph& g, const std::vector<RValue>& inputs) {

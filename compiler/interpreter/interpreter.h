@@ -132,9 +132,9 @@ class Interpreter {
   const ir::Graph& entry() const { return *entry_; }
   const Options& options() const { return options_; }
 
-  // Symbol binding: --bind, else the recorded hint, else a size forced by a fixed
-  // dimension (broadcasting, matrix contraction, concatenation), else the default
-  // (clamped to the symbol's range). Called by the constructor; `bindings()` shows the
+  // Symbol binding: --bind, else a size the graph's shape equations determine (a fixed
+  // dimension in broadcasting or a matrix contraction, `s // 2 == 128`), else the recorded
+  // hint, else the default (clamped to the symbol's range). Module guards are checked. Called by the constructor; `bindings()` shows the
   // result and `bindingSource(sym)` says where each came from.
   const std::map<std::string, int64_t>& bindings() const { return env_; }
   std::string bindingSource(const std::string& sym) const;
@@ -164,6 +164,15 @@ class Interpreter {
 
  private:
   void bindSymbols();
+  // A dimension equality the graph implies (broadcasting, matrix contraction).
+  struct ShapeEquation {
+    ir::SymExpr a, b;
+    const ir::Node* node;
+  };
+  // Binds symbols the equations determine (one unbound symbol on a side, the other side
+  // known); narrows `ranges` for symbols they only bound to an interval (x // 2 == 128).
+  void solveShapeEquations(const std::vector<ShapeEquation>& eqs,
+                           std::map<std::string, std::pair<int64_t, int64_t>>* ranges);
   std::vector<bool> mutatedInputs(const ir::Graph& g);
   std::vector<RValue> runGraph(const ir::Graph& g, std::vector<RValue> inputs);
   void checkOutput(const ir::Node& n, size_t i, const RValue& v);

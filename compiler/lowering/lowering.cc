@@ -8,6 +8,7 @@
 
 #include "compiler/lowering/codegen.h"
 #include "compiler/lowering/memory_planner.h"
+#include "ir/lifted_scalar.h"
 #include "ir/op_schema.h"
 #include "kernels/attention/attention.h"
 #include "ir/proto_io.h"
@@ -135,10 +136,20 @@ class Lowerer {
     const Attr* a = arg(n, name);
     return a && a->isValue() ? a->value : nullptr;
   }
+  // A lifted scalar's value (the plan is specialized for it; the runtime checks it when the
+  // input is bound); refuses an unknown one with the --const hint.
+  std::optional<double> liftedValue(const Node& n, const std::string& name, Value* v) {
+    Value* in = ir::liftedScalarSource(v);
+    if (!in) return std::nullopt;
+    if (!in->scalar_value) unsupported(n, "argument '" + name + "': " + ir::constFlagHint(*in));
+    return in->scalar_value;
+  }
   double num(const Node& n, const std::string& name, double def) {
     const Attr* a = arg(n, name);
     if (!a) return def;
     if (auto d = a->asDouble()) return *d;
+    if (a->isValue())
+      if (auto d = liftedValue(n, name, a->value)) return *d;
     if (a->isValue() && a->value->kind != ir::ValueKind::Tensor) {
       SymExpr e = symOf(a->value, n);
       if (auto v = e.evaluate({})) return static_cast<double>(*v);
@@ -298,6 +309,19 @@ class Lowerer {
     a->set_name(name);
     a->set_real(v);
   }
+  // A float argument of a library kernel: a number, or a lifted scalar input read when the
+  // plan's inputs are bound (its value unknown at compile time).
+  void argScalar(pb::KernelLaunch* k, const Node& n, const std::string& name, double def) {
+    const Attr* a = arg(n, name);
+    Value* in = a && a->isValue() ? ir::liftedScalarSource(a->value) : nullptr;
+    if (in && !in->scalar_value) {
+      auto* ka = k->add_args();
+      ka->set_name(name);
+      ka->set_scalar_input(scalar_inputs_.at(in));
+      return;
+    }
+    argF(k, name, num(n, name, def));
+  }
   void argB(pb::KernelLaunch* k, const std::string& name, bool v) {
     auto* a = k->add_args();
     a->set_name(name);
@@ -362,6 +386,7 @@ class Lowerer {
     auto it = grp_.values.find(v);
     if (grp_.open && it != grp_.values.end()) return it->second;
     if (v->kind != ir::ValueKind::Tensor) return constSym(symOf(v, ctx));
+    if (auto d = liftedValue(ctx, v->name, v)) return constNum(*d, v->type.dtype);
     auto m = mat_.find(v);
     if (m == mat_.end()) unsupported(ctx, "operand '" + v->name + "' has no lowered value");
     return loadOf(m->second);
@@ -590,6 +615,7 @@ class Lowerer {
   std::vector<Buf> bufs_;
   std::vector<TRef> trefs_;
   std::map<const Value*, int> mat_;
+  std::map<const Value*, int> scalar_inputs_;  // lifted scalar input -> index into Plan.inputs
   std::map<const Value*, SymExpr> syms_;
   std::map<int, int> loads_;
   std::map<int, bool> dep_red_;
@@ -1789,7 +1815,7 @@ bool Lowerer::lowerFxfuseLibrary(Node& n) {
       argS(k, "residual_variance", flag(n, "variance_of_rounded_sum", false) ? "rounded_sum" : "unrounded_sum");
       if (res_out) mat_[res_out] = tres;
     }
-    argF(k, "epsilon", num(n, "epsilon", 1e-6));
+    argScalar(k, n, "epsilon", 1e-6);
     mat_[out0] = to;
   } else if (is_q) {
     k->set_kernel("lib.quant_fp8");
@@ -1813,7 +1839,7 @@ bool Lowerer::lowerFxfuseLibrary(Node& n) {
       argS(k, "residual_variance", flag(n, "variance_of_rounded_sum", true) ? "rounded_sum" : "unrounded_sum");
       if (res_out) mat_[res_out] = tres;
     }
-    argF(k, "epsilon", num(n, "epsilon", 1e-6));
+    argScalar(k, n, "epsilon", 1e-6);
     int to = freshFor(out0);
     argT(k, "output", to);
     argI(k, "output_row_stride", H);
@@ -2114,6 +2140,8 @@ void Lowerer::lowerNode(Node& n) {
   bool used = false;
   for (Value* v : n.outputs()) used = used || (v && v->numUses() > 0);
   if (!used) return;  // dead (or only-side-effect nodes that a plan does not need)
+  // Casts of a lifted scalar: host values, read by their users (num, operand, argScalar).
+  if (n.numOutputs() == 1 && n.output(0) && ir::liftedScalarSource(n.output(0))) return;
   // Symbolic integer nodes: their values are expressions of the symbols.
   if (n.kind == ir::NodeKind::SymPy || t == "aten.sym_size.int" || t == "aten.sym_numel.default" ||
       t == "aten.sym_stride.int" || t.rfind("_operator.", 0) == 0) {
@@ -2317,6 +2345,14 @@ pb::Plan Lowerer::run(LowerStats* stats) {
     io->set_role(gi.kind == ir::InputKind::Parameter ? pb::PARAMETER
                  : gi.kind == ir::InputKind::Buffer ? pb::BUFFER
                  : gi.kind == ir::InputKind::ConstantTensor ? pb::CONSTANT : pb::USER_INPUT);
+    if (ir::isLiftedScalarInput(v)) {
+      io->set_is_scalar(true);
+      io->set_dtype(toPlanDType(v->type.dtype));
+      io->set_tensor(-1);
+      if (v->scalar_value) io->set_scalar_value(*v->scalar_value);
+      scalar_inputs_[v] = idx++;
+      continue;
+    }
     if (v->kind != ir::ValueKind::Tensor) {
       io->set_is_symint(true);
       io->set_tensor(-1);
@@ -2369,6 +2405,7 @@ pb::Plan Lowerer::run(LowerStats* stats) {
       s->mutable_source()->set_dim(it->second.second);
     }
   }
+  for (const auto& gd : m_.guards) *plan_.add_guards() = guardToProto(gd);
   for (auto& up : g_.nodes()) lowerNode(*up);
   finish();
   for (const auto& st : plan_.steps()) {

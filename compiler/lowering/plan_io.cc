@@ -111,8 +111,12 @@ pb::Plan parsePlan(const std::string& bytes, bool text, const std::string& sourc
     const auto& s = p.steps(i);
     std::string where = fmt::format("{}: step {}", source, i);
     if (s.has_kernel()) {
-      for (const auto& a : s.kernel().args())
+      for (const auto& a : s.kernel().args()) {
         if (a.v_case() == pb::KernelArg::kTensor && !tensorOk(a.tensor())) fail("{}: bad tensor argument", where);
+        if (a.v_case() == pb::KernelArg::kScalarInput &&
+            (a.scalar_input() < 0 || a.scalar_input() >= p.inputs_size() || !p.inputs(a.scalar_input()).is_scalar()))
+          fail("{}: argument '{}' names input {}, which is not a lifted scalar", where, a.name(), a.scalar_input());
+      }
       if (s.kernel().kernel().rfind("gen.", 0) == 0 &&
           (s.kernel().generated() < 0 || s.kernel().generated() >= p.kernels_size()))
         fail("{}: generated kernel index out of range", where);

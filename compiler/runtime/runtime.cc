@@ -263,6 +263,7 @@ Session::Session(const Program& program, Communicator* comm)
       allreduce_algorithm_(algorithmFromEnv()),
       gemm_tune_(gemmTuningFromEnv()) {
   inputs_.assign(static_cast<size_t>(plan_.inputs_size()), nullptr);
+  scalars_.assign(static_cast<size_t>(plan_.inputs_size()), std::nullopt);
   const int plan_ws = std::max(1, plan_.world_size());
   if (comm_ && comm_->worldSize() != plan_ws)
     fail("the plan is for world size {}, the communicator has {} ranks", plan_ws, comm_->worldSize());
@@ -307,6 +308,7 @@ void Session::bind(const std::map<std::string, int64_t>& symbols) {
   }
   for (const auto& [name, v] : symbols)
     if (!env_.count(name)) env_[name] = v;
+  ir::checkGuards(ir::guardsFromProto(plan_.guards(), "plan"), env_, "plan");
   int64_t need = std::max<int64_t>(eval(plan_.arena().peak_bytes(), "arena size"), 256);
   if (need > arena_bytes_) {
     if (arena_) check(cudaFree(arena_), "freeing the arena");
@@ -334,6 +336,17 @@ std::vector<int64_t> Session::inputShape(size_t i) const {
 void Session::setInput(size_t i, void* device_ptr) {
   if (i >= inputs_.size()) fail("input index {} out of range ({} inputs)", i, inputs_.size());
   inputs_[i] = device_ptr;
+  dirty_ = true;
+}
+
+void Session::setScalar(size_t i, double value) {
+  if (i >= scalars_.size()) fail("input index {} out of range ({} inputs)", i, scalars_.size());
+  const auto& in = plan_.inputs(static_cast<int>(i));
+  if (!in.is_scalar()) fail("input {} ('{}') is not a lifted scalar", i, in.name());
+  if (in.has_scalar_value() && !(value == in.scalar_value()))
+    fail("input {} ('{}'): the plan was compiled for the value {}, got {} (recompile with --const {}={})", i, in.name(),
+         in.scalar_value(), value, in.name(), value);
+  scalars_[i] = value;
   dirty_ = true;
 }
 
@@ -367,9 +380,11 @@ DeviceTensor Session::output(size_t i) const {
 }
 
 void Session::prepare(cudaStream_t stream) {
-  for (int i = 0; i < plan_.inputs_size(); ++i)
-    if (!plan_.inputs(i).is_symint() && !inputs_[static_cast<size_t>(i)])
-      fail("input {} ('{}') is not set", i, plan_.inputs(i).name());
+  for (int i = 0; i < plan_.inputs_size(); ++i) {
+    const auto& in = plan_.inputs(i);
+    bool set = in.is_scalar() ? scalars_[static_cast<size_t>(i)].has_value() : inputs_[static_cast<size_t>(i)] != nullptr;
+    if (!in.is_symint() && !set) fail("input {} ('{}') is not set", i, in.name());
+  }
   steps_.clear();
   launches_ = 0;
   fused_algorithms_.clear();
@@ -394,7 +409,12 @@ void Session::prepare(cudaStream_t stream) {
         if (it == args.end()) fail("{}: missing argument {}", where, n);
         return eval(it->second->int_(), where);
       };
-      auto F = [&](const std::string& n, double def) { return has(n) ? args[n]->real() : def; };
+      auto F = [&](const std::string& n, double def) {
+        if (!has(n)) return def;
+        const pb::KernelArg& a = *args[n];
+        if (a.v_case() != pb::KernelArg::kScalarInput) return a.real();
+        return scalars_.at(static_cast<size_t>(a.scalar_input())).value();  // prepare() checked it is set
+      };
       auto S = [&](const std::string& n, const std::string& def) { return has(n) ? args[n]->str() : def; };
       auto D = [&](const std::string& n) { return has(n) ? args[n]->dtype() : pb::DTYPE_UNSPECIFIED; };
       const std::string& name = kl.kernel();

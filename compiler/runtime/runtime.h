@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,10 @@ class Session {
   // Shape of input i under the bound symbols (to allocate and fill it).
   std::vector<int64_t> inputShape(size_t i) const;
   void setInput(size_t i, void* device_ptr);
+  // Binds lifted scalar input i (IoTensor.is_scalar: a Python number the graph takes as a
+  // 0-d CPU tensor) to its host value. A plan specialized for a value (IoTensor.scalar_value)
+  // refuses any other with a one-line FxError.
+  void setScalar(size_t i, double value);
 
   // Enqueues every step on `stream`.
   void run(cudaStream_t stream);
@@ -129,6 +134,7 @@ class Session {
   const fxfuse::plan::v1::Plan& plan_;
   std::map<std::string, int64_t> env_;
   std::vector<void*> inputs_;
+  std::vector<std::optional<double>> scalars_;  // lifted scalar inputs, by input index
   void* arena_ = nullptr;
   int64_t arena_bytes_ = 0;
   void* workspace_ = nullptr;

@@ -381,6 +381,24 @@ def test_dump_pass_and_safety():
 
 
 @test
+def test_lifted_scalar_values():
+    """A 0-d CPU tensor input (a Python float Dynamo lifted) gets its value recorded as the
+    input's scalar_value, from the backend's example inputs."""
+    need_torch()
+
+    def f(x, eps):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
+    example = (torch.randn(4, 8), torch.tensor(1e-6, dtype=torch.float64))
+    gm, _ = fe.make_fx_program(f, example, symbolic=False)
+    expect(fe.lifted_scalar_values(example) == {1: 1e-6}, fe.lifted_scalar_values(example))
+    m = fe.graph_to_module(gm, "AOT_FORWARD", scalar_values=fe.lifted_scalar_values(example))
+    conforms(m)
+    ins = m["graphs"][0]["inputs"]
+    expect("scalar_value" not in ins[0], "a 2-d input records no value")
+    expect(ins[1].get("scalar_value") == 1e-6, ins[1])
+
+
+@test
 def test_size_guard_and_determinism():
     need_torch()
 

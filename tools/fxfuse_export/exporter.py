@@ -466,6 +466,39 @@ def _example(n):
     return None, False
 
 
+def _is_lifted_scalar(t):
+    """A 0-d CPU tensor: how Dynamo passes a Python number it lifted into a graph input
+    (an `eps` default argument, a global FP8 maximum) when it compiles with dynamic shapes."""
+    return (isinstance(t, torch.Tensor) and t.dim() == 0 and t.device.type == "cpu"
+            and (t.dtype.is_floating_point or t.dtype in (torch.int64, torch.int32, torch.bool)))
+
+
+def _scalar_value(t):
+    """The value of a real (not fake) 0-d tensor as a float, or None."""
+    try:
+        from torch._subclasses.fake_tensor import is_fake
+        if is_fake(t):
+            return None
+    except Exception:
+        pass
+    try:
+        v = float(t.item())
+    except Exception:
+        return None
+    return v if v == v else None  # NaN is not representable in proto3 JSON
+
+
+def lifted_scalar_values(example_inputs):
+    """{placeholder index: value} for the 0-d CPU tensors among a backend's example inputs."""
+    out = {}
+    for i, t in enumerate(example_inputs or ()):
+        if _is_lifted_scalar(t):
+            v = _scalar_value(t)
+            if v is not None:
+                out[i] = v
+    return out
+
+
 def _loc_and_meta(n, with_meta):
     meta = {}
     loc = None
@@ -520,8 +553,11 @@ def _mutates(op):
 
 
 class _GraphConverter:
-    def __init__(self, ctx, gm, name, with_meta=True, input_specs=None, output_specs=None):
+    def __init__(self, ctx, gm, name, with_meta=True, input_specs=None, output_specs=None,
+                 scalar_values=None):
         self.ctx = ctx
+        self.scalar_values = scalar_values or {}  # placeholder index -> recorded value
+        self.placeholder_index = 0
         self.gm = gm
         self.graph = gm.graph if hasattr(gm, "graph") else gm
         self.mod = gm if isinstance(gm, torch.nn.Module) else self.graph.owning_module
@@ -727,6 +763,14 @@ class _GraphConverter:
             inp = {"value": vid, "kind": kind}
             if target:
                 inp["target"] = target
+            # Lifted scalars: the value, from the caller's example inputs or a real meta value.
+            if isinstance(ex, torch.Tensor) and ex.dim() == 0:
+                v = self.scalar_values.get(self.placeholder_index)
+                if v is None and _is_lifted_scalar(ex):
+                    v = _scalar_value(ex)
+                if v is not None:
+                    inp["scalar_value"] = float(v)
+            self.placeholder_index += 1
             self.inputs.append(inp)
             return
         if n.op == "get_attr":
@@ -817,11 +861,15 @@ def _py_param_names(fn, n):
 
 def graph_to_module(gm, stage="STAGE_UNSPECIFIED", *, name="main", with_meta=True,
                     input_specs=None, output_specs=None, range_constraints=None,
-                    metadata=None, weights=None):
-    """Convert a GraphModule (or fx.Graph) into an fxfuse Module dict (proto3 JSON shape)."""
+                    metadata=None, weights=None, scalar_values=None):
+    """Convert a GraphModule (or fx.Graph) into an fxfuse Module dict (proto3 JSON shape).
+
+    scalar_values: {placeholder index: value} of lifted scalar inputs (0-d CPU tensors),
+    e.g. `lifted_scalar_values(example_inputs)` in a torch.compile backend; recorded as the
+    inputs' `scalar_value` so fxfuse can check rewrites that depend on them."""
     ctx = _Ctx(range_constraints=range_constraints)
     ctx.graphs.append(None)
-    conv = _GraphConverter(ctx, gm, name, with_meta, input_specs, output_specs)
+    conv = _GraphConverter(ctx, gm, name, with_meta, input_specs, output_specs, scalar_values)
     graph = gm.graph if hasattr(gm, "graph") else gm
     if hasattr(gm, "graph"):
         ctx.graph_index[id(gm)] = 0
@@ -1086,7 +1134,7 @@ class DumpPass(_PassBase):
 
     def __init__(self, out_dir, prefix="graph", stage="post_grad_pre", chain=None,
                  write_text=False, max_bytes=DEFAULT_MAX_BYTES, max_files=10000,
-                 with_meta=True, on_dump=None):
+                 with_meta=True, on_dump=None, scalar_values=None):
         self.out_dir = str(out_dir)
         self.prefix = prefix
         self.stage = _enum_stage(stage)
@@ -1096,6 +1144,7 @@ class DumpPass(_PassBase):
         self.max_files = max_files
         self.with_meta = with_meta
         self.on_dump = on_dump
+        self.scalar_values = scalar_values  # {placeholder index: value} of lifted scalars
         self.count = 0
         self.written = []
         self._lock = threading.Lock()
@@ -1128,7 +1177,7 @@ class DumpPass(_PassBase):
         base = os.path.join(self.out_dir, self.base_name(idx))
         gm = graph.owning_module if isinstance(graph, torch.fx.Graph) else graph
         mod = graph_to_module(graph if gm is None else gm, self.stage, with_meta=self.with_meta,
-                              metadata={"pass": "DumpPass", "index": idx})
+                              metadata={"pass": "DumpPass", "index": idx}, scalar_values=self.scalar_values)
         path = write_module(mod, base + ".fxg.json", max_bytes=self.max_bytes)
         txt = None
         if self.write_text:
@@ -1176,6 +1225,9 @@ def backend(out_dir, stage="post_grad_pre", prefix="graph", **kw):
 
     def _backend(gm, example_inputs):
         from torch._inductor.compile_fx import compile_fx
+        # Dynamo's example inputs hold the real values of lifted Python numbers; the inference
+        # graphs after it keep Dynamo's placeholder order, so the index identifies them.
+        kw.setdefault("scalar_values", lifted_scalar_values(example_inputs))
         if st in ("POST_GRAD_PRE", "POST_GRAD_POST"):
             from torch._inductor import config as icfg
             key = "post_grad_custom_pre_pass" if st == "POST_GRAD_PRE" else "post_grad_custom_post_pass"
