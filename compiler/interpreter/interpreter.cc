@@ -193,6 +193,7 @@ OpTable& OpTable::get() {
     registerElementwiseOps(*t);
     registerReductionOps(*t);
     registerShapeOps(*t);
+    registerSelectOps(*t);
     registerFactoryOps(*t);
     registerLinalgOps(*t);
     registerVllmOps(*t);
