@@ -333,6 +333,7 @@ class Lowerer {
   bool pending(const Value* v) const { return grp_.open && grp_.values.count(v); }
   // The value in memory (closes the open group when it holds the value).
   int mat(Value* v, const Node& ctx) {
+    if (!v) unsupported(ctx, "a tensor argument is missing");
     if (pending(v)) closeGroup();
     auto it = mat_.find(v);
     if (it == mat_.end()) unsupported(ctx, "operand '" + v->name + "' has no lowered value");
@@ -726,6 +727,7 @@ bool Lowerer::tryAlias(Node& n) {
       for (size_t k = 0; k < r; ++k) perm.push_back(static_cast<int64_t>(k));
       std::swap(perm[static_cast<size_t>(a)], perm[static_cast<size_t>(b)]);
     }
+    if (perm.size() != r) unsupported(n, "permutation of another rank");
     std::vector<SymExpr> sh, st;
     for (int64_t p : perm) {
       p = normDim(n, p, r);
@@ -773,6 +775,8 @@ bool Lowerer::tryAlias(Node& n) {
     make(out, osh, st, src.offset);
     return true;
   }
+  if (out && (t == "aten.slice.Tensor" || t == "aten.expand.default") && out->type.shape.size() < r)
+    unsupported(n, "output rank does not fit the input");
   if (t == "aten.slice.Tensor") {
     if (!out || r == 0) return false;
     int64_t d = normDim(n, intArg(n, "dim", 0), r);
@@ -1141,6 +1145,7 @@ void Lowerer::lowerGenerated(Node& n) {
     std::vector<int64_t> perm;
     if (t == "aten.permute.default") {
       for (int64_t p : intList(n, "dims")) perm.push_back(normDim(n, p, r));
+      if (perm.size() != r) unsupported(n, "permutation of another rank");
     } else {
       for (size_t k = 0; k < r; ++k) perm.push_back(static_cast<int64_t>(k));
       if (r >= 2) {
