@@ -117,6 +117,12 @@ RoleInfo roleOf(const Interpreter& in, const ir::GraphInput& gi) {
       "scale", "scale_a", "scale_b", "output_scale", "a_scales", "b_scales", "scale_ub", "scale_factor",
       "input_scale", "weight_scale", "scale_result",
   };
+  // Integer inputs that index several tensors (token ids feeding two embeddings, an index
+  // into a gather and a scatter) must be valid for all of them: the smallest bound wins.
+  std::optional<RoleInfo> indexing;
+  auto note = [&](RoleInfo r) {
+    if (!indexing || (r.bound > 0 && (indexing->bound <= 0 || r.bound < indexing->bound))) indexing = std::move(r);
+  };
   while (!work.empty()) {
     const ir::Value* cur = work.back();
     work.pop_back();
@@ -138,31 +144,32 @@ RoleInfo roleOf(const Interpreter& in, const ir::GraphInput& gi) {
         continue;
       }
       if (t.rfind("aten.embedding", 0) == 0 && argIs("indices", 1)) {
-        return {Role::Ids, dimOf(in, u->input("weight", 0), 0), 0, "token ids of " + u->name};
+        note({Role::Ids, dimOf(in, u->input("weight", 0), 0), 0, "token ids of " + u->name});
+        continue;
       }
       if (t.rfind("_C.rotary_embedding", 0) == 0 && argIs("positions", 0)) {
-        return {Role::Positions, dimOf(in, u->input("cos_sin_cache", 4), 0), 0, "positions of " + u->name};
+        note({Role::Positions, dimOf(in, u->input("cos_sin_cache", 4), 0), 0, "positions of " + u->name});
+        continue;
       }
       if (t.rfind("_C.rotary_embedding", 0) == 0 && argIs("cos_sin_cache", 4)) {
         return {Role::Cache, 0, 0, "rotary cache of " + u->name};
       }
-      if (t.rfind("aten.index_select", 0) == 0 && argIs("index", 2)) {
+      bool dim_index = t.rfind("aten.index_select", 0) == 0 || t.rfind("aten.gather", 0) == 0 ||
+                       t.rfind("aten.scatter", 0) == 0 || t.rfind("aten.index_add", 0) == 0;
+      if (dim_index && argIs("index", 2)) {
         auto dim = u->arg("dim", 1);
-        return {Role::Index, dimOf(in, u->input("self", 0), dim ? dim->asInt().value_or(0) : 0), 0,
-                "index of " + u->name};
-      }
-      if (t.rfind("aten.gather", 0) == 0 && argIs("index", 2)) {
-        auto dim = u->arg("dim", 1);
-        return {Role::Index, dimOf(in, u->input("self", 0), dim ? dim->asInt().value_or(0) : 0), 0,
-                "index of " + u->name};
+        note({Role::Index, dimOf(in, u->input("self", 0), dim ? dim->asInt().value_or(0) : 0), 0,
+              "index of " + u->name});
+        continue;
       }
       if ((t.rfind("aten.index.", 0) == 0 || t.rfind("aten._unsafe_index.", 0) == 0)) {
         const ir::Attr* idx = u->arg("indices", 1);
         if (idx && idx->kind == ir::Attr::Kind::List)
           for (size_t k = 0; k < idx->list.size(); ++k)
             if (idx->list[k].kind == ir::Attr::Kind::Value && idx->list[k].value == cur)
-              return {Role::Index, dimOf(in, u->input("self", 0), static_cast<int64_t>(k)), 0, "index of " + u->name};
+              note({Role::Index, dimOf(in, u->input("self", 0), static_cast<int64_t>(k)), 0, "index of " + u->name});
       }
+      if (indexing) continue;  // an indexing use decides; other uses of the same ids do not
       if (t.rfind("aten.reciprocal", 0) == 0) return {Role::Scale, 0, 0, "reciprocal in " + u->name};
       for (const auto& a : u->args()) {
         if (a.value.kind != ir::Attr::Kind::Value || a.value.value != cur) continue;
@@ -184,6 +191,7 @@ RoleInfo roleOf(const Interpreter& in, const ir::GraphInput& gi) {
         return {Role::MatWeight, 0, dimOf(in, cur, -2), "b of " + u->name};
     }
   }
+  if (indexing) return *indexing;
   const std::string& name = v->name.empty() ? gi.target : v->name;
   std::string full = name + " " + gi.target;
   bool param = gi.kind == ir::InputKind::Parameter || gi.kind == ir::InputKind::Buffer ||

@@ -194,6 +194,7 @@ OpTable& OpTable::get() {
     registerElementwiseOps(*t);
     registerReductionOps(*t);
     registerShapeOps(*t);
+    registerSelectOps(*t);
     registerFactoryOps(*t);
     registerLinalgOps(*t);
     registerVllmOps(*t);

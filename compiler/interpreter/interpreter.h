@@ -194,6 +194,7 @@ RValue deepCopy(const RValue& v);
 void registerElementwiseOps(OpTable& t);
 void registerReductionOps(OpTable& t);
 void registerShapeOps(OpTable& t);
+void registerSelectOps(OpTable& t);
 void registerFactoryOps(OpTable& t);
 void registerLinalgOps(OpTable& t);
 void registerVllmOps(OpTable& t);

@@ -101,6 +101,7 @@ __device__ __forceinline__ float fx_sigmoid(float x) { return 1.0f / (1.0f + exp
 __device__ __forceinline__ double fx_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 __device__ __forceinline__ long long fx_wrap(long long i, long long n) { return i < 0 ? i + n : i; }
 __device__ __forceinline__ long long fx_floordiv(long long a, long long b) { long long q = a / b; return ((a % b != 0) && ((a < 0) != (b < 0))) ? q - 1 : q; }
+__device__ __forceinline__ long long fx_remainder(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 struct FxSum { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
 struct FxMax { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return fx_maxp(a, b); } };
 struct FxMin { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return fx_minp(a, b); } };
@@ -143,6 +144,16 @@ bool broadcastsTo(const std::vector<SymExpr>& from, const std::vector<SymExpr>& 
   return true;
 }
 
+std::vector<SymExpr> rowsOf(const std::vector<SymExpr>& domain, int kred) {
+  size_t lead = domain.size() - std::min(domain.size(), static_cast<size_t>(std::max(kred, 0)));
+  return std::vector<SymExpr>(domain.begin(), domain.begin() + static_cast<long>(lead));
+}
+
+bool storedPerRow(const std::vector<SymExpr>& shape, const std::vector<SymExpr>& domain, int kred) {
+  return kred > 0 && !broadcastsTo(shape, domain) && numelOf(shape) != numelOf(domain) &&
+         numelOf(shape) == numelOf(rowsOf(domain, kred));
+}
+
 SymExpr numelOf(const std::vector<SymExpr>& shape) {
   SymExpr n = SymExpr::integer(1);
   for (const auto& d : shape) n = n * d;
@@ -170,7 +181,8 @@ int64_t Codegen::cost(int i) const {
     int64_t c = 1;
     if (n.op != "load" && n.op != "reduce")
       for (int a : n.in) c = std::min<int64_t>(c + rec(a), int64_t{1} << 40);
-    if (n.op == "cumsum") c *= 64;
+    if (n.op == "cumsum" || n.op == "scatter") c *= 64;
+    if (n.op == "topk") c *= 4096;
     memo[k] = c;
     return c;
   };
@@ -341,6 +353,24 @@ class Emitter {
               ") * (" + x + ") * (" + x + ")))))";
         else if (f == "bnot") e = ct == "bool" ? "!(" + x + ")" : "~(" + x + ")";
         else if (f == "sign") e = "(" + t + ")(((" + x + ") > 0) - ((" + x + ") < 0))";
+        else if (f == "square") e = "((" + x + ") * (" + x + "))";
+        else if (f == "log1p") e = fn("log1pf", "log1p");
+        else if (f == "expm1") e = fn("expm1f", "expm1");
+        else if (f == "exp2") e = fn("exp2f", "exp2");
+        else if (f == "log2") e = fn("log2f", "log2");
+        else if (f == "log10") e = fn("log10f", "log10");
+        else if (f == "trunc") e = fn("truncf", "trunc");
+        else if (f == "tan") e = fn("tanf", "tan");
+        else if (f == "atan") e = fn("atanf", "atan");
+        else if (f == "sinh") e = fn("sinhf", "sinh");
+        else if (f == "cosh") e = fn("coshf", "cosh");
+        else if (f == "softplus") {  // f = {beta, threshold}: x*beta > threshold ? x : log1p(exp(x*beta))/beta
+          std::string beta = floatLit(n.f.size() > 0 ? n.f[0] : 1.0, d), thr = floatLit(n.f.size() > 1 ? n.f[1] : 20.0, d);
+          e = "((" + x + ") * " + beta + " > " + thr + " ? (" + x + ") : " + (d ? "log1p(exp(" : "log1pf(expf(") + "(" +
+              x + ") * " + beta + ")) / " + beta + ")";
+        }
+        else if (f == "isnan") e = "((" + x + ") != (" + x + "))";
+        else if (f == "isinf") e = "isinf(" + x + ")";
         else fail("codegen: unknown unary op {}", f);
         o << "  return " << round(n.dtype, conv(e, n.dtype == DType::Bool ? in(0).dtype : n.dtype, ct)) << ";\n";
       }
@@ -382,6 +412,10 @@ class Emitter {
       else if (f == "band") e = x + " & " + y;
       else if (f == "bor") e = x + " | " + y;
       else if (f == "bxor") e = x + " ^ " + y;
+      else if (f == "rem") e = t == "long long" ? "fx_remainder(" + x + ", " + y + ")"
+                               : t == "double" ? "(" + x + " - floor(" + x + " / " + y + ") * " + y + ")"
+                                               : "(" + x + " - floorf(" + x + " / " + y + ") * " + y + ")";
+      else if (f == "fmod") e = t == "long long" ? "(" + x + " % " + y + ")" : (t == "double" ? "fmod(" : "fmodf(") + x + ", " + y + ")";
       else fail("codegen: unknown binary op {}", f);
       DType rt = (cmp || logic) ? DType::Bool : n.dtype;
       o << "  return " << round(n.dtype, conv("(" + e + ")", rt, ct)) << ";\n";
@@ -431,6 +465,13 @@ class Emitter {
         std::set<int64_t> dims(n.iv.begin(), n.iv.end());
         for (size_t k = 0, q = 0; k < ri; ++k)
           o << "  j[" << k << "] = " << (dims.count(static_cast<int64_t>(k)) ? std::string("0") : "i[" + std::to_string(q++) + "]") << ";\n";
+      } else if (n.s == "repeat") {  // out dim lead + k reads src dim k modulo its size
+        size_t lead = n.shape.size() - ri;
+        for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = i[" << lead + k << "] % " << sx(src.shape[k]) << ";\n";
+      } else if (n.s == "repeat_interleave") {  // iv[0] = dim, sv[0] = repeats
+        for (size_t k = 0; k < ri; ++k)
+          o << "  j[" << k << "] = i[" << k << "]" << (static_cast<int64_t>(k) == n.iv.at(0) ? " / " + sx(n.sv.at(0)) : "")
+            << ";\n";
       } else if (n.s == "expand") {
         bcastIndex(o, "jb", src.shape, n.shape, "i");
         for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = jb[" << k << "];\n";
@@ -567,6 +608,10 @@ class Emitter {
       o << "  float other = " << conv(call(n.in[0], "j"), x.dtype, "float") << ";\n";
       o << "  return first ? " << round(n.dtype, round(n.dtype, "self * cs") + " - " + round(n.dtype, "other * sn"))
         << " : " << round(n.dtype, round(n.dtype, "self * cs") + " + " + round(n.dtype, "other * sn")) << ";\n";
+    } else if (n.op == "scatter") {
+      emitScatter(o, n, ct);
+    } else if (n.op == "topk") {
+      emitTopk(o, n, ct);
     } else if (n.op == "reduce") {
       o << "  return c.r" << id << ";\n";
     } else {
@@ -574,6 +619,75 @@ class Emitter {
     }
     o << "}\n";
     funcs_ << o.str();
+  }
+
+  // scatter (iv[1] = 0: last write wins, 1: add) and index_add (iv[1] = 2, f[0] = alpha) as a
+  // pure function of the output index: self's element plus every source element whose index
+  // entry names this position along iv[0] (a loop over the index's extent along that dim).
+  void emitScatter(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    const GNode& self = cg_.node(n.in.at(0));
+    const GNode& idx = cg_.node(n.in.at(1));
+    const GNode& src = cg_.node(n.in.at(2));
+    const size_t d = static_cast<size_t>(n.iv.at(0)), r = n.shape.size();
+    const int64_t mode = n.iv.at(1);
+    const std::string acc = ct == "bool" ? "long long" : ct;
+    o << "  " << acc << " v = " << conv(call(n.in[0], "i"), self.dtype, acc) << ";\n";
+    o << "  long long q[" << std::max<size_t>(r, 1) << "]; q[0] = 0;";
+    for (size_t k = 0; k < r; ++k) o << " q[" << k << "] = i[" << k << "];";
+    o << "\n";
+    if (mode != 2)  // scatter: positions outside the index tensor's extent keep self
+      for (size_t k = 0; k < r; ++k)
+        if (k != d && k < idx.shape.size()) o << "  if (i[" << k << "] >= " << sx(idx.shape[k]) << ") return v;\n";
+    std::string extent = mode == 2 ? sx(idx.shape.at(0)) : sx(idx.shape.at(d));
+    o << "  for (long long p = 0; p < " << extent << "; ++p) {\n";
+    if (mode == 2) {
+      o << "    long long ip[1]; ip[0] = p;\n";
+      o << "    if (fx_wrap(" << conv(call(n.in[1], "ip"), idx.dtype, "long long") << ", " << sx(self.shape[d])
+        << ") != i[" << d << "]) continue;\n";
+    } else {
+      o << "    q[" << d << "] = p;\n";
+      o << "    if (fx_wrap(" << conv(call(n.in[1], "q"), idx.dtype, "long long") << ", " << sx(self.shape[d])
+        << ") != i[" << d << "]) continue;\n";
+    }
+    o << "    q[" << d << "] = p;\n";
+    std::string sv = conv(call(n.in[2], "q"), src.dtype, acc);
+    if (mode == 0) o << "    v = " << sv << ";\n";
+    else if (mode == 1) o << "    v = v + " << sv << ";\n";
+    else o << "    v = v + (" << acc << ")" << floatLit(n.f.at(0), acc == "double") << " * " << sv << ";\n";
+    o << "  }\n";
+    o << "  return " << round(n.dtype, conv("v", acc == ct ? n.dtype : DType::I64, ct)) << ";\n";
+  }
+
+  // topk/sort along iv[0] (iv[1]: largest first, iv[2]: return the index): output position k
+  // holds the element whose rank is k, rank = number of elements ordered before it (NaN
+  // counts as the largest value, ties keep index order, as a stable sort). O(n^2) per
+  // element: meant for expert-gating rows.
+  void emitTopk(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    const GNode& src = cg_.node(n.in.at(0));
+    const size_t d = static_cast<size_t>(n.iv.at(0)), r = n.shape.size();
+    const bool largest = n.iv.at(1) != 0, want_index = n.iv.at(2) != 0;
+    const std::string vt = computeType(src.dtype);
+    o << "  long long j[" << std::max<size_t>(r, 1) << "]; j[0] = 0;";
+    for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
+    o << "\n  const long long n = " << sx(src.shape.at(d)) << ";\n";
+    o << "  for (long long p = 0; p < n; ++p) {\n";
+    o << "    j[" << d << "] = p; const " << vt << " v = " << call(n.in[0], "j") << ";\n";
+    o << "    long long rank = 0;\n";
+    o << "    for (long long q = 0; q < n; ++q) {\n";
+    o << "      if (q == p) continue;\n";
+    o << "      j[" << d << "] = q; const " << vt << " w = " << call(n.in[0], "j") << ";\n";
+    o << "      const bool wn = w != w, vn = v != v;\n";
+    const bool nan_first = largest || (n.iv.size() > 3 && n.iv[3] != 0);
+    if (largest)
+      o << "      if (wn ? (!vn || q < p) : (!vn && (w > v || (w == v && q < p)))) ++rank;\n";
+    else if (nan_first)  // min/argmin: NaN propagates, so it comes first
+      o << "      if (wn ? (!vn || q < p) : (!vn && (w < v || (w == v && q < p)))) ++rank;\n";
+    else
+      o << "      if (vn ? (!wn || q < p) : (!wn && (w < v || (w == v && q < p)))) ++rank;\n";
+    o << "    }\n";
+    o << "    if (rank == i[" << d << "]) return "
+      << (want_index ? conv("p", DType::I64, ct) : round(n.dtype, conv("v", src.dtype, ct))) << ";\n";
+    o << "  }\n  return (" << ct << ")0;\n";
   }
 
   const Codegen& cg_;
@@ -651,17 +765,24 @@ KernelSource Codegen::emit(const std::string& name, const std::vector<int>& memb
     }
     o << " }\n";
   };
+  auto rowDims = [&]() { return rowsOf(domain, kred); };
+  auto isRowOutput = [&](const std::vector<SymExpr>& shape) { return storedPerRow(shape, domain, kred); };
   auto stores = [&](std::ostringstream& o) {
     for (size_t q = 0; q < outputs.size(); ++q) {
       const StoredOutput& so = outputs[q];
       const GNode& g = node(so.gnode);
       std::ostringstream blk;
       std::string var = "s" + std::to_string(q);
+      // A per-row value (a row statistic of another shape, e.g. without keepdim) is stored
+      // once per row, by the first column, at the row's linear index.
+      bool per_row = isRowOutput(g.shape);
       if (broadcastsTo(g.shape, domain))
         em.bcastIndex(blk, var, g.shape, domain, "d");
+      else if (per_row)
+        em.linearIndex(blk, var, rowDims(), g.shape, "d");
       else
         em.linearIndex(blk, var, domain, g.shape, "d");
-      o << "    {" << blk.str();
+      o << "    " << (per_row ? "if (col == 0) {" : "{") << blk.str();
       o << "      long long off = 0";
       for (size_t k = 0; k < so.dest.shape.size(); ++k) o << " + " << var << "[" << k << "] * " << em.sx(so.dest.stride[k]);
       o << ";\n";

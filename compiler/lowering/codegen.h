@@ -37,15 +37,18 @@ struct GNode {
   //   load                    : mem tensor `mem`
   //   const                   : f[0] (or iv[0] for integral dtypes)
   //   unary   s=<fn>          : neg abs exp log sqrt rsqrt reciprocal sin cos tanh erf sigmoid
-  //                             silu relu gelu gelu_tanh not bnot floor ceil round sign
+  //                             silu relu gelu gelu_tanh not bnot floor ceil round sign square
+  //                             log1p expm1 exp2 log2 log10 trunc tan atan sinh cosh isnan isinf
+  //                             softplus (f = beta, threshold)
   //   binary  s=<fn>          : add sub mul div div_floor div_trunc pow max min eq ne lt le gt
-  //                             ge and or band bor bxor  (operands broadcast to the output)
+  //                             ge and or band bor bxor rem fmod  (operands broadcast to the output)
   //   cast                    : convert in[0] to dtype
   //   where                   : in[0] ? in[1] : in[2]
   //   clamp                   : clamp in[0] to [f[0], f[1]] (iv[0]: has lo, iv[1]: has hi)
   //   remap   s=<kind>        : view ops on in[0]: reshape permute(iv) slice(iv[0]=dim, sv[0]=start,
   //                             sv[1]=step) select(iv[0]=dim, sv[0]=index) unsqueeze(iv[0])
-  //                             squeeze(iv=dims) expand diag(none)
+  //                             squeeze(iv=dims) expand diag(none) repeat (out dim lead+k reads
+  //                             src dim k modulo its size) repeat_interleave(iv[0]=dim, sv[0]=repeats)
   //   cat     iv[0]=dim       : concatenation of in
   //   pad     sv=pad pairs    : constant_pad_nd with value f[0]
   //   iota    iv[0]=dim       : sv[0] + sv[1] * index[dim] (arange, iota)
@@ -55,6 +58,12 @@ struct GNode {
   //   tri     iv[0]=upper     : triu/tril with diagonal sv[0]
   //   slice_scatter           : in[0] with in[1] written into iv[0]=dim, sv=start,end,step
   //   cumsum  iv[0]=dim
+  //   scatter iv[0]=dim, iv[1]=mode: in[0] (self) with in[2] (src) written (0) or added (1) where
+  //                             in[1] (index, same rank) names the position; 2: index_add (1-D
+  //                             index, f[0] = alpha)
+  //   topk    iv[0]=dim, iv[1]=largest, iv[2]=index output: the element of rank index[dim]
+  //                             (sort is topk of the whole dim; NaN largest, ties by index;
+  //                             iv[3]=1: NaN first also when smallest first, as min/argmin)
   //   reduce  s=sum|max|min   : over the trailing iv[0] dims of in[0] (row groups only)
   std::string op;
   std::string s;
@@ -114,5 +123,11 @@ std::string sourceHash(const std::string& s);
 // Whether `from` broadcasts to `to` (numpy rules, size-1 dims by constant 1).
 bool broadcastsTo(const std::vector<ir::SymExpr>& from, const std::vector<ir::SymExpr>& to);
 ir::SymExpr numelOf(const std::vector<ir::SymExpr>& shape);
+// The row dims of a row kernel's domain (all but the trailing `kred`).
+std::vector<ir::SymExpr> rowsOf(const std::vector<ir::SymExpr>& domain, int kred);
+// Whether a value of `shape` in a row kernel is stored once per row (a row statistic that
+// does not broadcast to the domain, e.g. a reduction without keepdim): its numel is the
+// number of rows.
+bool storedPerRow(const std::vector<ir::SymExpr>& shape, const std::vector<ir::SymExpr>& domain, int kred);
 
 }  // namespace fxfuse::lowering

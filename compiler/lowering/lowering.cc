@@ -63,6 +63,11 @@ namespace {
 
 SymExpr I(int64_t v) { return SymExpr::integer(v); }
 bool isOne(const SymExpr& e) { return e.isInt() && e.intValue() == 1; }
+std::string shapeText(const std::vector<SymExpr>& shape) {
+  std::string s;
+  for (const auto& d : shape) s += (s.empty() ? "" : ", ") + d.str();
+  return s;
+}
 
 std::vector<SymExpr> contiguousStrides(const std::vector<SymExpr>& shape) {
   return ir::TensorType::contiguousStrides(shape);
@@ -81,7 +86,7 @@ bool isIdentityTarget(const std::string& t) {
   static const std::set<std::string> s = {
       "aten.alias.default", "aten.detach.default", "aten.clone.default", "aten.lift_fresh_copy.default",
       "aten.contiguous.default", "aten.to.device", "aten.dropout.default", "_c10d_functional.wait_tensor.default",
-      "aten.copy.default",
+      "aten.copy.default", "aten.detach_.default", "aten.positive.default",
   };
   return s.count(t) > 0;
 }
@@ -144,6 +149,12 @@ class Lowerer {
     if (!in->scalar_value) unsupported(n, "argument '" + name + "': " + ir::constFlagHint(*in));
     return in->scalar_value;
   }
+  // A tensor argument that must be there (one line naming the node otherwise).
+  Value* tensorArg(const Node& n, const std::string& name) {
+    Value* v = valArg(n, name);
+    if (!v || v->kind != ir::ValueKind::Tensor) unsupported(n, "argument '" + name + "' must be a tensor");
+    return v;
+  }
   double num(const Node& n, const std::string& name, double def) {
     const Attr* a = arg(n, name);
     if (!a) return def;
@@ -181,6 +192,10 @@ class Lowerer {
     if (a->isValue()) return symOf(a->value, n);
     if (auto s = a->asSize()) return *s;
     unsupported(n, "argument '" + name + "' must be a size");
+  }
+  SymExpr requiredSize(const Node& n, const std::string& name) {
+    if (auto s = sizeArg(n, name)) return *s;
+    unsupported(n, "missing argument '" + name + "'");
   }
   std::vector<SymExpr> sizeList(const Node& n, const std::string& name) {
     const Attr* a = arg(n, name);
@@ -342,6 +357,7 @@ class Lowerer {
   bool pending(const Value* v) const { return grp_.open && grp_.values.count(v); }
   // The value in memory (closes the open group when it holds the value).
   int mat(Value* v, const Node& ctx) {
+    if (!v) unsupported(ctx, "a tensor argument is missing");
     if (pending(v)) closeGroup();
     auto it = mat_.find(v);
     if (it == mat_.end()) unsupported(ctx, "operand '" + v->name + "' has no lowered value");
@@ -383,6 +399,7 @@ class Lowerer {
   }
   // Operand for a generated node: pending gnode, or a load of the materialized tensor.
   int operand(Value* v, const Node& ctx) {
+    if (!v) unsupported(ctx, "a tensor argument is missing");
     auto it = grp_.values.find(v);
     if (grp_.open && it != grp_.values.end()) return it->second;
     if (v->kind != ir::ValueKind::Tensor) return constSym(symOf(v, ctx));
@@ -527,7 +544,7 @@ class Lowerer {
     std::vector<std::pair<int, int>> main, extra;
     for (auto& ot : outs) {
       const auto& s = cg_.node(ot.first).shape;
-      if (broadcastsTo(s, gr.domain) || numelOf(s) == numelOf(gr.domain))
+      if (broadcastsTo(s, gr.domain) || numelOf(s) == numelOf(gr.domain) || storedPerRow(s, gr.domain, gr.kred))
         main.push_back(ot);
       else
         extra.push_back(ot);
@@ -535,8 +552,8 @@ class Lowerer {
     if (!main.empty()) emitKernel(gr.members, gr.domain, gr.kred, main);
     for (auto& ot : extra) {
       if (depReduce(ot.first))
-        fail("lowering: a value of shape [{}] computed from a row reduction cannot be stored",
-             cg_.node(ot.first).origin);
+        fail("lowering: node '{}': a value of shape [{}] computed from a row reduction over [{}] cannot be stored",
+             cg_.node(ot.first).origin, shapeText(cg_.node(ot.first).shape), shapeText(gr.domain));
       emitKernel(gr.members, cg_.node(ot.first).shape, 0, {ot});
     }
     for (auto& [v, t] : stored) mat_[v] = t;
@@ -573,7 +590,10 @@ class Lowerer {
   void lowerNode(Node& n);
   bool tryAlias(Node& n);
   void lowerGenerated(Node& n);
+  bool lowerRowComposite(Node& n);
+  int trailingSource(Node& n, Value* x, const std::set<int64_t>& dims, std::vector<SymExpr>* shape);
   void lowerMatmul(Node& n);
+  void batchOperands(Node& n, int& ta, TRef& A, int& tb, TRef& B);
   void lowerAttention(Node& n);
   attention::AttentionShapeFacts attentionFacts(int q4, int k4, int v4, int o4, bool has_mask, bool fp8_out) const;
   bool lowerFxfuseLibrary(Node& n);
@@ -733,6 +753,7 @@ bool Lowerer::tryAlias(Node& n) {
       for (size_t k = 0; k < r; ++k) perm.push_back(static_cast<int64_t>(k));
       std::swap(perm[static_cast<size_t>(a)], perm[static_cast<size_t>(b)]);
     }
+    if (perm.size() != r) unsupported(n, "permutation of another rank");
     std::vector<SymExpr> sh, st;
     for (int64_t p : perm) {
       p = normDim(n, p, r);
@@ -780,6 +801,8 @@ bool Lowerer::tryAlias(Node& n) {
     make(out, osh, st, src.offset);
     return true;
   }
+  if (out && (t == "aten.slice.Tensor" || t == "aten.expand.default") && out->type.shape.size() < r)
+    unsupported(n, "output rank does not fit the input");
   if (t == "aten.slice.Tensor") {
     if (!out || r == 0) return false;
     int64_t d = normDim(n, intArg(n, "dim", 0), r);
@@ -796,7 +819,7 @@ bool Lowerer::tryAlias(Node& n) {
   if (t == "aten.select.int") {
     if (!out) return true;
     int64_t d = normDim(n, intArg(n, "dim", 0), r);
-    SymExpr idx = *sizeArg(n, "index");
+    SymExpr idx = requiredSize(n, "index");
     if (idx.isInt() && idx.intValue() < 0) idx = idx + src.shape[static_cast<size_t>(d)];
     auto sh = src.shape, st = src.stride;
     sh.erase(sh.begin() + d);
@@ -824,7 +847,7 @@ bool Lowerer::tryAlias(Node& n) {
       } else if (t == "aten.split_with_sizes.default") {
         len = sizeList(n, "split_sizes").at(q);
       } else if (t == "aten.split.Tensor") {
-        len = *sizeArg(n, "split_size");
+        len = requiredSize(n, "split_size");
       } else {
         unsupported(n, "chunk with an unused output");
       }
@@ -865,7 +888,12 @@ void Lowerer::lowerGenerated(Node& n) {
       {"aten.tanh.default", "tanh"}, {"aten.erf.default", "erf"}, {"aten.sigmoid.default", "sigmoid"},
       {"aten.silu.default", "silu"}, {"aten.relu.default", "relu"}, {"aten.logical_not.default", "not"},
       {"aten.bitwise_not.default", "bnot"}, {"aten.floor.default", "floor"}, {"aten.ceil.default", "ceil"},
-      {"aten.round.default", "round"}, {"aten.sign.default", "sign"},
+      {"aten.round.default", "round"}, {"aten.sign.default", "sign"}, {"aten.square.default", "square"},
+      {"aten.log1p.default", "log1p"}, {"aten.expm1.default", "expm1"}, {"aten.exp2.default", "exp2"},
+      {"aten.log2.default", "log2"}, {"aten.log10.default", "log10"}, {"aten.trunc.default", "trunc"},
+      {"aten.tan.default", "tan"}, {"aten.atan.default", "atan"}, {"aten.sinh.default", "sinh"},
+      {"aten.cosh.default", "cosh"}, {"aten.softplus.default", "softplus"}, {"aten.isnan.default", "isnan"},
+      {"aten.isinf.default", "isinf"},
   };
   static const std::map<std::string, std::string> binary = {
       {"aten.mul.Tensor", "mul"}, {"aten.mul.Scalar", "mul"}, {"aten.div.Tensor", "div"},
@@ -876,9 +904,46 @@ void Lowerer::lowerGenerated(Node& n) {
       {"aten.logical_and.default", "and"}, {"aten.logical_or.default", "or"},
       {"aten.bitwise_and.Tensor", "band"}, {"aten.bitwise_or.Tensor", "bor"}, {"aten.__and__.Tensor", "band"},
       {"aten.__or__.Tensor", "bor"}, {"aten.maximum.default", "max"}, {"aten.minimum.default", "min"},
-      {"aten.bitwise_xor.Tensor", "bxor"},
+      {"aten.bitwise_xor.Tensor", "bxor"}, {"aten.floor_divide.default", "div_floor"},
+      {"aten.floor_divide.Scalar", "div_floor"}, {"aten.remainder.Tensor", "rem"}, {"aten.remainder.Scalar", "rem"},
+      {"aten.fmod.Tensor", "fmod"}, {"aten.fmod.Scalar", "fmod"}, {"aten.bitwise_xor.Scalar", "bxor"},
+      {"aten.bitwise_and.Scalar", "band"}, {"aten.bitwise_or.Scalar", "bor"},
   };
 
+  // argmax/argmin and max/min.dim with their indices: the rank-0 element of topk along dim
+  // (first NaN, else the first extreme, as torch), viewed to the output's shape.
+  bool indices_used = n.numOutputs() > 1 && n.output(1) && n.output(1)->numUses() > 0;
+  if (t == "aten.argmax.default" || t == "aten.argmin.default" ||
+      ((t == "aten.max.dim" || t == "aten.min.dim") && indices_used)) {
+    Value* x = tensorArg(n, "self");
+    if (x->type.shape.empty()) unsupported(n, "rank-0 input");
+    bool arg_only = t.rfind("aten.arg", 0) == 0;
+    prepareGroup(n, {osh, 0}, true);
+    int src = operand(x, n);
+    std::vector<SymExpr> xs = x->type.shape;
+    int64_t d = 0;
+    if (arg(n, "dim")) {
+      d = normDim(n, intArg(n, "dim", 0), xs.size());
+    } else {  // argmax over all elements: of the flattened input
+      xs = {numelOf(xs)};
+      src = gnode("remap", "reshape", {src}, x->type.dtype, xs, o);
+      member(src);
+    }
+    std::vector<SymExpr> ks = xs;
+    ks[static_cast<size_t>(d)] = I(1);
+    for (size_t q = 0; q < n.numOutputs() && q < 2; ++q) {
+      Value* ov = n.output(q);
+      if (!ov) continue;
+      int id = gnode("topk", "", {src}, ov->type.dtype, ks, o);
+      cg_.node(id).iv = {d, t.find("max") != std::string::npos ? 1 : 0, arg_only || q == 1 ? 1 : 0, 1};
+      if (ov->type.shape != ks) {
+        member(id);
+        id = gnode("remap", "reshape", {id}, ov->type.dtype, ov->type.shape, o);
+      }
+      define(ov, id);
+    }
+    return;
+  }
   // Reductions and softmax need a row group.
   bool is_red = t == "aten.sum.dim_IntList" || t == "aten.mean.dim" || t == "aten.amax.default" ||
                 t == "aten.amin.default" || t == "aten.sum.default" || t == "aten.mean.default" ||
@@ -886,7 +951,7 @@ void Lowerer::lowerGenerated(Node& n) {
   bool is_softmax = t == "aten.softmax.int" || t == "aten._softmax.default" || t == "aten.log_softmax.int" ||
                     t == "aten._log_softmax.default";
   if (is_red || is_softmax) {
-    Value* x = valArg(n, "self");
+    Value* x = tensorArg(n, "self");
     if (!x) unsupported(n, "missing input");
     const auto& ish = x->type.shape;
     size_t r = ish.size();
@@ -902,18 +967,16 @@ void Lowerer::lowerGenerated(Node& n) {
         for (size_t k = 0; k < r; ++k) dims.insert(static_cast<int64_t>(k));
       for (int64_t d : l) dims.insert(normDim(n, d, r));
     }
-    if ((t == "aten.max.dim" || t == "aten.min.dim") && n.output(1) && n.output(1)->numUses() > 0)
-      unsupported(n, "the indices output of max/min is not supported");
     int k = static_cast<int>(dims.size());
-    for (int64_t d : dims)
-      if (d < static_cast<int64_t>(r) - k) unsupported(n, "reductions must be over the trailing dimensions");
+    if (is_softmax && *dims.begin() != static_cast<int64_t>(r) - 1)
+      unsupported(n, "softmax over a dimension other than the last");
     if (r == 0) {  // reduction of a scalar: identity
       prepareGroup(n, {osh, 0}, false);
       define(out, gCast(operand(x, n), odt, osh, o));
       return;
     }
-    prepareGroup(n, {ish, k}, false);
-    int xin = operand(x, n);
+    std::vector<SymExpr> dsh;
+    int xin = trailingSource(n, x, dims, &dsh);
     if (is_softmax) {
       bool log = t == "aten.log_softmax.int" || t == "aten._log_softmax.default";
       DType ct = cg_.node(xin).dtype == DType::F64 ? DType::F64 : DType::F32;
@@ -931,9 +994,9 @@ void Lowerer::lowerGenerated(Node& n) {
     std::string kind = (t.find("sum") != std::string::npos) ? "sum" : (t.find("mean") != std::string::npos) ? "mean"
                        : (t.find("max") != std::string::npos) ? "max" : "min";
     int src = xin;
-    if (auto dt = dtypeArg(n, "dtype")) src = gCast(xin, *dt, ish, o);
+    if (auto dt = dtypeArg(n, "dtype")) src = gCast(xin, *dt, dsh, o);
     if (kind == "sum" && !ir::isFloating(cg_.node(src).dtype) && cg_.node(src).dtype != DType::I64)
-      src = gCast(src, DType::I64, ish, o);
+      src = gCast(src, DType::I64, dsh, o);
     int red = gReduce(kind, src, k, odt, osh, o);
     if (src != xin) member(src);
     define(out, red);
@@ -951,10 +1014,33 @@ void Lowerer::lowerGenerated(Node& n) {
                t == "aten.slice_scatter.default" || t == "aten.cumsum.default" || t == "aten.triu.default" ||
                t == "aten.tril.default" || t == "aten.split.Tensor" || t == "aten.split_with_sizes.default" ||
                t == "aten.chunk.default" || t == "aten.unbind.int" || t == "aten.contiguous.default" ||
-               t == "aten.as_strided.default" || t == "aten.diff.default";
+               t == "aten.as_strided.default" || t == "aten.diff.default" || t == "aten.repeat.default" ||
+               t == "aten.repeat_interleave.self_int" || t == "aten.scatter.src" || t == "aten.scatter.value" ||
+               t == "aten.scatter_add.default" || t == "aten.index_add.default" || t == "aten.pad.default";
+  if (t == "aten.topk.default" || t == "aten.sort.default" || t == "aten.sort.stable") {
+    // values and indices: the element of each rank (codegen's topk node)
+    Value* x = tensorArg(n, "self");
+    if (!x || x->kind != ir::ValueKind::Tensor) unsupported(n, "missing input tensor");
+    size_t r = x->type.shape.size();
+    if (r == 0) unsupported(n, "rank-0 input");
+    int64_t d = normDim(n, intArg(n, "dim", -1), r);
+    bool largest = t == "aten.topk.default" ? flag(n, "largest", true) : flag(n, "descending", false);
+    prepareGroup(n, {osh, 0}, true);  // reads other positions: an index remap of its operand
+    int src = operand(x, n);
+    for (size_t q = 0; q < 2 && q < n.numOutputs(); ++q) {
+      Value* ov = n.output(q);
+      if (!ov) continue;
+      int id = gnode("topk", "", {src}, ov->type.dtype, ov->type.shape, o);
+      cg_.node(id).iv = {d, largest ? 1 : 0, static_cast<int64_t>(q)};
+      define(ov, id);
+    }
+    return;
+  }
   if (n.numOutputs() > 1) {
     // Multi-output views (split/chunk/unbind): each output is a slice/select of the input.
-    prepareGroup(n, {valArg(n, "self")->type.shape, 0}, true);
+    Value* self = valArg(n, "self");
+    if (!self || self->kind != ir::ValueKind::Tensor) unsupported(n, "no lowering for this op");
+    prepareGroup(n, {self->type.shape, 0}, true);
   } else {
     prepareGroup(n, req, remap);
   }
@@ -964,7 +1050,9 @@ void Lowerer::lowerGenerated(Node& n) {
     std::string f = u->second;
     DType ct = ir::isFloating(odt) ? odt : cg_.node(a).dtype;
     if (f == "not") ct = DType::Bool;
-    define(out, gCast(gUnary(f, a, ct == DType::Bool && f != "not" && f != "bnot" ? odt : ct, osh, o), odt, osh, o));
+    int res = gUnary(f, a, ct == DType::Bool && f != "not" && f != "bnot" ? odt : ct, osh, o);
+    if (f == "softplus") cg_.node(res).f = {num(n, "beta", 1.0), num(n, "threshold", 20.0)};
+    define(out, gCast(res, odt, osh, o));
     return;
   }
   if (t == "aten.gelu.default") {
@@ -1005,7 +1093,8 @@ void Lowerer::lowerGenerated(Node& n) {
     define(out, gBin(t.find("add") != std::string::npos ? "add" : "sub", rs ? c : a, rs ? a : c, odt, osh, o));
     return;
   }
-  if (t == "aten.where.self") {
+  if (t == "aten.where.self" || t == "aten.where.ScalarSelf" || t == "aten.where.ScalarOther" ||
+      t == "aten.where.Scalar") {
     int c = operand(valArg(n, "condition"), n);
     int a = scalarOrTensor(n, "self"), b = scalarOrTensor(n, "other");
     define(out, gnode("where", "", {c, a, b}, odt, osh, o));
@@ -1061,8 +1150,8 @@ void Lowerer::lowerGenerated(Node& n) {
     if (t == "aten.arange.start" || t == "aten.arange.start_step") start = num(n, "start", 0);
     if (t == "aten.arange.start_step") step = num(n, "step", 1);
     if (t == "prims.iota.default") {
-      start = static_cast<double>(hint(*sizeArg(n, "start")));
-      step = static_cast<double>(hint(*sizeArg(n, "step")));
+      start = static_cast<double>(hint(requiredSize(n, "start")));
+      step = static_cast<double>(hint(requiredSize(n, "step")));
     }
     int id = gnode("iota", "", {}, odt, osh, o);
     cg_.node(id).f = {start, step};
@@ -1077,11 +1166,12 @@ void Lowerer::lowerGenerated(Node& n) {
     return;
   }
   if (t == "aten.permute.default" || t == "aten.transpose.int" || t == "aten.t.default") {
-    Value* x = valArg(n, "self");
+    Value* x = tensorArg(n, "self");
     size_t r = x->type.shape.size();
     std::vector<int64_t> perm;
     if (t == "aten.permute.default") {
       for (int64_t p : intList(n, "dims")) perm.push_back(normDim(n, p, r));
+      if (perm.size() != r) unsupported(n, "permutation of another rank");
     } else {
       for (size_t k = 0; k < r; ++k) perm.push_back(static_cast<int64_t>(k));
       if (r >= 2) {
@@ -1096,7 +1186,7 @@ void Lowerer::lowerGenerated(Node& n) {
     return;
   }
   if (t == "aten.slice.Tensor") {
-    Value* x = valArg(n, "self");
+    Value* x = tensorArg(n, "self");
     size_t r = x->type.shape.size();
     int64_t d = normDim(n, intArg(n, "dim", 0), r);
     SymExpr start = sizeArg(n, "start").value_or(I(0));
@@ -1108,9 +1198,9 @@ void Lowerer::lowerGenerated(Node& n) {
     return;
   }
   if (t == "aten.select.int") {
-    Value* x = valArg(n, "self");
+    Value* x = tensorArg(n, "self");
     int64_t d = normDim(n, intArg(n, "dim", 0), x->type.shape.size());
-    SymExpr idx = *sizeArg(n, "index");
+    SymExpr idx = requiredSize(n, "index");
     if (idx.isInt() && idx.intValue() < 0) idx = idx + x->type.shape[static_cast<size_t>(d)];
     int id = gnode("remap", "select", {operand(x, n)}, odt, osh, o);
     cg_.node(id).iv = {d};
@@ -1127,7 +1217,7 @@ void Lowerer::lowerGenerated(Node& n) {
     return;
   }
   if (t == "aten.squeeze.dim" || t == "aten.squeeze.dims" || t == "aten.squeeze.default") {
-    Value* x = valArg(n, "self");
+    Value* x = tensorArg(n, "self");
     size_t r = x->type.shape.size();
     std::vector<int64_t> dims;
     for (size_t k = 0; k < r; ++k) {
@@ -1148,7 +1238,7 @@ void Lowerer::lowerGenerated(Node& n) {
   }
   if (t == "aten.split.Tensor" || t == "aten.split_with_sizes.default" || t == "aten.chunk.default" ||
       t == "aten.unbind.int") {
-    Value* x = valArg(n, "self");
+    Value* x = tensorArg(n, "self");
     size_t r = x->type.shape.size();
     int64_t d = normDim(n, intArg(n, "dim", 0), r);
     int src = operand(x, n);
@@ -1167,7 +1257,7 @@ void Lowerer::lowerGenerated(Node& n) {
       SymExpr len;
       if (ov) len = ov->type.shape[static_cast<size_t>(d)];
       else if (t == "aten.split_with_sizes.default") len = sizeList(n, "split_sizes").at(q);
-      else if (t == "aten.split.Tensor") len = *sizeArg(n, "split_size");
+      else if (t == "aten.split.Tensor") len = requiredSize(n, "split_size");
       else unsupported(n, "chunk with an unused output");
       if (ov && ov->numUses() > 0) {
         int id = gnode("remap", "slice", {src}, ov->type.dtype, ov->type.shape, o);
@@ -1204,6 +1294,57 @@ void Lowerer::lowerGenerated(Node& n) {
     define(out, id);
     return;
   }
+  if (t == "aten.repeat.default") {
+    Value* x = tensorArg(n, "self");
+    if (sizeList(n, "repeats").size() < x->type.shape.size()) unsupported(n, "fewer repeats than dimensions");
+    define(out, gnode("remap", "repeat", {operand(x, n)}, odt, osh, o));
+    return;
+  }
+  if (t == "aten.repeat_interleave.self_int") {
+    Value* x = tensorArg(n, "self");
+    int src = operand(x, n);
+    int64_t d = 0;
+    if (arg(n, "dim")) {
+      d = normDim(n, intArg(n, "dim", 0), x->type.shape.size());
+    } else if (x->type.shape.size() != 1) {  // dim=None repeats the flattened input
+      std::vector<SymExpr> flat{numelOf(x->type.shape)};
+      src = gnode("remap", "reshape", {src}, x->type.dtype, flat, o);
+      member(src);
+    }
+    int id = gnode("remap", "repeat_interleave", {src}, odt, osh, o);
+    cg_.node(id).iv = {d};
+    cg_.node(id).sv = {sizeArg(n, "repeats").value_or(I(1))};
+    define(out, id);
+    return;
+  }
+  if (t == "aten.scatter.src" || t == "aten.scatter.value" || t == "aten.scatter_add.default" ||
+      t == "aten.index_add.default") {
+    Value* x = tensorArg(n, "self");
+    Value* index = valArg(n, "index");
+    if (!index) unsupported(n, "missing index tensor");
+    size_t r = x->type.shape.size();
+    int64_t d = normDim(n, intArg(n, "dim", 0), r);
+    bool index_add = t == "aten.index_add.default";
+    if (index_add ? index->type.shape.size() != 1 : index->type.shape.size() != r)
+      unsupported(n, "index tensor of an unexpected rank");
+    if (t == "aten.scatter.src" || t == "aten.scatter.value")
+      if (const Attr* red = arg(n, "reduce"); red) unsupported(n, "scatter with a reduce mode");
+    int src = t == "aten.scatter.value" ? scalarOrTensor(n, "value")
+                                        : operand(valArg(n, index_add ? "source" : "src"), n);
+    int id = gnode("scatter", "", {operand(x, n), operand(index, n), src}, odt, osh, o);
+    cg_.node(id).iv = {d, index_add ? 2 : t == "aten.scatter_add.default" ? 1 : 0};
+    cg_.node(id).f = {num(n, "alpha", 1.0)};
+    define(out, id);
+    return;
+  }
+  if (t == "aten.pad.default") {
+    if (str(n, "mode", "constant") != "constant") unsupported(n, "only constant padding is supported");
+    int id = gnode("pad", "", {operand(valArg(n, "self"), n)}, odt, osh, o);
+    cg_.node(id).sv = sizeList(n, "pad");
+    cg_.node(id).f = {num(n, "value", 0.0)};
+    define(out, id);
+    return;
+  }
   if (t == "aten.constant_pad_nd.default") {
     auto pad = sizeList(n, "pad");
     int id = gnode("pad", "", {operand(valArg(n, "self"), n)}, odt, osh, o);
@@ -1221,7 +1362,7 @@ void Lowerer::lowerGenerated(Node& n) {
     return;
   }
   if (t == "aten.index_select.default" || t == "aten.gather.default") {
-    Value* x = valArg(n, "self");
+    Value* x = tensorArg(n, "self");
     int64_t d = normDim(n, intArg(n, "dim", 0), x->type.shape.size());
     int id = gnode("gather", "", {operand(x, n), operand(valArg(n, "index"), n)}, odt, osh, o);
     cg_.node(id).iv = {d, t == "aten.index_select.default" ? 1 : 3};
@@ -1229,7 +1370,7 @@ void Lowerer::lowerGenerated(Node& n) {
     return;
   }
   if (t == "aten.index.Tensor" || t == "aten._unsafe_index.Tensor") {
-    Value* x = valArg(n, "self");
+    Value* x = tensorArg(n, "self");
     const Attr* l = arg(n, "indices");
     if (!l || l->kind != Attr::Kind::List) unsupported(n, "index without an index list");
     int64_t first = -1, last = -1;
@@ -1252,7 +1393,7 @@ void Lowerer::lowerGenerated(Node& n) {
     return;
   }
   if (t == "aten.slice_scatter.default") {
-    Value* x = valArg(n, "self");
+    Value* x = tensorArg(n, "self");
     int64_t d = normDim(n, intArg(n, "dim", 0), x->type.shape.size());
     SymExpr start = sizeArg(n, "start").value_or(I(0));
     SymExpr end = sizeArg(n, "end").value_or(x->type.shape[static_cast<size_t>(d)]);
@@ -1264,7 +1405,7 @@ void Lowerer::lowerGenerated(Node& n) {
     return;
   }
   if (t == "aten.cumsum.default") {
-    Value* x = valArg(n, "self");
+    Value* x = tensorArg(n, "self");
     int id = gnode("cumsum", "", {operand(x, n)}, odt, osh, o);
     cg_.node(id).iv = {normDim(n, intArg(n, "dim", 0), x->type.shape.size())};
     define(out, id);
@@ -1277,7 +1418,7 @@ void Lowerer::lowerGenerated(Node& n) {
     //   x ───────┼─ cat(dim) = y ──┤              ├─ sub ─ out
     //   append ──┘                 └─ slice(:-1) ─┘
     if (intArg(n, "n", 1) != 1) unsupported(n, "diff with n != 1");
-    Value* x = valArg(n, "self");
+    Value* x = tensorArg(n, "self");
     int64_t d = normDim(n, intArg(n, "dim", -1), x->type.shape.size());
     std::vector<int> parts;
     std::vector<SymExpr> ysh = x->type.shape;
@@ -1319,7 +1460,171 @@ void Lowerer::lowerGenerated(Node& n) {
   unsupported(n, "no lowering for this op");
 }
 
+// ---------------------------------------------------------------------------------- row composites
+
+// Opens (or joins) a row group whose reduced dims are `dims` of `x` and returns x as a gnode
+// with those dims moved last (an index remap when they are not already trailing); `shape`
+// gets the permuted shape, which is the group's domain.
+int Lowerer::trailingSource(Node& n, Value* x, const std::set<int64_t>& dims, std::vector<SymExpr>* shape) {
+  const auto& ish = x->type.shape;
+  std::vector<int64_t> perm;
+  for (size_t d = 0; d < ish.size(); ++d)
+    if (!dims.count(static_cast<int64_t>(d))) perm.push_back(static_cast<int64_t>(d));
+  for (int64_t d : dims) perm.push_back(d);
+  std::vector<SymExpr> psh;
+  bool identity = true;
+  for (size_t k = 0; k < perm.size(); ++k) {
+    psh.push_back(ish[static_cast<size_t>(perm[k])]);
+    identity = identity && perm[k] == static_cast<int64_t>(k);
+  }
+  *shape = psh;
+  prepareGroup(n, {psh, static_cast<int>(dims.size())}, !identity);  // a permute reads other rows
+  int a = operand(x, n);
+  if (identity) return a;
+  int id = gnode("remap", "permute", {a}, cg_.node(a).dtype, psh, n.name);
+  cg_.node(id).iv = perm;
+  member(id);
+  return id;
+}
+
+// Ops that are a short chain of elementwise steps around row reductions, generated into the
+// row kernel of their input: layer norm (mean, centered mean of squares, rsqrt), var/var_mean
+// and Inductor's online-softmax statistics. Computed in f32 (f64 for f64 inputs), rounded
+// once to each output's dtype.
+bool Lowerer::lowerRowComposite(Node& n) {
+  const std::string& t = n.target;
+  bool layer_norm = t == "aten.layer_norm.default" || t == "aten.native_layer_norm.default";
+  bool var = t == "aten.var_mean.correction" || t == "aten.var.correction" || t == "aten.var_mean.dim" ||
+             t == "aten.var.dim";
+  bool online_softmax = t == "prims.prepare_softmax_online.default";
+  if (!layer_norm && !var && !online_softmax) return false;
+  const std::string& o = n.name;
+  Value* x = valArg(n, layer_norm ? "input" : "self");
+  if (!x || x->kind != ir::ValueKind::Tensor) unsupported(n, "missing input tensor");
+  const size_t r = x->type.shape.size();
+  if (r == 0) unsupported(n, "rank-0 input");
+  std::set<int64_t> dims;
+  if (layer_norm) {
+    size_t k = sizeList(n, "normalized_shape").size();
+    if (k == 0 || k > r) unsupported(n, "normalized_shape does not fit the input");
+    for (size_t d = r - k; d < r; ++d) dims.insert(static_cast<int64_t>(d));
+  } else if (online_softmax) {
+    dims.insert(normDim(n, intArg(n, "dim", -1), r));
+  } else {
+    const Attr* a = arg(n, "dim");
+    std::vector<int64_t> l = a ? intList(n, "dim") : std::vector<int64_t>{};
+    if (l.empty())
+      for (size_t d = 0; d < r; ++d) dims.insert(static_cast<int64_t>(d));
+    for (int64_t d : l) dims.insert(normDim(n, d, r));
+  }
+  std::vector<SymExpr> dsh;
+  int xin = trailingSource(n, x, dims, &dsh);
+  const int k = static_cast<int>(dims.size());
+  const DType ct = x->type.dtype == DType::F64 ? DType::F64 : DType::F32;
+  const auto rs = rowShape(dsh, k);
+  auto keep = [&](int id) {
+    member(id);
+    return id;
+  };
+  // A row statistic (shape rs inside the group) as graph output `q` of its declared shape.
+  auto defineRow = [&](size_t q, int v) {
+    Value* ov = n.output(q);
+    if (!ov) return;
+    int c = keep(gCast(v, ov->type.dtype, rs, o));
+    define(ov, ov->type.shape == rs ? c : gnode("remap", "reshape", {c}, ov->type.dtype, ov->type.shape, o));
+  };
+  int xf = keep(gCast(xin, ct, dsh, o));
+  if (online_softmax) {  // (max, sum(exp(x - max))) over dim
+    int mx = keep(gReduce("max", xf, k, ct, rs, o));
+    int e = keep(gUnary("exp", keep(gBin("sub", xf, mx, ct, dsh, o)), ct, dsh, o));
+    int sum = keep(gReduce("sum", e, k, ct, rs, o));
+    defineRow(0, mx);
+    defineRow(1, sum);
+    return true;
+  }
+  int mean = keep(gReduce("mean", xf, k, ct, rs, o));
+  int centered = keep(gBin("sub", xf, mean, ct, dsh, o));
+  int msq = keep(gReduce("mean", keep(gBin("mul", centered, centered, ct, dsh, o)), k, ct, rs, o));
+  if (var) {
+    double corr = num(n, "correction", t.find(".dim") != std::string::npos && !flag(n, "unbiased", true) ? 0.0 : 1.0);
+    if (corr != std::floor(corr)) unsupported(n, "a non-integer correction");
+    int v = msq;
+    if (corr != 0) {  // mean of squares * N / (N - correction)
+      SymExpr cnt = I(1);
+      for (size_t d = dsh.size() - static_cast<size_t>(k); d < dsh.size(); ++d) cnt = cnt * dsh[d];
+      int nn = keep(gCast(constSym(cnt), ct, {}, o));
+      int dn = keep(gCast(constSym(cnt - I(static_cast<int64_t>(corr))), ct, {}, o));
+      v = keep(gBin("div", keep(gBin("mul", msq, nn, ct, rs, o)), dn, ct, rs, o));
+    }
+    defineRow(0, v);
+    if (n.numOutputs() > 1) defineRow(1, mean);
+    return true;
+  }
+  int eps = constNum(num(n, "eps", 1e-5), ct);
+  int rstd = keep(gUnary("rsqrt", keep(gBin("add", msq, eps, ct, rs, o)), ct, rs, o));
+  int y = keep(gBin("mul", centered, rstd, ct, dsh, o));
+  if (Value* w = valArg(n, "weight")) {
+    int wv = keep(gCast(operand(w, n), ct, w->type.shape, o));
+    y = keep(gBin("mul", y, wv, ct, dsh, o));
+  }
+  if (Value* b = valArg(n, "bias")) {
+    int bv = keep(gCast(operand(b, n), ct, b->type.shape, o));
+    y = keep(gBin("add", y, bv, ct, dsh, o));
+  }
+  if (Value* out = n.output(0)) define(out, gCast(y, out->type.dtype, dsh, o));
+  if (t == "aten.native_layer_norm.default") {
+    defineRow(1, mean);
+    defineRow(2, rstd);
+  }
+  return true;
+}
+
 // ---------------------------------------------------------------------------------- matmul
+
+// Batched matmul operands of any rank as one strided batch: the leading dims of A and B
+// (broadcast against each other) collapse to one batch dim; an operand whose leading dims are
+// all 1 (or absent) is read with batch stride 0. Operands whose leading dims cannot collapse
+// under their strides are copied contiguous first.
+void Lowerer::batchOperands(Node& n, int& ta, TRef& A, int& tb, TRef& B) {
+  auto lead = [](const TRef& x) { return std::vector<SymExpr>(x.shape.begin(), x.shape.end() - 2); };
+  std::vector<SymExpr> la = lead(A), lb = lead(B);
+  size_t r = std::max(la.size(), lb.size());
+  la.insert(la.begin(), r - la.size(), I(1));
+  lb.insert(lb.begin(), r - lb.size(), I(1));
+  std::vector<SymExpr> L(r);
+  for (size_t k = 0; k < r; ++k) {
+    if (la[k] == lb[k] || isOne(lb[k])) L[k] = la[k];
+    else if (isOne(la[k])) L[k] = lb[k];
+    else unsupported(n, "matmul batch dims do not broadcast");
+  }
+  auto collapse = [&](int& tr, TRef& x, const std::vector<SymExpr>& lx) {
+    size_t nl = x.shape.size() - 2;
+    bool ones = true;
+    for (const auto& d : lx) ones = ones && isOne(d);
+    std::vector<SymExpr> rows(x.shape.end() - 2, x.shape.end()), rst(x.stride.end() - 2, x.stride.end());
+    if (ones) {
+      x.shape = {numelOf(L), rows[0], rows[1]};
+      x.stride = {I(0), rst[0], rst[1]};
+      tr = newTRef(x);
+      return;
+    }
+    if (lx != L) unsupported(n, "matmul with partially broadcast batch dims");
+    bool ok = true;
+    for (size_t k = 0; k + 1 < nl; ++k)
+      if (!isOne(x.shape[k]) && x.stride[k] != x.stride[k + 1] * x.shape[k + 1]) ok = false;
+    if (!ok) {
+      tr = copyTo(tr, n.name);
+      x = trefs_[static_cast<size_t>(tr)];
+      rst = std::vector<SymExpr>(x.stride.end() - 2, x.stride.end());
+    }
+    SymExpr bstride = x.stride[nl - 1];
+    x.shape = {numelOf(L), rows[0], rows[1]};
+    x.stride = {bstride, rst[0], rst[1]};
+    tr = newTRef(x);
+  };
+  collapse(ta, A, la);
+  collapse(tb, B, lb);
+}
 
 void Lowerer::lowerMatmul(Node& n) {
   const std::string& t = n.target;
@@ -1362,6 +1667,20 @@ void Lowerer::lowerMatmul(Node& n) {
     tb = newTRef(B);
   }
   const auto& osh = out->type.shape;
+  if (t == "aten.matmul.default" || t == "aten.bmm.default") {
+    // 1-D operands become a [1, K] row / [K, 1] column (the output view drops the 1).
+    if (A.shape.size() == 1) {
+      A.shape = {I(1), A.shape[0]};
+      A.stride = {A.shape[1] * A.stride[0], A.stride[0]};
+      ta = newTRef(A);
+    }
+    if (B.shape.size() == 1) {
+      B.shape = {B.shape[0], I(1)};
+      B.stride = {B.stride[0], I(1)};
+      tb = newTRef(B);
+    }
+    if (B.shape.size() > 2 || (A.shape.size() > 3 && B.shape.size() > 2)) batchOperands(n, ta, A, tb, B);
+  }
   // Flatten leading dims of A when B is 2-D (linear, matmul ND x 2D).
   SymExpr batch = I(1);
   if (B.shape.size() == 2 && A.shape.size() > 2) {
@@ -2146,17 +2465,18 @@ void Lowerer::lowerNode(Node& n) {
   if (n.kind == ir::NodeKind::SymPy || t == "aten.sym_size.int" || t == "aten.sym_numel.default" ||
       t == "aten.sym_stride.int" || t.rfind("_operator.", 0) == 0) {
     Value* out = n.output(0);
+    if (!out) unsupported(n, "symbolic node without an output");
     if (out->sym) {
       syms_[out] = *out->sym;
       return;
     }
     if (t == "aten.sym_size.int") {
-      Value* x = valArg(n, "self");
+      Value* x = tensorArg(n, "self");
       syms_[out] = x->type.shape.at(static_cast<size_t>(normDim(n, intArg(n, "dim", 0), x->type.shape.size())));
       return;
     }
     if (t == "aten.sym_numel.default") {
-      syms_[out] = numelOf(valArg(n, "self")->type.shape);
+      syms_[out] = numelOf(tensorArg(n, "self")->type.shape);
       return;
     }
     std::vector<SymExpr> a;
@@ -2247,6 +2567,7 @@ void Lowerer::lowerNode(Node& n) {
     }
   }
   if (tryAlias(n)) return;
+  if (lowerRowComposite(n)) return;
   lowerGenerated(n);
 }
 

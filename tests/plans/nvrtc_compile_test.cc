@@ -33,6 +33,11 @@ TEST_CASE("generated kernels compile with NVRTC for sm_90a") {
       "tests/plans/softmax_mask.fxg",
       "tests/plans/generated_norms.fxg",
       "tests/plans/diff_positions.fxg",
+      "tests/plans/layer_norm_train_ir.fxg",    // layer norm row composites
+      "tests/plans/layer_norm_core_aten.fxg",
+      "tests/plans/layer_norm_var_mean.fxg",
+      "tests/plans/op_table_rows.fxg",          // unary/binary rows, repeat, pad, permuted reductions
+      "tests/plans/moe_routing.fxg",            // topk, scatter, sort
       "tests/data/hf/hf_llama.train_ir.pt2",  // aten.diff + cumsum mask
   };
   size_t compiled = 0;

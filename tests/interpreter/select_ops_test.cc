@@ -1,0 +1,162 @@
+// Ordering, scattering and row-statistic ops of the interpreter (ops_select.cc, ops_reduce.cc,
+// ops_linalg.cc) against hand-computed values and f64 references.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "ir/status.h"
+#include "tests/interpreter/test_util.h"
+
+using namespace fxfuse::interp;
+using namespace fxfuse::interp::test;
+using fxfuse::FxError;
+using fxfuse::ir::DType;
+
+namespace {
+
+std::vector<double> vals(const RValue& r) {
+  REQUIRE(r.isTensor());
+  return r.t.values();
+}
+
+std::string g1(const std::string& inputs, const std::string& body, const std::string& outputs) {
+  return "graph @g {\n" + inputs + body + outputs + "}\n";
+}
+
+}  // namespace
+
+TEST_CASE("topk: largest and smallest, NaN is the largest, ties keep index order", "[ops][select]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto out = run(g1("input %1 \"x\": f32[2, 5]\n",
+                    "%2: f32[2, 3], %3: i64[2, 3] = aten.topk.default(self=%1, k=3)\n"
+                    "%4: f32[2, 2], %5: i64[2, 2] = aten.topk.default(self=%1, k=2, dim=-1, largest=false)\n",
+                    "output %2\noutput %3\noutput %4\noutput %5\n"),
+                 {T({2, 5}, DType::F32, {0.5, 2, -1, 2, 1, 3, nan, -4, 0, 3})});
+  auto v = vals(out[0]);
+  CHECK(v[0] == 2);
+  CHECK(v[1] == 2);
+  CHECK(v[2] == 1);
+  CHECK(std::isnan(v[3]));
+  CHECK(v[4] == 3);
+  CHECK(v[5] == 3);
+  CHECK(vals(out[1]) == std::vector<double>{1, 3, 4, 1, 0, 4});
+  CHECK(vals(out[2]) == std::vector<double>{-1, 0.5, -4, 0});
+  CHECK(vals(out[3]) == std::vector<double>{2, 0, 2, 3});
+}
+
+TEST_CASE("topk along dim 0 and of bf16 values", "[ops][select]") {
+  auto out = run(g1("input %1 \"x\": bf16[3, 2]\n",
+                    "%2: bf16[1, 2], %3: i64[1, 2] = aten.topk.default(self=%1, k=1, dim=0)\n",
+                    "output %2\noutput %3\n"),
+                 {T({3, 2}, DType::BF16, {1, 6, 5, 2, 3, 4})});
+  CHECK(vals(out[0]) == std::vector<double>{5, 6});
+  CHECK(vals(out[1]) == std::vector<double>{1, 0});
+}
+
+TEST_CASE("topk with k out of range is an error", "[ops][select]") {
+  CHECK_THROWS_AS(run(g1("input %1 \"x\": f32[3]\n", "%2: f32[4], %3: i64[4] = aten.topk.default(self=%1, k=4)\n",
+                         "output %2\n"),
+                      {T({3}, DType::F32, {1, 2, 3})}),
+                  FxError);
+}
+
+TEST_CASE("sort ascending and descending, stable overload", "[ops][select]") {
+  auto out = run(g1("input %1 \"x\": f32[5]\n",
+                    "%2: f32[5], %3: i64[5] = aten.sort.default(self=%1)\n"
+                    "%4: f32[5], %5: i64[5] = aten.sort.stable(self=%1, stable=true, dim=0, descending=true)\n",
+                    "output %2\noutput %3\noutput %4\noutput %5\n"),
+                 {T({5}, DType::F32, {3, -1, 3, 0, 2})});
+  CHECK(vals(out[0]) == std::vector<double>{-1, 0, 2, 3, 3});
+  CHECK(vals(out[1]) == std::vector<double>{1, 3, 4, 0, 2});
+  CHECK(vals(out[2]) == std::vector<double>{3, 3, 2, 0, -1});
+  CHECK(vals(out[3]) == std::vector<double>{0, 2, 4, 3, 1});
+}
+
+TEST_CASE("prepare_softmax_online gives the row max and the sum of exp(x - max)", "[ops][select]") {
+  auto out = run(g1("input %1 \"x\": f32[2, 3]\n",
+                    "%2: f32[2, 1], %3: f32[2, 1] = prims.prepare_softmax_online.default(self=%1, dim=1)\n"
+                    "%4: f32[2, 3] = aten.sub.Tensor(self=%1, other=%2)\n"
+                    "%5: f32[2, 3] = aten.exp.default(self=%4)\n"
+                    "%6: f32[2, 3] = aten.div.Tensor(self=%5, other=%3)\n",
+                    "output %2\noutput %3\noutput %6\n"),
+                 {T({2, 3}, DType::F32, {1, 2, 3, 0, 0, std::log(2.0)})});
+  CHECK(vals(out[0]) == std::vector<double>{3, f32(std::log(2.0))});
+  auto s = vals(out[1]);
+  CHECK(s[0] == f32(std::exp(-2.0) + std::exp(-1.0) + 1.0));
+  CHECK(s[1] == Approx(2.0).epsilon(1e-7));  // 0.5 + 0.5 + 1
+  auto p = vals(out[2]);
+  CHECK(p[3] == Approx(0.25).epsilon(1e-6));
+  CHECK(p[5] == Approx(0.5).epsilon(1e-6));
+}
+
+TEST_CASE("scatter (src and value), scatter_add and index_add", "[ops][select]") {
+  auto out = run(g1("input %1 \"x\": f32[2, 4]\ninput %2 \"idx\": i64[2, 2]\ninput %3 \"src\": f32[2, 2]\n"
+                    "input %4 \"rows\": i64[3]\ninput %5 \"add\": f32[3, 4]\n",
+                    "%6: f32[2, 4] = aten.scatter.src(self=%1, dim=1, index=%2, src=%3)\n"
+                    "%7: f32[2, 4] = aten.scatter.value(self=%1, dim=1, index=%2, value=9.0)\n"
+                    "%8: f32[2, 4] = aten.scatter_add.default(self=%1, dim=1, index=%2, src=%3)\n"
+                    "%9: f32[2, 4] = aten.index_add.default(self=%1, dim=0, index=%4, source=%5, alpha=2)\n",
+                    "output %6\noutput %7\noutput %8\noutput %9\n"),
+                 {T({2, 4}, DType::F32, {0, 1, 2, 3, 4, 5, 6, 7}), T({2, 2}, DType::I64, {3, 0, -1, 1}),
+                  T({2, 2}, DType::F32, {10, 20, 30, 40}), T({3}, DType::I64, {1, 0, 1}),
+                  T({3, 4}, DType::F32, {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3})});
+  CHECK(vals(out[0]) == std::vector<double>{20, 1, 2, 10, 4, 40, 6, 30});
+  CHECK(vals(out[1]) == std::vector<double>{9, 1, 2, 9, 4, 9, 6, 9});
+  CHECK(vals(out[2]) == std::vector<double>{20, 1, 2, 13, 4, 45, 6, 37});
+  // row 0 += 2*[2,2,2,2]; row 1 += 2*([1,1,1,1] + [3,3,3,3])
+  CHECK(vals(out[3]) == std::vector<double>{4, 5, 6, 7, 12, 13, 14, 15});
+}
+
+TEST_CASE("scatter_add of repeated indices accumulates in f64 and rounds once", "[ops][select]") {
+  auto out = run(g1("input %1 \"x\": bf16[1]\ninput %2 \"idx\": i64[3]\ninput %3 \"src\": bf16[3]\n",
+                    "%4: bf16[1] = aten.scatter_add.default(self=%1, dim=0, index=%2, src=%3)\n", "output %4\n"),
+                 {T({1}, DType::BF16, {256}), T({3}, DType::I64, {0, 0, 0}), T({3}, DType::BF16, {0.5, 0.5, 1})});
+  CHECK(vals(out[0]) == std::vector<double>{258});  // 256 + 2, not 256 + 0.5 (rounded) + ...
+}
+
+TEST_CASE("scatter with an index out of range is an error", "[ops][select]") {
+  CHECK_THROWS_AS(run(g1("input %1 \"x\": f32[2]\ninput %2 \"idx\": i64[1]\ninput %3 \"src\": f32[1]\n",
+                         "%4: f32[2] = aten.scatter.src(self=%1, dim=0, index=%2, src=%3)\n", "output %4\n"),
+                      {T({2}, DType::F32, {0, 0}), T({1}, DType::I64, {2}), T({1}, DType::F32, {1})}),
+                  FxError);
+}
+
+TEST_CASE("aten.pad constant mode; other modes are refused", "[ops][select]") {
+  auto out = run(g1("input %1 \"x\": f32[2, 2]\n",
+                    "%2: f32[2, 5] = aten.pad.default(self=%1, pad=[1, 2], mode=\"constant\", value=-1.0)\n",
+                    "output %2\n"),
+                 {T({2, 2}, DType::F32, {1, 2, 3, 4})});
+  CHECK(vals(out[0]) == std::vector<double>{-1, 1, 2, -1, -1, -1, 3, 4, -1, -1});
+  CHECK_THROWS_AS(run(g1("input %1 \"x\": f32[2, 2]\n",
+                         "%2: f32[2, 4] = aten.pad.default(self=%1, pad=[1, 1], mode=\"reflect\")\n", "output %2\n"),
+                      {T({2, 2}, DType::F32, {1, 2, 3, 4})}),
+                  FxError);
+}
+
+TEST_CASE("layer norm with and without weight/bias, native outputs mean and rstd", "[ops][select]") {
+  // Row [1, 2, 3, 6]: mean 3, var (4 + 1 + 0 + 9) / 4 = 3.5.
+  auto out = run(g1("input %1 \"x\": f32[1, 4]\ninput %2 \"w\": f32[4]\ninput %3 \"b\": f32[4]\n",
+                    "%4: f32[1, 4] = aten.layer_norm.default(input=%1, normalized_shape=[4], weight=%2, bias=%3, eps=0.5)\n"
+                    "%5: f32[1, 4], %6: f32[1, 1], %7: f32[1, 1] = aten.native_layer_norm.default(input=%1, normalized_shape=[4], weight=None, bias=None, eps=0.5)\n",
+                    "output %4\noutput %5\noutput %6\noutput %7\n"),
+                 {T({1, 4}, DType::F32, {1, 2, 3, 6}), T({4}, DType::F32, {1, 2, 1, 1}), T({4}, DType::F32, {0, 0, 1, 0})});
+  const double rstd = 0.5;  // 1 / sqrt(3.5 + 0.5)
+  CHECK(vals(out[0]) == std::vector<double>{-2 * rstd, -1 * rstd * 2, 1, 3 * rstd});
+  CHECK(vals(out[1]) == std::vector<double>{-1, -0.5, 0, 1.5});
+  CHECK(vals(out[2]) == std::vector<double>{3});
+  CHECK(vals(out[3]) == std::vector<double>{rstd});
+}
+
+TEST_CASE("var_mean.correction over a non-trailing dim", "[ops][select]") {
+  auto out = run(g1("input %1 \"x\": f32[3, 2]\n",
+                    "%2: f32[1, 2], %3: f32[1, 2] = aten.var_mean.correction(self=%1, dim=[0], correction=1, keepdim=true)\n"
+                    "%4: f32[2], %5: f32[2] = aten.var_mean.correction(self=%1, dim=[0], correction=0)\n",
+                    "output %2\noutput %3\noutput %4\noutput %5\n"),
+                 {T({3, 2}, DType::F32, {1, 10, 2, 10, 6, 40})});
+  // column 0: mean 3, squares 4 + 1 + 9 = 14; column 1: mean 20, squares 100 + 100 + 400 = 600
+  CHECK(vals(out[0]) == std::vector<double>{7, 300});
+  CHECK(vals(out[1]) == std::vector<double>{3, 20});
+  CHECK(vals(out[2]) == std::vector<double>{f32(14.0 / 3), 200});
+  CHECK(vals(out[3]) == std::vector<double>{3, 20});
+}
