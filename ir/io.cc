@@ -95,7 +95,9 @@ std::string readGzipFile(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<Module> loadModule(const std::string& path) {
+namespace {
+
+std::unique_ptr<Module> importByType(const std::string& path) {
   std::string ext = extensionOf(path);
   bool gz = ext == ".gz";
   std::string bytes = gz ? readGzipFile(path) : readFile(path);
@@ -120,6 +122,20 @@ std::unique_ptr<Module> loadModule(const std::string& path) {
     m = importFxText(bytes, path);
   } else {
     fail("{}: unknown input format (expected .pt2, .json, .pb, .fxg, or FX readable text .py/.txt)", path);
+  }
+  return m;
+}
+
+}  // namespace
+
+std::unique_ptr<Module> loadModule(const std::string& path) {
+  std::unique_ptr<Module> m;
+  try {
+    m = importByType(path);
+  } catch (const FxError& e) {
+    // Every message names the file, also those from helpers that do not know it.
+    if (std::string_view(e.what()).find(path) == std::string_view::npos) fail("{}: {}", path, e.what());
+    throw;
   }
   if (m->producer.source_path.empty()) m->producer.source_path = path;
   validateModule(*m, path);
