@@ -436,7 +436,11 @@ class LineParser {
       v.type.stride = dims();
       if (v.type.stride.size() != v.type.shape.size()) error("stride rank differs from shape rank");
     } else {
-      v.type.stride = TensorType::contiguousStrides(v.type.shape);
+      try {  // the strides multiply sizes: an overflow is this line's error
+        v.type.stride = TensorType::contiguousStrides(v.type.shape);
+      } catch (const FxError& e) {
+        error(e.what());
+      }
     }
     if (eat("+(")) v.type.storage_offset = parseSymExpr(balanced('(', ')'), file_);
     if (peekDevice()) v.type.device = device();

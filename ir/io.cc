@@ -132,7 +132,9 @@ std::string readGzipFile(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<Module> loadModule(const std::string& path) {
+namespace {
+
+std::unique_ptr<Module> importByType(const std::string& path) {
   // The format comes from the content, whatever the file is called (sniff.h).
   std::string bytes = readFile(path);
   FileFormat format = sniffFormat(bytes);
@@ -155,6 +157,20 @@ std::unique_ptr<Module> loadModule(const std::string& path) {
     case FileFormat::kGzip:
     case FileFormat::kUnknown:
       fail("{}: unrecognized input format (tried: {})", path, knownFormats());
+  }
+  return m;
+}
+
+}  // namespace
+
+std::unique_ptr<Module> loadModule(const std::string& path) {
+  std::unique_ptr<Module> m;
+  try {
+    m = importByType(path);
+  } catch (const FxError& e) {
+    // Every message names the file, also those from helpers that do not know it.
+    if (std::string_view(e.what()).find(path) == std::string_view::npos) fail("{}: {}", path, e.what());
+    throw;
   }
   if (m->producer.source_path.empty()) m->producer.source_path = path;
   validateModule(*m, path);

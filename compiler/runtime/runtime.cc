@@ -13,6 +13,7 @@
 #include "compiler/runtime/gemm_tune.h"
 #include "compiler/runtime/kernels/attention.h"
 #include "compiler/runtime/nvrtc_compile.h"
+#include "ir/checked_math.h"
 #include "ir/proto_io.h"
 #include "ir/status.h"
 #include "kernels/attention/attention.h"
@@ -200,11 +201,7 @@ std::string deviceProblem() {
   return "";
 }
 
-int64_t DeviceTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t DeviceTensor::numel() const { return ir::numelOrFail(shape, "device tensor"); }
 
 // ------------------------------------------------------------------------------ Program
 

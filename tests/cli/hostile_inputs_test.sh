@@ -57,7 +57,7 @@ deep = "[" * depth + "1" + "]" * depth
 text = json.dumps(d).replace('"graph_module"', '"deep": ' + deep + ', "graph_module"', 1)
 open(os.path.join(t, "deep_export.json"), "w").write(text)
 # fxfuse protobuf JSON with an ESC/CR-laden key: the error must not echo raw control bytes.
-open(os.path.join(t, "ctrl.json"), "w").write('{"graphs": [{"nodes": [{"\x1b[31mred\r\nx": 1}]}]}')
+open(os.path.join(t, "ctrl.json"), "w").write('{"graphs": "\\u001b[31mred\\r\\nx"}')
 # fxfuse protobuf JSON nested 30,000 deep.
 open(os.path.join(t, "deep_proto.json"), "w").write('{"graphs": ' + "[" * depth + "]" * depth + "}")
 
@@ -66,8 +66,8 @@ src = os.path.join(data, "core_aten.pt2")
 zin = zipfile.ZipFile(src)
 def rewrite(out, edit):
     with zipfile.ZipFile(os.path.join(t, out), "w") as z:
-        for info in zin.infolist():
-            z.writestr(info, edit(info.filename, zin.read(info.filename)))
+        for info in zin.infolist():  # a fresh ZipInfo: writestr updates the one it gets
+            z.writestr(zipfile.ZipInfo(info.filename, info.date_time), edit(info.filename, zin.read(info.filename)))
 def neg_strides(name, b):
     if not name.endswith("model_weights_config.json"): return b
     cfg = json.loads(b)
@@ -201,7 +201,7 @@ run_case missing_graph_ref 2 -- compile "$T/graph_ref.fxg"; expect_msg missing_g
 run_case dump_dir_on_file 2 -- compile "$T/small.fxg" --dump-dir "$T/a_file"; expect_msg dump_dir_on_file "dump-dir"
 
 # 9. Error messages escape control characters from the input.
-run_case control_chars 2 -- convert "$T/ctrl.json" -o "$T/out.fxg"
+run_case control_chars 2 -- convert "$T/ctrl.json" -o "$T/out.fxg"; expect_msg control_chars '\\x1b\[31mred\\r'
 
 echo "$passes passed, $fails failed"
 [[ $fails -eq 0 ]]
