@@ -60,13 +60,15 @@ expect_rc "symlink target" 2 && [[ $err == *"symbolic link"* ]] && ok || bad "sy
 [[ $(cat "$T/victim") == SECRET && -L "$T/link.json" ]] && ok || bad "symlink target: link or victim changed"
 
 # --- special files -------------------------------------------------------------------------
-run compile -q --report /dev/null -o /dev/null
+was_device=0; [[ -c /dev/null ]] && was_device=1
+run compile -q --report /dev/null
 expect_rc "/dev/null target" 0
-[[ -c /dev/null ]] && ok || bad "/dev/null is no longer a character device"
-mkfifo "$T/fifo_out"
-run compile -q -o "$T/fifo_out"
+# (where /dev/null is already a plain file, replaced by an older fxfuse, only the exit code is checked)
+[[ $was_device -eq 0 || -c /dev/null ]] && ok || bad "/dev/null is no longer a character device"
+mkfifo "$T/fifo_out.fxg"
+run compile -q -o "$T/fifo_out.fxg"
 expect_rc "FIFO target without a reader" 2 && [[ $err == *"no reader"* ]] && ok || bad "FIFO target: message: $err"
-[[ -p "$T/fifo_out" ]] && ok || bad "FIFO target was replaced"
+[[ -p "$T/fifo_out.fxg" ]] && ok || bad "FIFO target was replaced"
 
 # --- modes -----------------------------------------------------------------------------------
 echo old >"$T/m600.fxg"; chmod 600 "$T/m600.fxg"
