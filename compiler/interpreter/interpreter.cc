@@ -376,7 +376,7 @@ void Interpreter::solveShapeEquations(const std::vector<ShapeEquation>& eqs,
         if (!r) continue;
         if (r->first == r->second) {
           env_[x] = r->first;
-          env_source_[x] = fmt::format("solved from {}", nodeDesc(*e.node));
+          env_source_[x] = fmt::format("forced by {}", nodeDesc(*e.node));
           ranges->erase(x);
           changed = true;
         } else if (known == ranges->end() || *r != known->second) {

@@ -416,9 +416,43 @@ TEST_CASE("symbols: hint, --bind, forced by a fixed dim, default; contradictions
     CHECK(out[1].t.shape == Shape{16});
   }
   {
-    auto m = parse(body, "symbol s0 range=[2, ?] hint=8\n");
+    // The equations come before the hint: a wrong hint does not win.
+    auto m = parse(body, "symbol s0 range=[2, ?] hint=5\n");
     Interpreter in(*m, {});
-    CHECK(in.bindingSource("s0") == "hint");
+    CHECK(in.bindings().at("s0") == 8);
+    CHECK_THAT(in.bindingSource("s0"), Catch::Contains("forced by node 'mul'"));
+  }
+  {
+    // Nothing forces s1: its hint.
+    auto m = parse(g1("input %1 \"x\": f32[s1]\n", "%2: f32[s1] = aten.neg.default(self=%1)\n", "output %2\n"),
+                   "symbol s1 range=[2, ?] hint=8\n");
+    Interpreter in(*m, {});
+    CHECK(in.bindingSource("s1") == "hint");
+  }
+  {
+    // s27 // 2 == 128 and s27 - s27 // 2 == 128 (two contractions with a [128, 128] weight)
+    // fix s27 = 256; the hint (100) contradicts them.
+    auto m = parse(g1("input %1 \"y\": f32[4, s27]\ninput %2 \"w\": f32[128, 128]\n",
+                      "%3: f32[4, s27//2] = aten.slice.Tensor(self=%1, dim=1, start=0, end=sym(s27//2))  // lo\n"
+                      "%4: f32[4, s27 - s27//2] = aten.slice.Tensor(self=%1, dim=1, start=sym(s27//2))  // hi\n"
+                      "%5: f32[4, 128] = aten.mm.default(self=%3, mat2=%2)  // mm\n"
+                      "%6: f32[4, 128] = aten.mm.default(self=%4, mat2=%2)  // mm_1\n",
+                      "output %5\noutput %6\n"),
+                   "symbol s27 range=[2, ?] hint=100\n");
+    Interpreter in(*m, {});
+    CHECK(in.bindings().at("s27") == 256);
+    CHECK_THAT(in.bindingSource("s27"), Catch::Contains("forced by node 'mm"));
+  }
+  {
+    // Only s // 2 == 128 is known: s in [256, 257]; the hint 257 is allowed and kept.
+    auto m = parse(g1("input %1 \"y\": f32[4, s3]\ninput %2 \"w\": f32[128, 128]\n",
+                      "%3: f32[4, s3//2] = aten.slice.Tensor(self=%1, dim=1, start=0, end=sym(s3//2))  // lo\n"
+                      "%4: f32[4, 128] = aten.mm.default(self=%3, mat2=%2)  // mm\n",
+                      "output %4\n"),
+                   "symbol s3 range=[2, ?] hint=257\n");
+    Interpreter in(*m, {});
+    CHECK(in.bindings().at("s3") == 257);
+    CHECK(in.bindingSource("s3") == "hint");
   }
   {
     auto m = parse(body, "symbol s0 range=[2, ?]\n");
