@@ -284,6 +284,7 @@ const char* const kBuiltinSchemas[] = {
     "aten::scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor",
     "aten::scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor",
     "aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor",
+    "aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor",
     "aten::pad(Tensor self, SymInt[] pad, str mode='constant', float? value=None) -> Tensor",
     "aten::detach_(Tensor(a!) self) -> Tensor(a!)",
     "aten::repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor",

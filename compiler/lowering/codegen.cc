@@ -621,7 +621,8 @@ class Emitter {
     funcs_ << o.str();
   }
 
-  // scatter (iv[1] = 0: last write wins, 1: add) and index_add (iv[1] = 2, f[0] = alpha) as a
+  // scatter (iv[1] = 0: last write wins, 1: add), index_add (iv[1] = 2, f[0] = alpha) and
+  // index_copy / index_put on dim 0 (iv[1] = 3, last write wins) as a
   // pure function of the output index: self's element plus every source element whose index
   // entry names this position along iv[0] (a loop over the index's extent along that dim).
   void emitScatter(std::ostringstream& o, const GNode& n, const std::string& ct) {
@@ -635,12 +636,13 @@ class Emitter {
     o << "  long long q[" << std::max<size_t>(r, 1) << "]; q[0] = 0;";
     for (size_t k = 0; k < r; ++k) o << " q[" << k << "] = i[" << k << "];";
     o << "\n";
-    if (mode != 2)  // scatter: positions outside the index tensor's extent keep self
+    if (mode < 2)  // scatter: positions outside the index tensor's extent keep self
       for (size_t k = 0; k < r; ++k)
         if (k != d && k < idx.shape.size()) o << "  if (i[" << k << "] >= " << sx(idx.shape[k]) << ") return v;\n";
-    std::string extent = mode == 2 ? sx(idx.shape.at(0)) : sx(idx.shape.at(d));
+    const bool one_d = mode == 2 || mode == 3;  // index_add / index_copy: a 1-D index along d
+    std::string extent = one_d ? sx(idx.shape.at(0)) : sx(idx.shape.at(d));
     o << "  for (long long p = 0; p < " << extent << "; ++p) {\n";
-    if (mode == 2) {
+    if (one_d) {
       o << "    long long ip[1]; ip[0] = p;\n";
       o << "    if (fx_wrap(" << conv(call(n.in[1], "ip"), idx.dtype, "long long") << ", " << sx(self.shape[d])
         << ") != i[" << d << "]) continue;\n";
@@ -651,7 +653,7 @@ class Emitter {
     }
     o << "    q[" << d << "] = p;\n";
     std::string sv = conv(call(n.in[2], "q"), src.dtype, acc);
-    if (mode == 0) o << "    v = " << sv << ";\n";
+    if (mode == 0 || mode == 3) o << "    v = " << sv << ";\n";
     else if (mode == 1) o << "    v = v + " << sv << ";\n";
     else o << "    v = v + (" << acc << ")" << floatLit(n.f.at(0), acc == "double") << " * " << sv << ";\n";
     o << "  }\n";

@@ -60,7 +60,7 @@ struct GNode {
   //   cumsum  iv[0]=dim
   //   scatter iv[0]=dim, iv[1]=mode: in[0] (self) with in[2] (src) written (0) or added (1) where
   //                             in[1] (index, same rank) names the position; 2: index_add (1-D
-  //                             index, f[0] = alpha)
+  //                             index, f[0] = alpha); 3: index_copy (1-D index, last write wins)
   //   topk    iv[0]=dim, iv[1]=largest, iv[2]=index output: the element of rank index[dim]
   //                             (sort is topk of the whole dim; NaN largest, ties by index;
   //                             iv[3]=1: NaN first also when smallest first, as min/argmin)

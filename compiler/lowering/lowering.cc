@@ -1016,7 +1016,8 @@ void Lowerer::lowerGenerated(Node& n) {
                t == "aten.chunk.default" || t == "aten.unbind.int" || t == "aten.contiguous.default" ||
                t == "aten.as_strided.default" || t == "aten.diff.default" || t == "aten.repeat.default" ||
                t == "aten.repeat_interleave.self_int" || t == "aten.scatter.src" || t == "aten.scatter.value" ||
-               t == "aten.scatter_add.default" || t == "aten.index_add.default" || t == "aten.pad.default";
+               t == "aten.scatter_add.default" || t == "aten.index_add.default" || t == "aten.pad.default" ||
+               t == "aten.index_put.default";
   if (t == "aten.topk.default" || t == "aten.sort.default" || t == "aten.sort.stable") {
     // values and indices: the element of each rank (codegen's topk node)
     Value* x = tensorArg(n, "self");
@@ -1334,6 +1335,26 @@ void Lowerer::lowerGenerated(Node& n) {
     int id = gnode("scatter", "", {operand(x, n), operand(index, n), src}, odt, osh, o);
     cg_.node(id).iv = {d, index_add ? 2 : t == "aten.scatter_add.default" ? 1 : 0};
     cg_.node(id).f = {num(n, "alpha", 1.0)};
+    define(out, id);
+    return;
+  }
+  if (t == "aten.index_put.default") {
+    // self[idx] = values (or +=, accumulate) with one 1-D index tensor on dim 0 (token
+    // permutation back into a [tokens, hidden] buffer): index_add / index_copy along dim 0.
+    Value* x = tensorArg(n, "self");
+    Value* values = tensorArg(n, "values");
+    const Attr* l = arg(n, "indices");
+    if (!l || l->kind != Attr::Kind::List || l->list.size() != 1 || !l->list[0].isValue())
+      unsupported(n, "index_put with other than one index tensor");
+    Value* index = l->list[0].value;
+    std::vector<SymExpr> want = x->type.shape;
+    if (index->type.shape.size() != 1 || want.empty()) unsupported(n, "index_put with an index that is not 1-D");
+    want[0] = index->type.shape[0];
+    if (index->type.dtype == DType::Bool || values->type.shape != want)
+      unsupported(n, "index_put with a boolean index or values that are not [index, ...]");
+    int id = gnode("scatter", "", {operand(x, n), operand(index, n), operand(values, n)}, odt, osh, o);
+    cg_.node(id).iv = {0, flag(n, "accumulate", false) ? 2 : 3};
+    cg_.node(id).f = {1.0};
     define(out, id);
     return;
   }
