@@ -18,6 +18,13 @@ passed=$(grep -cE '^//.* PASSED in' "$log" || true)
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log" || true)
 if [[ $bazel_rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
 
+# The folder layering and size rule of docs/architecture.md.
+if python3 tests/architecture/check_layers.py --self-test && python3 tests/architecture/check_layers.py .; then
+  passed=$((passed + 1)); echo "layering: PASSED"
+else
+  failed=$((failed + 1)); echo "layering: FAILED"
+fi
+
 fuzz_seconds="${FXFUSE_FUZZ_SECONDS:-20}"
 if [[ -x tools/run_fuzzers.sh && "$fuzz_seconds" != 0 ]]; then
   if tools/run_fuzzers.sh "$fuzz_seconds"; then
