@@ -19,7 +19,7 @@ import sys
 LAYERS = ["proto", "kernels", "ir", "passes", "compiler", "tools", "tests", "examples"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 SOURCE_LAYERS = ["kernels", "ir", "passes", "compiler", "tools"]  # product code, for the size rule
-MAX_SHARE = 0.40
+MAX_SHARE = 0.36
 CODE_EXT = (".cc", ".h", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 LABEL = re.compile(r'"//([a-z_]+)[:/"]')

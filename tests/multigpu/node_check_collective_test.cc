@@ -21,9 +21,9 @@
 
 #include "tools/cli/node_check.h"
 #include "tools/cli/node_check_collective.h"
-#include "ir/interpreter/interpreter.h"
-#include "ir/interpreter/lockstep.h"
-#include "ir/interpreter/numerics.h"
+#include "tools/interpreter/interpreter.h"
+#include "tools/interpreter/lockstep.h"
+#include "tools/interpreter/numerics.h"
 #include "compiler/lowering/lowering.h"
 #include "passes/pipeline/pipeline.h"
 #include "ir/dtype.h"

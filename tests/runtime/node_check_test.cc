@@ -19,8 +19,8 @@
 #include <unordered_map>
 
 #include "tools/cli/node_check.h"
-#include "ir/interpreter/interpreter.h"
-#include "ir/interpreter/numerics.h"
+#include "tools/interpreter/interpreter.h"
+#include "tools/interpreter/numerics.h"
 #include "compiler/lowering/lowering.h"
 #include "passes/pipeline/pipeline.h"
 #include "ir/dtype.h"

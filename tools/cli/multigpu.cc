@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "ir/interpreter/lockstep.h"
+#include "tools/interpreter/lockstep.h"
 #include "compiler/lowering/lowering.h"
 #include "compiler/runtime/launcher.h"
 #include "ir/status.h"

@@ -4,7 +4,7 @@
 // supervises the ranks (a dead or hung rank: a one-line error naming it, exit code 2). Each
 // rank runs the same plan on GPU r through a Communicator bootstrapped over DIR; with
 // --compare-cpu it checks its own outputs against the lockstep CPU reference of all N ranks
-// (ir/interpreter/lockstep.h). docs/runtime.md, "Multi-GPU".
+// (tools/interpreter/lockstep.h). docs/runtime.md, "Multi-GPU".
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/interpreter/interpreter.h"
+#include "tools/interpreter/interpreter.h"
 #include "compiler/runtime/communicator.h"
 #include "kernels/all_reduce_rms_norm.h"
 

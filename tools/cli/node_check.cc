@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "tools/cli/node_check_collective.h"
-#include "ir/interpreter/ops_common.h"
+#include "tools/interpreter/ops_common.h"
 #include "compiler/lowering/lowering.h"
 #include "passes/pipeline/pipeline.h"
 #include "ir/io.h"

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "ir/interpreter/compare.h"
-#include "ir/interpreter/interpreter.h"
+#include "tools/interpreter/compare.h"
+#include "tools/interpreter/interpreter.h"
 #include "passes/toolkit/options.h"
 #include "proto/fxfuse_plan.pb.h"
 

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "ir/interpreter/numerics.h"
+#include "tools/interpreter/numerics.h"
 #include "ir/status.h"
 
 namespace fxfuse::cli {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "tools/cli/node_check.h"
-#include "ir/interpreter/lockstep.h"
+#include "tools/interpreter/lockstep.h"
 
 namespace fxfuse::cli {
 

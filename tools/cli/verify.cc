@@ -15,8 +15,8 @@
 
 #include <fmt/format.h>
 
-#include "ir/interpreter/compare.h"
-#include "ir/interpreter/interpreter.h"
+#include "tools/interpreter/compare.h"
+#include "tools/interpreter/interpreter.h"
 #include "passes/pipeline/pipeline.h"
 #include "ir/io.h"
 #include "ir/status.h"

@@ -2,7 +2,7 @@
 // writes shows up as NaN in the outputs and fails the comparison.
 #include <cmath>
 
-#include "ir/interpreter/ops_common.h"
+#include "tools/interpreter/ops_common.h"
 
 namespace fxfuse::interp {
 namespace {

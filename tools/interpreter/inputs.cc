@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "ir/interpreter/interpreter.h"
-#include "ir/interpreter/ops_common.h"
+#include "tools/interpreter/interpreter.h"
+#include "tools/interpreter/ops_common.h"
 
 namespace fxfuse::interp {
 namespace {

@@ -1,4 +1,4 @@
-#include "ir/interpreter/tensor.h"
+#include "tools/interpreter/tensor.h"
 
 #include <sys/mman.h>
 

@@ -1,4 +1,4 @@
-#include "ir/interpreter/lockstep.h"
+#include "tools/interpreter/lockstep.h"
 
 #include <chrono>
 #include <exception>
@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "ir/interpreter/interpreter.h"
-#include "ir/interpreter/numerics.h"
-#include "ir/interpreter/ops_common.h"
+#include "tools/interpreter/interpreter.h"
+#include "tools/interpreter/numerics.h"
+#include "tools/interpreter/ops_common.h"
 #include "ir/status.h"
 
 namespace fxfuse::interp {

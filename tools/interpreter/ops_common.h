@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "ir/interpreter/interpreter.h"
+#include "tools/interpreter/interpreter.h"
 
 namespace fxfuse::interp::ops {
 

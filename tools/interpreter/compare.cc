@@ -1,4 +1,4 @@
-#include "ir/interpreter/compare.h"
+#include "tools/interpreter/compare.h"
 
 #include <cmath>
 

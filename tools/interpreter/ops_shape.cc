@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "ir/interpreter/ops_common.h"
+#include "tools/interpreter/ops_common.h"
 
 namespace fxfuse::interp {
 namespace {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "ir/interpreter/tensor.h"
-#include "ir/interpreter/value.h"
+#include "tools/interpreter/tensor.h"
+#include "tools/interpreter/value.h"
 
 namespace fxfuse::interp {
 

@@ -2,7 +2,7 @@
 // clamp, activations, triu/tril and casts.
 #include <cmath>
 
-#include "ir/interpreter/ops_common.h"
+#include "tools/interpreter/ops_common.h"
 
 namespace fxfuse::interp {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/interpreter/tensor.h"
+#include "tools/interpreter/tensor.h"
 #include "ir/graph.h"
 
 namespace fxfuse::interp {

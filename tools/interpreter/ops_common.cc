@@ -1,4 +1,4 @@
-#include "ir/interpreter/ops_common.h"
+#include "tools/interpreter/ops_common.h"
 
 #include <algorithm>
 #include <cblas.h>

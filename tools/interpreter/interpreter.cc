@@ -1,4 +1,4 @@
-#include "ir/interpreter/interpreter.h"
+#include "tools/interpreter/interpreter.h"
 
 #include <algorithm>
 #include <chrono>

@@ -3,7 +3,7 @@
 // round once to the result dtype.
 #include <cmath>
 
-#include "ir/interpreter/ops_common.h"
+#include "tools/interpreter/ops_common.h"
 
 namespace fxfuse::interp {
 namespace {

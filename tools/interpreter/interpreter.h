@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ir/interpreter/value.h"
+#include "tools/interpreter/value.h"
 #include "ir/graph.h"
 #include "ir/op_schema.h"
 

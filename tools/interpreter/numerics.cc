@@ -1,4 +1,4 @@
-#include "ir/interpreter/numerics.h"
+#include "tools/interpreter/numerics.h"
 
 #include <cmath>
 #include <cstring>

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "ir/interpreter/ops_common.h"
+#include "tools/interpreter/ops_common.h"
 
 namespace fxfuse::interp {
 namespace {

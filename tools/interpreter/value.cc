@@ -1,4 +1,4 @@
-#include "ir/interpreter/value.h"
+#include "tools/interpreter/value.h"
 
 #include <fmt/format.h>
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/interpreter/numerics.h"
+#include "tools/interpreter/numerics.h"
 #include "ir/status.h"
 
 namespace fxfuse::interp {

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "ir/interpreter/value.h"
+#include "tools/interpreter/value.h"
 
 namespace fxfuse::interp {
 

@@ -8,8 +8,8 @@
 // at the same points.
 #include <cmath>
 
-#include "ir/interpreter/lockstep.h"
-#include "ir/interpreter/ops_common.h"
+#include "tools/interpreter/lockstep.h"
+#include "tools/interpreter/ops_common.h"
 
 namespace fxfuse::interp {
 namespace {
