@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "ir/op_table.h"
 #include "ir/status.h"
 
 namespace fxfuse::ir {
@@ -356,21 +357,6 @@ const char* const kBuiltinSchemas[] = {
     "vllm::unified_attention(Tensor query, Tensor key, Tensor value, str layer_name) -> Tensor",
     "vllm::unified_attention_with_output(Tensor query, Tensor key, Tensor value, Tensor! output, str layer_name, Tensor? output_scale=None, Tensor!? output_block_scale=None) -> ()",
     "vllm::all_reduce(Tensor tensor, str group_name) -> Tensor",
-    // fxfuse canonical ops (docs/canonical-ops.md gives the exact math and rounding points).
-    // `kind` of quant: "static_tensor" | "dynamic_token" | "dynamic_tensor" | "dynamic_group".
-    "fxfuse::rms_norm(Tensor input, Tensor? weight, float epsilon, ScalarType? norm_dtype=None) -> Tensor",
-    "fxfuse::fused_add_rms_norm(Tensor input, Tensor residual, Tensor? weight, float epsilon, bool variance_of_rounded_sum=False, ScalarType? norm_dtype=None) -> (Tensor out, Tensor residual_out)",
-    "fxfuse::quant_fp8(Tensor input, Tensor? scale, str kind, int group_size=0, bool column_major_scales=False, Tensor? scale_ub=None, bool divide=False, float min_abs=0.0, float min_scale=4.359654017857143e-06, bool scale_ue8m0=False) -> (Tensor q, Tensor scale_out)",
-    "fxfuse::silu_and_mul(Tensor input, Tensor? up=None) -> Tensor",
-    "fxfuse::attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, bool is_causal=False, float? scale=None, bool enable_gqa=False, str layout='bhsd', str layer_name='') -> Tensor",
-    "fxfuse::all_reduce(Tensor input, str group_name='', str reduce_op='sum') -> Tensor",
-    // fxfuse fused ops: each is exactly the composition of the canonical ops it replaced.
-    "fxfuse::rms_norm_quant(Tensor input, Tensor? weight, float epsilon, Tensor? scale, str kind, int group_size=0, bool column_major_scales=False, Tensor? scale_ub=None, ScalarType? norm_dtype=None, bool divide=False, float min_abs=0.0, float min_scale=4.359654017857143e-06, bool scale_ue8m0=False) -> (Tensor q, Tensor scale_out)",
-    "fxfuse::fused_add_rms_norm_quant(Tensor input, Tensor residual, Tensor? weight, float epsilon, Tensor? scale, str kind, int group_size=0, bool column_major_scales=False, Tensor? scale_ub=None, bool variance_of_rounded_sum=True, ScalarType? norm_dtype=None, bool divide=False, float min_abs=0.0, float min_scale=4.359654017857143e-06, bool scale_ue8m0=False) -> (Tensor q, Tensor residual_out, Tensor scale_out)",
-    "fxfuse::silu_and_mul_quant(Tensor input, Tensor scale, Tensor? up=None) -> Tensor",
-    "fxfuse::attention_quant(Tensor query, Tensor key, Tensor value, Tensor output_scale, Tensor? attn_mask=None, bool is_causal=False, float? scale=None, bool enable_gqa=False, str layout='bhsd', str layer_name='') -> Tensor",
-    "fxfuse::all_reduce_rms_norm(Tensor input, Tensor? residual, Tensor? weight, float epsilon, int world_size, str group_name='', bool variance_of_rounded_sum=False, ScalarType? norm_dtype=None, int max_token_num=0) -> (Tensor out, Tensor residual_out)",
-    "fxfuse::all_reduce_rms_norm_quant(Tensor input, Tensor? residual, Tensor? weight, float epsilon, Tensor scale, int world_size, str group_name='', bool variance_of_rounded_sum=False, ScalarType? norm_dtype=None, bool divide=False, int max_token_num=0) -> (Tensor q, Tensor residual_out)",
 };
 
 }  // namespace
@@ -379,6 +365,7 @@ const OpRegistry& OpRegistry::builtin() {
   static const OpRegistry* reg = [] {
     auto* r = new OpRegistry();
     for (const char* s : kBuiltinSchemas) r->add(parseOpSchema(s));
+    for (const auto& op : fxfuseOps()) r->add(parseOpSchema(op.schema));
     return r;
   }();
   return *reg;

@@ -14,7 +14,7 @@
 // instead of blocking); a symbolic link, directory, block device or socket is refused; a
 // read-only file (no owner write bit, e.g. 0444) is refused rather than replaced.
 //
-// The CLI opens one OutputSet for the whole command (compiler/cli/main.cc) and commits it
+// The CLI opens one OutputSet for the whole command (tools/cli/main.cc) and commits it
 // when the command finishes with exit code 0 or 1; writeOutputFile() stages into it.
 // Without an open set, writeOutputFile() writes and commits at once.
 #pragma once

@@ -1,6 +1,6 @@
 // The tensor-parallel world size: the one default every command, the interpreter, lowering
 // and the runtime start from, and the range they accept (1 to the fused all-reduce
-// kernels' rank limit, kMaxAllReduceRanks; compiler/cli/multigpu.cc asserts they agree).
+// kernels' rank limit, kMaxAllReduceRanks; tools/cli/multigpu.cc asserts they agree).
 #pragma once
 
 #include <string_view>

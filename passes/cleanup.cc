@@ -3,8 +3,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "compiler/op_util.h"
-#include "compiler/rewriter.h"
+#include "passes/toolkit/op_util.h"
+#include "passes/toolkit/rewriter.h"
 #include "ir/fxg.h"
 #include "passes/passes.h"
 

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "compiler/pass.h"
+#include "passes/toolkit/pass.h"
 
 namespace fxfuse::passes {
 

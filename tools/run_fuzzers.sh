@@ -78,7 +78,7 @@ done
 
 # --- build with make (incremental, header dependencies from -MMD) ------------------------
 IR_SRCS=$(ls ir/*.cc ir/importers/*.cc | tr '\n' ' ')
-PIPE_SRCS=$(ls compiler/{match,op_util,rewriter,pipeline}.cc passes/*.cc compiler/interpreter/*.cc \
+PIPE_SRCS=$(ls compiler/{match,op_util,rewriter,pipeline}.cc passes/*.cc tools/interpreter/*.cc \
   compiler/lowering/*.cc kernels/attention/check.cc | tr '\n' ' ')
 cat >"$BUILD/Makefile" <<EOF
 ROOT := $ROOT

@@ -39,6 +39,13 @@ else
   failed=$((failed + 1)); echo "external workspace: FAILED"
 fi
 
+# The folder layering and size rule of docs/architecture.md.
+if python3 tests/architecture/check_layers.py --self-test && python3 tests/architecture/check_layers.py .; then
+  passed=$((passed + 1)); echo "layering: PASSED"
+else
+  failed=$((failed + 1)); echo "layering: FAILED"
+fi
+
 fuzz_seconds="${FXFUSE_FUZZ_SECONDS:-20}"
 if [[ -x tools/run_fuzzers.sh && "$fuzz_seconds" != 0 ]]; then
   if tools/run_fuzzers.sh "$fuzz_seconds"; then

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compiler/pipeline.h"
+#include "passes/pipeline/pipeline.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
 #include "ir/status.h"

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/pipeline.h"
+#include "passes/pipeline/pipeline.h"
 #include "ir/fxg.h"
 #include "ir/status.h"
 

@@ -11,7 +11,7 @@
 #include "compiler/lowering/lowering.h"
 #include "compiler/runtime/cuda_libs.h"
 #include "compiler/runtime/gemm_tune.h"
-#include "compiler/runtime/kernels/attention.h"
+#include "kernels/runtime/attention.h"
 #include "compiler/runtime/nvrtc_compile.h"
 #include "ir/checked_math.h"
 #include "ir/proto_io.h"

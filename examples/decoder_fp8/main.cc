@@ -6,7 +6,7 @@
 #include <exception>
 #include <vector>
 
-#include "compiler/runtime/kernels/fill.h"
+#include "kernels/runtime/fill.h"
 #include "compiler/runtime/runtime.h"
 #include "examples/decoder_fp8/decoder_plan.h"
 

@@ -8,7 +8,7 @@
 //     NCCL's ring/tree all-reduce + our single-GPU add + RMSNorm (+ quant) kernel.
 //
 // Where the numbers come from:
-//   * World size 2: measured on two H200s linked by NV18 (issue #10, 2026-11-29,
+//   * World size 2: measured on two H200s linked by NV18 (2026-11-29,
 //     docs/benchmarks/allreduce_multigpu.md). one_shot_max = 4 MiB: one-shot beat two-shot at
 //     every size where both ran (T=512, H=4096, 4 MiB: 27.15 vs 30.55 us; T=128, H=8192:
 //     15.73 vs 17.08 us); 4 MiB is also the workspace's one-shot region
@@ -18,7 +18,7 @@
 //     64 MB bound had sent the call to NCCL. Above 128 MiB nothing was measured. Two-shot still
 //     needs the rows in the workspace: ResolveAllReduceAlgorithm falls back to NCCL when a call
 //     exceeds the workspace's max_tokens.
-//   * World sizes 3 to 8: NOT measured on GPUs (4 and 8 H200s were not lent for issue #10).
+//   * World sizes 3 to 8: NOT measured on GPUs (no 4- or 8-GPU machine has been available).
 //     fused_max = vLLM's FI_ALLREDUCE_FUSION_MAX_SIZE_MB for Hopper (SM 9.0: 2 MB at 4 ranks,
 //     0.5 MB at 8; vllm/compilation/passes/fusion/allreduce_rms_fusion.py), the sizes up to
 //     which vLLM found FlashInfer's fused kernel faster than NCCL + norm on H100/H200.

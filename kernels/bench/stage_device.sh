@@ -8,7 +8,7 @@ cd "$(git rev-parse --show-toplevel)"
 TESTS="rms_norm_gpu_test quant_fp8_gpu_test rms_norm_quant_fp8_gpu_test silu_and_mul_gpu_test"
 bazel build //kernels/...
 stage=$(mktemp -d)
-for t in $TESTS; do cp -f "bazel-bin/kernels/$t" "$stage/"; done
+for t in $TESTS; do cp -f "bazel-bin/tests/kernels/$t" "$stage/"; done
 cp -f bazel-bin/kernels/bench/bench_kernels kernels/bench/device_tests.sh "$stage/"
 chmod u+w "$stage"/*
 strip "$stage"/*_test "$stage"/bench_kernels

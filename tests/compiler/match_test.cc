@@ -1,7 +1,7 @@
-// Unit tests of the pattern matcher combinators (compiler/match.h).
+// Unit tests of the pattern matcher combinators (passes/toolkit/match.h).
 #include <catch2/catch.hpp>
 
-#include "compiler/match.h"
+#include "passes/toolkit/match.h"
 #include "ir/fxg.h"
 
 namespace m = fxfuse::compiler::m;

@@ -1,8 +1,8 @@
-// Unit tests of the rewriter (compiler/rewriter.h) and of the pipeline's bookkeeping.
+// Unit tests of the rewriter (passes/toolkit/rewriter.h) and of the pipeline's bookkeeping.
 #include <catch2/catch.hpp>
 
-#include "compiler/pipeline.h"
-#include "compiler/rewriter.h"
+#include "passes/pipeline/pipeline.h"
+#include "passes/toolkit/rewriter.h"
 #include "ir/fxg.h"
 #include "ir/verifier.h"
 
@@ -21,6 +21,16 @@ const char* kChain = R"(fxfuse.module {
     %6: bf16[4, 8] cuda:0 = aten.mul.Tensor(self=%5, other=%1)  // use
     output %6
     output %4
+  }
+})";
+
+// One node whose result nobody uses.
+const char* kDeadNode = R"(fxfuse.module {
+  graph @main {
+    input %1 "x": f32[4, 8] cpu
+    %2: f32[4, 8] cpu = aten.neg.default(self=%1)  // unused
+    %3: f32[4, 8] cpu = aten.exp.default(self=%1)  // used
+    output %3
   }
 })";
 
@@ -89,12 +99,20 @@ TEST_CASE("compileModule reports honest change flags and per-pass match counts",
   fxfuse::compiler::CompileOptions opts;
   opts.passes = {"noop-elimination", "canonicalize-activation", "dce", "cleanup"};
   opts.verify_each_pass = true;
+  opts.check_change_flags = true;  // the pipeline throws when a pass's "changed" is not honest
   std::string before = ir::printFxg(*m);
   auto r = fxfuse::compiler::compileModule(*m, opts);
   REQUIRE(r.passes.size() == 4);
   for (const auto& p : r.passes) CHECK(p.changed == (p.matches > 0));
   CHECK(ir::printFxg(*m) == before);  // nothing here is a pattern
   CHECK(r.nodes_before == r.nodes_after);
+
+  // A dead node: dce changes the graph and must say so; the other passes must not claim to.
+  auto dead = ir::parseFxg(kDeadNode, "dead.fxg");
+  auto rd = fxfuse::compiler::compileModule(*dead, opts);
+  REQUIRE(rd.passes.size() == 4);
+  for (const auto& p : rd.passes) CHECK(p.changed == (p.name == "dce"));
+  CHECK(rd.nodes_after == rd.nodes_before - 1);
 
   opts.passes = {"no-such-pass"};
   CHECK_THROWS_WITH(fxfuse::compiler::compileModule(*m, opts), Catch::Contains("unknown pass 'no-such-pass'"));

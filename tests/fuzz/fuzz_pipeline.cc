@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
-#include "compiler/interpreter/interpreter.h"
+#include "tools/interpreter/interpreter.h"
 #include "compiler/lowering/lowering.h"
-#include "compiler/pipeline.h"
+#include "passes/pipeline/pipeline.h"
 #include "ir/fxg.h"
 #include "ir/status.h"
 #include "ir/verifier.h"

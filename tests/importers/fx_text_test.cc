@@ -1,7 +1,6 @@
 // FX readable text importer (ir/importers/fx_text.cc): real torch 2.11 dumps import, op
 // histograms equal the text's own counts and tests/data/expected_counts.json, the
 // .txt -> .fxg -> .pb -> .fxg round trip is stable, bad input fails with file and line.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <chrono>

@@ -1,4 +1,4 @@
-// Unit tests of the structural diff (compiler/inspect/graph_diff.h) and the DOT writer:
+// Unit tests of the structural diff (tools/inspect/graph_diff.h) and the DOT writer:
 // renamed/reordered nodes still match, a fusion is exactly one rewritten region per site
 // (also on real vLLM-shaped FP8 graphs run through the pipeline), and repeated layers are
 // collapsed in pictures.
@@ -8,13 +8,13 @@
 #include <numeric>
 #include <string>
 
-#include "compiler/inspect/diff_format.h"
-#include "compiler/inspect/draw.h"
-#include "compiler/inspect/graph_diff.h"
-#include "compiler/inspect/html_report.h"
-#include "compiler/inspect/module_util.h"
-#include "compiler/inspect/node_text.h"
-#include "compiler/pipeline.h"
+#include "tools/inspect/diff_format.h"
+#include "tools/inspect/draw.h"
+#include "tools/inspect/graph_diff.h"
+#include "tools/inspect/html_report.h"
+#include "tools/inspect/module_util.h"
+#include "tools/inspect/node_text.h"
+#include "passes/pipeline/pipeline.h"
 #include "ir/fxg.h"
 #include "ir/io.h"
 

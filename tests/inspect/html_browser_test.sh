@@ -5,8 +5,8 @@
 # exceptions all show up as CONSOLE lines), must have run the page script to its end
 # (data-ready="1" in the DOM), and takes a screenshot (kept in the test outputs).
 #   html_browser_test.sh FXFUSE
-# Skips with a message only when no Chromium is installed (tools/install_deps.sh installs
-# the Debian package `chromium` for the test environment).
+# Fails when no Chromium is installed: tools/install_deps.sh installs the Debian package
+# `chromium` for the test environment (FXFUSE_WITH_BROWSER=1, or FXFUSE_WITH_TORCH=1 as CI sets).
 set -uo pipefail
 FXFUSE=$(realpath "$1")
 T=${TEST_TMPDIR:-$(mktemp -d)}
@@ -16,8 +16,8 @@ for c in chromium chromium-browser google-chrome; do
   if command -v "$c" >/dev/null 2>&1; then CHROME=$(command -v "$c"); break; fi
 done
 if [[ -z $CHROME ]]; then
-  echo "SKIPPED: no Chromium installed (install the Debian package 'chromium', e.g. FXFUSE_WITH_BROWSER=1 tools/install_deps.sh)"
-  exit 0
+  echo "FAIL: no Chromium installed (install the Debian package 'chromium': FXFUSE_WITH_BROWSER=1 tools/install_deps.sh)"
+  exit 1
 fi
 fails=0
 run_chrome() {  # run_chrome NAME ARGS... (stdout -> $T/NAME.out, log -> $T/NAME.log)

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/interpreter/compare.h"
-#include "compiler/interpreter/ops_common.h"
+#include "tools/interpreter/compare.h"
+#include "tools/interpreter/ops_common.h"
 #include "tests/interpreter/test_util.h"
 
 using namespace fxfuse::interp;

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/interpreter/numerics.h"
-#include "compiler/interpreter/value.h"
+#include "tools/interpreter/numerics.h"
+#include "tools/interpreter/value.h"
 
 using namespace fxfuse::interp;
 using fxfuse::ir::DType;

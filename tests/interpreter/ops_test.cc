@@ -5,7 +5,7 @@
 #include <limits>
 #include <random>
 
-#include "compiler/interpreter/ops_common.h"
+#include "tools/interpreter/ops_common.h"
 #include "ir/status.h"
 #include "tests/interpreter/test_util.h"
 

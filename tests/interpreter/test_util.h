@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/interpreter/interpreter.h"
+#include "tools/interpreter/interpreter.h"
 #include "ir/fxg.h"
 
 namespace fxfuse::interp::test {

@@ -1,4 +1,4 @@
-// The node-by-node proof at world size > 1 (compiler/cli/node_check_collective.h) without a
+// The node-by-node proof at world size > 1 (tools/cli/node_check_collective.h) without a
 // GPU:
 //   * the all-reduce check on host data: the fp32 sum in rank order rounded once passes, a
 //     result one step off passes, a wrong one (a rank missing, a rank counted twice, the
@@ -19,13 +19,13 @@
 #include <string>
 #include <thread>
 
-#include "compiler/cli/node_check.h"
-#include "compiler/cli/node_check_collective.h"
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/interpreter/lockstep.h"
-#include "compiler/interpreter/numerics.h"
+#include "tools/cli/node_check.h"
+#include "tools/cli/node_check_collective.h"
+#include "tools/interpreter/interpreter.h"
+#include "tools/interpreter/lockstep.h"
+#include "tools/interpreter/numerics.h"
 #include "compiler/lowering/lowering.h"
-#include "compiler/pipeline.h"
+#include "passes/pipeline/pipeline.h"
 #include "ir/dtype.h"
 #include "ir/io.h"
 

@@ -11,7 +11,7 @@
 #      (NCCL Collective steps); each rank against its lockstep CPU reference, and where outputs
 #      differ, the node-by-node proof on every rank (collectives on all ranks' GPU inputs)
 #   3. error paths: a world size larger than the machine; a rank killed (exit 2, one line)
-#   4. the kernel benchmark of issue #10 (kernels/allreduce/bench/run_multigpu.sh 2): tokens
+#   4. the kernel benchmark (kernels/allreduce/bench/run_multigpu.sh 2): tokens
 #      {1..8192} x hidden {4096, 8192}, fused vs (a) NCCL + our norm vs (b) torch NCCL +
 #      compiled norm, with what time is left
 # Files: env.txt (machine, phase times), parity.txt (one line per run, error paths),

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "compiler/lowering/lowering.h"
-#include "compiler/pipeline.h"
+#include "passes/pipeline/pipeline.h"
 #include "compiler/runtime/nvrtc_compile.h"
 #include "ir/io.h"
 

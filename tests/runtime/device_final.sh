@@ -1,5 +1,5 @@
 #!/bin/bash
-# Everything issue #7 runs on the H200, in one device call of at most ~5 minutes on GPU 0
+# Everything the plans work runs on the H200, in one device call of at most ~5 minutes on GPU 0
 # (logs into $OUT, six files; the device tool returns at most eight):
 #   1. GPU parity: plan vs CPU interpreter, fused and unfused, on tests/plans and the torch
 #      2.11 fixtures, JOBS at a time (a run whose outputs differ passes by its node-by-node

@@ -1,4 +1,4 @@
-// The lockstep CPU reference of tensor-parallel runs (compiler/interpreter/lockstep.h): ranks
+// The lockstep CPU reference of tensor-parallel runs (tools/interpreter/lockstep.h): ranks
 // with different values meet at every all-reduce, which sums in fp32 in rank order and rounds
 // once; fused all-reduce + norm ops see the same sum; a failing rank does not hang the others.
 #include <catch2/catch.hpp>
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/interpreter/lockstep.h"
+#include "tools/interpreter/interpreter.h"
+#include "tools/interpreter/lockstep.h"
 #include "ir/fxg.h"
 
 using namespace fxfuse::interp;

@@ -1,4 +1,4 @@
-// The node-by-node parity proof (compiler/cli/node_check.h) without a GPU: a stand-in "GPU"
+// The node-by-node parity proof (tools/cli/node_check.h) without a GPU: a stand-in "GPU"
 // is the interpreter itself, with one node's value changed the way a GPU might change it,
 // later nodes computed from the changed value:
 //   * unchanged: every node bit-identical, proven;
@@ -18,11 +18,11 @@
 #include <string>
 #include <unordered_map>
 
-#include "compiler/cli/node_check.h"
-#include "compiler/interpreter/interpreter.h"
-#include "compiler/interpreter/numerics.h"
+#include "tools/cli/node_check.h"
+#include "tools/interpreter/interpreter.h"
+#include "tools/interpreter/numerics.h"
 #include "compiler/lowering/lowering.h"
-#include "compiler/pipeline.h"
+#include "passes/pipeline/pipeline.h"
 #include "ir/dtype.h"
 #include "ir/io.h"
 

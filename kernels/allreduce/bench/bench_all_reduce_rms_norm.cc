@@ -2,7 +2,7 @@
 // all-reduce followed by our single-GPU fused add + RMSNorm (+ quant) kernel, under CUDA graphs.
 //
 //   --world-size N   N GPUs of this process (one thread per GPU, peer access, NCCL through
-//                    ncclCommInitAll, loaded with dlopen): the real measurement (issue #10);
+//                    ncclCommInitAll, loaded with dlopen): the real measurement;
 //                    N = 1 runs on one GPU (the fused op is add + norm + quant; NCCL is a copy).
 //   --sim-ranks N    N simulated ranks on ONE GPU (kernels/allreduce/testing/sim_ranks.h): the
 //                    ranks share the GPU's SMs and memory, so this measures the kernels and the

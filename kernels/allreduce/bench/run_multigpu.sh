@@ -1,5 +1,5 @@
 #!/bin/bash
-# The whole all-reduce + RMSNorm kernel benchmark of issue #10 for one world size, in one go, on
+# The whole all-reduce + RMSNorm kernel benchmark for one world size, in one go, on
 # a machine with N GPUs of one host (also runs at N = 1): the fused kernels and baseline (a)
 # (NCCL all-reduce + our fused add-norm kernel) from the C++ driver, baseline (b) (PyTorch NCCL
 # all-reduce + torch.compile'd norm) from the Python script, merged into one markdown table.

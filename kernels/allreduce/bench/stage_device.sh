@@ -5,9 +5,9 @@
 #   mkdir -p /tmp/ar && tar -C /tmp/ar -xJf .device_allreduce/ar.tar.xz && /tmp/ar/device_run.sh
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-bazel build //kernels:all_reduce_rms_norm_gpu_test //kernels/allreduce/bench:bench_all_reduce_rms_norm
+bazel build //tests/kernels:all_reduce_rms_norm_gpu_test //kernels/allreduce/bench:bench_all_reduce_rms_norm
 stage=$(mktemp -d)
-cp -f bazel-bin/kernels/all_reduce_rms_norm_gpu_test bazel-bin/kernels/allreduce/bench/bench_all_reduce_rms_norm \
+cp -f bazel-bin/tests/kernels/all_reduce_rms_norm_gpu_test bazel-bin/kernels/allreduce/bench/bench_all_reduce_rms_norm \
   kernels/allreduce/bench/*.py kernels/allreduce/bench/*.sh "$stage/"
 chmod u+w "$stage"/*
 strip "$stage/all_reduce_rms_norm_gpu_test" "$stage/bench_all_reduce_rms_norm"

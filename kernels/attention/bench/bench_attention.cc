@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/runtime/kernels/fill.h"
+#include "kernels/runtime/fill.h"
 #include "kernels/attention/attention.h"
 
 namespace {

@@ -3,10 +3,10 @@
 # .device_attn/attn.tar.xz (git-ignored) for the device tool (`carry: [".device_attn"]`).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-bazel build //kernels/attention:attention_gpu_test //kernels/attention:bench_attention //:fxfuse
+bazel build //tests/kernels/attention:attention_gpu_test //kernels/attention:bench_attention //:fxfuse
 stage=$(mktemp -d)
 mkdir -p "$stage/lib"
-cp -f bazel-bin/kernels/attention/attention_gpu_test bazel-bin/kernels/attention/bench_attention bazel-bin/fxfuse "$stage/"
+cp -f bazel-bin/tests/kernels/attention/attention_gpu_test bazel-bin/kernels/attention/bench_attention bazel-bin/fxfuse "$stage/"
 chmod u+w "$stage"/attention_gpu_test "$stage"/bench_attention "$stage"/fxfuse
 strip "$stage"/attention_gpu_test "$stage"/bench_attention "$stage"/fxfuse
 # fxfuse's non-system shared libraries (as tests/runtime/stage_device.sh does)

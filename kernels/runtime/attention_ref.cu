@@ -1,0 +1,124 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "kernels/runtime/attention.h"
+
+namespace fxfuse::runtime {
+namespace {
+
+constexpr int kWarps = 4;
+
+__device__ __forceinline__ float loadAs(const void* p, int64_t i, AttnDType t) {
+  switch (t) {
+    case AttnDType::kBF16: return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
+    case AttnDType::kF16: return __half2float(reinterpret_cast<const __half*>(p)[i]);
+    case AttnDType::kF32: return reinterpret_cast<const float*>(p)[i];
+    case AttnDType::kBool: return reinterpret_cast<const unsigned char*>(p)[i] ? 1.0f : 0.0f;
+    default: return 0.0f;
+  }
+}
+
+__device__ __forceinline__ float roundTo(float x, AttnDType t) {
+  if (t == AttnDType::kBF16) return __bfloat162float(__float2bfloat16_rn(x));
+  if (t == AttnDType::kF16) return __half2float(__float2half_rn(x));
+  return x;
+}
+
+template <int NE>
+__global__ void __launch_bounds__(kWarps * 32) attentionKernel(AttentionParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int64_t rows = p.B * p.Hq * p.Sq;
+  if (row >= rows) return;
+  const int64_t i = row % p.Sq;
+  const int64_t h = (row / p.Sq) % p.Hq;
+  const int64_t b = row / (p.Sq * p.Hq);
+  const int64_t hk = h / (p.Hq / p.Hk);
+  float q[NE], acc[NE];
+#pragma unroll
+  for (int t = 0; t < NE; ++t) {
+    const int64_t e = lane + 32 * t;
+    q[t] = e < p.E ? loadAs(p.q, b * p.q_stride[0] + h * p.q_stride[1] + i * p.q_stride[2] + e * p.q_stride[3], p.dtype) : 0.0f;
+    acc[t] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  const int64_t kend = p.causal ? (i + 1 < p.Sk ? i + 1 : p.Sk) : p.Sk;
+  const int64_t kbase = b * p.k_stride[0] + hk * p.k_stride[1];
+  const int64_t vbase = b * p.v_stride[0] + hk * p.v_stride[1];
+  for (int64_t j = 0; j < kend; ++j) {
+    float part = 0.0f;
+#pragma unroll
+    for (int t = 0; t < NE; ++t) {
+      const int64_t e = lane + 32 * t;
+      if (e < p.E) part += q[t] * loadAs(p.k, kbase + j * p.k_stride[2] + e * p.k_stride[3], p.dtype);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+    float s = part * p.scale;
+    if (p.mask_dtype != AttnDType::kNone) {
+      const int64_t mi = b * p.mask_stride[0] + h * p.mask_stride[1] + i * p.mask_stride[2] + j * p.mask_stride[3];
+      float mv = loadAs(p.mask, mi, p.mask_dtype);
+      if (p.mask_dtype == AttnDType::kBool) {
+        if (mv == 0.0f) s = -INFINITY;
+      } else {
+        s += mv;
+      }
+    }
+    if (s == -INFINITY) continue;
+    const float mn = fmaxf(m, s);
+    const float corr = expf(m - mn);  // m = -inf the first time: exp(-inf) = 0
+    const float pj = expf(s - mn);
+    l = l * corr + pj;
+#pragma unroll
+    for (int t = 0; t < NE; ++t) {
+      const int64_t e = lane + 32 * t;
+      const float vv = e < p.Ev ? loadAs(p.v, vbase + j * p.v_stride[2] + e * p.v_stride[3], p.dtype) : 0.0f;
+      acc[t] = acc[t] * corr + pj * vv;
+    }
+    m = mn;
+  }
+  const float inv = l > 0.0f ? 1.0f / l : __int_as_float(0x7fc00000);
+  const int64_t obase = b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
+  float qscale = 1.0f;
+  if (p.out_dtype == AttnDType::kF8E4M3) qscale = 1.0f / *p.out_scale;
+#pragma unroll
+  for (int t = 0; t < NE; ++t) {
+    const int64_t e = lane + 32 * t;
+    if (e >= p.Ev) continue;
+    const float o = acc[t] * inv;
+    const int64_t oi = obase + e * p.o_stride[3];
+    switch (p.out_dtype) {
+      case AttnDType::kBF16: reinterpret_cast<__nv_bfloat16*>(p.out)[oi] = __float2bfloat16_rn(o); break;
+      case AttnDType::kF16: reinterpret_cast<__half*>(p.out)[oi] = __float2half_rn(o); break;
+      case AttnDType::kF32: reinterpret_cast<float*>(p.out)[oi] = o; break;
+      case AttnDType::kF8E4M3: {
+        float x = roundTo(o, p.round_dtype) * qscale;
+        x = fminf(fmaxf(x, -448.0f), 448.0f);  // NaN passes through fminf/fmaxf as the other operand: keep it
+        if (o != o) x = o;
+        reinterpret_cast<__nv_fp8_e4m3*>(p.out)[oi] = __nv_fp8_e4m3(x);
+        break;
+      }
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.E <= 0 || p.E > 256 || p.Ev <= 0 || p.Ev > 256 || p.Hk <= 0 || p.Hq % p.Hk != 0) return cudaErrorInvalidValue;
+  if (!p.q || !p.k || !p.v || !p.out) return cudaErrorInvalidValue;
+  if (p.out_dtype == AttnDType::kF8E4M3 && !p.out_scale) return cudaErrorInvalidValue;
+  const int64_t rows = p.B * p.Hq * p.Sq;
+  if (rows == 0) return cudaSuccess;
+  const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  const int ne = static_cast<int>(((p.E > p.Ev ? p.E : p.Ev) + 31) / 32);
+  if (ne <= 1) attentionKernel<1><<<grid, kWarps * 32, 0, stream>>>(p);
+  else if (ne <= 2) attentionKernel<2><<<grid, kWarps * 32, 0, stream>>>(p);
+  else if (ne <= 4) attentionKernel<4><<<grid, kWarps * 32, 0, stream>>>(p);
+  else attentionKernel<8><<<grid, kWarps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace fxfuse::runtime

@@ -1,0 +1,388 @@
+// canonicalize-ops: single-node spellings -> fxfuse canonical ops.
+//
+//   auto_functionalized(_C.rms_norm, result, input, weight, epsilon)[1]     -> fxfuse.rms_norm
+//   auto_functionalized(_C.fused_add_rms_norm, input, residual, ...)[1,2]  -> fxfuse.fused_add_rms_norm
+//   auto_functionalized(_C.static_scaled_fp8_quant | _C.dynamic_*_fp8_quant |
+//                       _C.per_token_group_fp8_quant)                      -> fxfuse.quant_fp8
+//   auto_functionalized(_C.silu_and_mul, result, input)[1]                 -> fxfuse.silu_and_mul
+//   auto_functionalized(vllm.unified_attention_with_output, ...)[1], vllm.unified_attention
+//                                                                          -> fxfuse.attention (layout 'vllm')
+//   vllm.all_reduce(x), _c10d_functional.wait_tensor(_c10d_functional.all_reduce(x, "sum"))
+//                                                                          -> fxfuse.all_reduce
+//   aten.rms_norm, aten._fused_rms_norm                                    -> fxfuse.rms_norm
+//   aten.scaled_dot_product_attention and _flash/_efficient/_cudnn/_for_cpu -> fxfuse.attention
+//   vLLM's fused ops (_C.rms_norm_static_fp8_quant, ...)                   -> fxfuse fused ops
+//
+// REQUIRES: functionalize (custom ops in auto_functionalized v1 form).
+// Semantics and attribute values: docs/canonical-ops.md.
+#include <functional>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "passes/canonicalize/canonical_util.h"
+#include "passes/passes.h"
+
+namespace fxfuse::passes {
+namespace {
+
+using compiler::PassContext;
+using compiler::valueArg;
+using compiler::argOf;
+
+constexpr double kF32Eps = 1.1920928955078125e-07;
+
+class CanonicalizeOpsPass : public Pass {
+ public:
+  std::string_view name() const override { return "canonicalize-ops"; }
+  std::string_view summary() const override {
+    return "vLLM custom ops, torch built-ins and collectives -> fxfuse canonical ops";
+  }
+
+  bool run(ir::Graph& g, PassContext& ctx) override {
+    compiler::Rewriter rw(g);
+    bool changed = false;
+    for (ir::Node* n : g.nodeList()) {
+      if (!rw.alive(n)) continue;
+      bool did = false;
+      if (auto af = AfCall::of(n)) {
+        did = customOp(rw, *af, ctx);
+      } else {
+        did = builtin(rw, n, ctx);
+      }
+      changed |= did;
+    }
+    rw.finish();
+    return changed;
+  }
+
+ private:
+  ir::Node* emit(compiler::Rewriter& rw, const std::string& op, std::vector<ir::Arg> args, std::vector<Out> outs,
+                 ir::Node* src, PassContext& ctx, const std::string& counter) {
+    ir::Node* c = rw.create(compiler::fxfuseTarget(op), std::move(args), outs, src, {src}, op);
+    rw.replaceOutputs(c, outs);
+    rw.eraseDead({src});
+    ctx.addMatch(counter);
+    ctx.applied(op, c, "from " + counter);
+    return c;
+  }
+
+  static bool anyUsed(const std::vector<Out>& outs) {
+    for (const auto& o : outs)
+      if (o.replaces && o.replaces->numUses() > 0) return true;
+    return false;
+  }
+
+  bool customOp(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
+    const std::string& op = af.op;
+    ir::Node* n = af.node;
+    auto eps = [&]() { const ir::Attr* e = af.kw("epsilon"); return e ? *e : ir::Attr::none(); };
+    if (op == "_C.rms_norm.default") {
+      ir::Value* in = af.value("input");
+      std::vector<Out> outs(1);
+      outs[0].replaces = af.mutOut("result");
+      if (!in || !anyUsed(outs)) return false;
+      emit(rw, "rms_norm", {A("input", V(in)), A("weight", V(af.value("weight"))), A("epsilon", eps()),
+                            A("norm_dtype", D(in->type.dtype))}, outs, n, ctx, "_C.rms_norm");
+      return true;
+    }
+    if (op == "_C.fused_add_rms_norm.default") {
+      ir::Value* in = af.value("input");
+      ir::Value* res = af.value("residual");
+      std::vector<Out> outs(2);
+      outs[0].replaces = af.mutOut("input");
+      outs[1].replaces = af.mutOut("residual");
+      if (!in || !res || !anyUsed(outs)) return false;
+      emit(rw, "fused_add_rms_norm",
+           {A("input", V(in)), A("residual", V(res)), A("weight", V(af.value("weight"))), A("epsilon", eps()),
+            A("variance_of_rounded_sum", B(true)), A("norm_dtype", D(res->type.dtype))},
+           outs, n, ctx, "_C.fused_add_rms_norm");
+      return true;
+    }
+    if (op == "_C.static_scaled_fp8_quant.default" || op == "_C.dynamic_per_token_scaled_fp8_quant.default" ||
+        op == "_C.dynamic_scaled_fp8_quant.default") {
+      ir::Value* in = af.value("input");
+      std::vector<Out> outs(2);
+      outs[0].replaces = af.mutOut("result");
+      std::vector<ir::Arg> args = {A("input", V(in))};
+      if (op == "_C.static_scaled_fp8_quant.default") {
+        ir::Value* scale = af.value("scale");
+        if (const ir::Attr* gs = af.kw("group_shape"); gs && !gs->isNone()) {
+          ctx.rejected("quant_fp8", n->name, "static quant with a group_shape is not canonicalized");
+          return false;
+        }
+        if (!scale || compiler::constNumel(scale).value_or(0) != 1) {
+          ctx.rejected("quant_fp8", n->name, "static scale is not a one-element tensor");
+          return false;
+        }
+        args.push_back(A("scale", V(scale)));
+        args.push_back(A("kind", S("static_tensor")));
+      } else if (op == "_C.dynamic_per_token_scaled_fp8_quant.default") {
+        outs[1].replaces = af.mutOut("scale");
+        args.push_back(A("scale", ir::Attr::none()));
+        args.push_back(A("kind", S("dynamic_token")));
+        ir::Value* ub = af.value("scale_ub");
+        if (ub) args.push_back(A("scale_ub", V(ub)));
+        args.push_back(A("divide", B(true)));
+      } else {
+        outs[1].replaces = af.mutOut("scale");
+        args.push_back(A("scale", ir::Attr::none()));
+        args.push_back(A("kind", S("dynamic_tensor")));
+        args.push_back(A("min_scale", F(0.0)));
+      }
+      if (!in || !anyUsed(outs)) return false;
+      emit(rw, "quant_fp8", std::move(args), outs, n, ctx, compiler::shortTarget(op));
+      return true;
+    }
+    if (op == "_C.per_token_group_fp8_quant.default") {
+      ir::Value* in = af.value("input");
+      std::vector<Out> outs(2);
+      outs[0].replaces = af.mutOut("output_q");
+      outs[1].replaces = af.mutOut("output_s");
+      if (!in || !anyUsed(outs)) return false;
+      const ir::Attr* gs = af.kw("group_size");
+      const ir::Attr* e = af.kw("eps");
+      const ir::Attr* fmax = af.kw("fp8_max");
+      if (!gs || !gs->asInt() || !e || !e->asDouble()) return false;
+      if (fmax && fmax->asDouble() && !compiler::approxEqual(*fmax->asDouble(), compiler::kFp8Max)) {
+        ctx.rejected("quant_fp8", n->name, "per_token_group_fp8_quant with fp8_max != 448");
+        return false;
+      }
+      bool col_major = false;
+      if (ir::Value* s = af.value("output_s"); s && s->type.rank() == 2 && s->type.stride.size() == 2) {
+        const auto& st = s->type.stride;
+        col_major = st[0].isInt() && st[0].intValue() == 1 && !(s->type.shape[0].isInt() && s->type.shape[0].intValue() == 1);
+      }
+      const ir::Attr* ue8m0 = af.kw("scale_ue8m0");
+      emit(rw, "quant_fp8",
+           {A("input", V(in)), A("scale", ir::Attr::none()), A("kind", S("dynamic_group")), A("group_size", *gs),
+            A("column_major_scales", B(col_major)), A("divide", B(true)), A("min_abs", *e), A("min_scale", F(0.0)),
+            A("scale_ue8m0", B(ue8m0 && ue8m0->kind == ir::Attr::Kind::Bool && ue8m0->b))},
+           outs, n, ctx, "_C.per_token_group_fp8_quant");
+      return true;
+    }
+    if (op == "_C.silu_and_mul.default") {
+      ir::Value* in = af.value("input");
+      std::vector<Out> outs(1);
+      outs[0].replaces = af.mutOut("result");
+      if (!in || !anyUsed(outs)) return false;
+      emit(rw, "silu_and_mul", {A("input", V(in))}, outs, n, ctx, "_C.silu_and_mul");
+      return true;
+    }
+    if (op == "vllm.unified_attention_with_output.default") {
+      std::vector<Out> outs(1);
+      outs[0].replaces = af.mutOut("output");
+      if (!anyUsed(outs)) return false;
+      if (ir::Value* bs = af.mutOut("output_block_scale"); bs && bs->numUses() > 0) {
+        ctx.rejected("attention", n->name, "output_block_scale (NVFP4) is not supported");
+        return false;
+      }
+      const ir::Attr* layer = af.kw("layer_name");
+      std::vector<ir::Arg> args = {A("query", V(af.value("query"))), A("key", V(af.value("key"))),
+                                   A("value", V(af.value("value")))};
+      ir::Value* oscale = af.value("output_scale");
+      std::string op_name = "attention";
+      if (oscale) {
+        args.insert(args.begin() + 3, A("output_scale", V(oscale)));
+        op_name = "attention_quant";
+      }
+      args.push_back(A("layout", S("vllm")));
+      args.push_back(A("layer_name", layer ? *layer : S("")));
+      emit(rw, op_name, std::move(args), outs, n, ctx, "vllm.unified_attention_with_output");
+      return true;
+    }
+    // vLLM's own fused ops: represent them as the equivalent fxfuse fused ops.
+    if (op == "_C.rms_norm_static_fp8_quant.default") {
+      std::vector<Out> outs(2);
+      outs[0].replaces = af.mutOut("result");
+      ir::Value* in = af.value("input");
+      if (!in || !anyUsed(outs)) return false;
+      emit(rw, "rms_norm_quant",
+           {A("input", V(in)), A("weight", V(af.value("weight"))), A("epsilon", eps()), A("scale", V(af.value("scale"))),
+            A("kind", S("static_tensor")), A("norm_dtype", D(in->type.dtype))},
+           outs, n, ctx, "_C.rms_norm_static_fp8_quant");
+      return true;
+    }
+    if (op == "_C.fused_add_rms_norm_static_fp8_quant.default") {
+      std::vector<Out> outs(3);
+      outs[0].replaces = af.mutOut("result");
+      outs[1].replaces = af.mutOut("residual");
+      ir::Value* in = af.value("input");
+      ir::Value* res = af.value("residual");
+      if (!in || !res || !anyUsed(outs)) return false;
+      emit(rw, "fused_add_rms_norm_quant",
+           {A("input", V(in)), A("residual", V(res)), A("weight", V(af.value("weight"))), A("epsilon", eps()),
+            A("scale", V(af.value("scale"))), A("kind", S("static_tensor")), A("variance_of_rounded_sum", B(true)),
+            A("norm_dtype", D(res->type.dtype))},
+           outs, n, ctx, "_C.fused_add_rms_norm_static_fp8_quant");
+      return true;
+    }
+    if (op == "_C.rms_norm_dynamic_per_token_quant.default") {
+      ir::Value* in = af.value("input");
+      ir::Value* res = af.value("residual");
+      if (!in) return false;
+      std::vector<ir::Arg> common = {A("epsilon", eps()), A("scale", ir::Attr::none()), A("kind", S("dynamic_token"))};
+      if (ir::Value* ub = af.value("scale_ub")) common.push_back(A("scale_ub", V(ub)));
+      if (res) {
+        std::vector<Out> outs(3);
+        outs[0].replaces = af.mutOut("result");
+        outs[1].replaces = af.mutOut("residual");
+        outs[2].replaces = af.mutOut("scale");
+        if (!anyUsed(outs)) return false;
+        std::vector<ir::Arg> args = {A("input", V(in)), A("residual", V(res)), A("weight", V(af.value("weight")))};
+        args.insert(args.end(), common.begin(), common.end());
+        args.push_back(A("variance_of_rounded_sum", B(false)));
+        args.push_back(A("norm_dtype", D(in->type.dtype)));
+        args.push_back(A("divide", B(true)));
+        emit(rw, "fused_add_rms_norm_quant", std::move(args), outs, n, ctx, "_C.rms_norm_dynamic_per_token_quant");
+      } else {
+        std::vector<Out> outs(2);
+        outs[0].replaces = af.mutOut("result");
+        outs[1].replaces = af.mutOut("scale");
+        if (!anyUsed(outs)) return false;
+        std::vector<ir::Arg> args = {A("input", V(in)), A("weight", V(af.value("weight")))};
+        args.insert(args.end(), common.begin(), common.end());
+        args.push_back(A("norm_dtype", D(in->type.dtype)));
+        args.push_back(A("divide", B(true)));
+        emit(rw, "rms_norm_quant", std::move(args), outs, n, ctx, "_C.rms_norm_dynamic_per_token_quant");
+      }
+      return true;
+    }
+    if (op == "_C.silu_and_mul_quant.default") {
+      std::vector<Out> outs(1);
+      outs[0].replaces = af.mutOut("result");
+      if (!anyUsed(outs)) return false;
+      emit(rw, "silu_and_mul_quant", {A("input", V(af.value("input"))), A("scale", V(af.value("scale")))}, outs, n,
+           ctx, "_C.silu_and_mul_quant");
+      return true;
+    }
+    return false;
+  }
+
+  bool builtin(compiler::Rewriter& rw, ir::Node* n, PassContext& ctx) {
+    const std::string& t = n->target;
+    if (t == "vllm.all_reduce.default") {
+      std::vector<Out> outs(1);
+      outs[0].replaces = n->output(0);
+      ir::Value* x = valueArg(*n, "tensor");
+      if (!x || !outs[0].replaces) return false;
+      const ir::Attr* gname = argOf(*n, "group_name");
+      emit(rw, "all_reduce", {A("input", V(x)), A("group_name", gname ? *gname : S(""))}, outs, n, ctx,
+           "vllm.all_reduce");
+      return true;
+    }
+    if (t == "_c10d_functional.wait_tensor.default") {
+      ir::Value* w = valueArg(*n, "tensor");
+      ir::Node* ar = w ? w->producer() : nullptr;
+      if (!ar || ar->target != "_c10d_functional.all_reduce.default") return false;
+      const ir::Attr* op = argOf(*ar, "reduce_op");
+      if (!op || op->kind != ir::Attr::Kind::String || (op->s != "sum" && op->s != "SUM")) {
+        ctx.rejected("all_reduce", ar->name, "reduce_op is not sum");
+        return false;
+      }
+      ir::Value* x = valueArg(*ar, "input");
+      const ir::Attr* gname = argOf(*ar, "group_name");
+      std::vector<Out> outs(1);
+      outs[0].replaces = n->output(0);
+      if (!x || !outs[0].replaces) return false;
+      ir::Node* c = rw.create(compiler::fxfuseTarget("all_reduce"),
+                              {A("input", V(x)), A("group_name", gname ? *gname : S(""))}, outs, n, {ar, n},
+                              "all_reduce");
+      rw.replaceOutputs(c, outs);
+      // Other readers of the un-waited value read the reduced value too.
+      if (ar->output(0)) rw.replace(ar->output(0), c->output(0));
+      // wait_tensor has side effects (it is a synchronization): it is now redundant.
+      if (!n->hasUsers()) rw.eraseNode(n);
+      rw.eraseDead({ar});
+      ctx.addMatch("_c10d_functional.all_reduce");
+      ctx.applied("all_reduce", c, "from _c10d_functional.all_reduce + wait_tensor");
+      return true;
+    }
+    if (t == "aten.rms_norm.default" || t == "aten._fused_rms_norm.default") {
+      ir::Value* x = valueArg(*n, "input");
+      ir::Value* out = n->output(0);
+      if (!x || !out) return false;
+      if (t == "aten._fused_rms_norm.default" && n->output(1) && n->output(1)->numUses() > 0) {
+        ctx.rejected("rms_norm", n->name, "the rstd output of _fused_rms_norm is used");
+        return false;
+      }
+      const ir::Attr* shape = argOf(*n, "normalized_shape");
+      auto dims = shape ? shape->asIntList() : std::nullopt;
+      auto h = compiler::lastDim(x);
+      if (!dims || dims->size() != 1 || !h || (*dims)[0] != *h) {
+        ctx.rejected("rms_norm", n->name, "normalized_shape is not the last dimension");
+        return false;
+      }
+      const ir::Attr* e = argOf(*n, "eps");
+      ir::Attr eps = (e && !e->isNone()) ? *e : F(kF32Eps);
+      ir::DType norm = t == "aten.rms_norm.default" ? x->type.dtype : ir::DType::F32;
+      std::vector<Out> outs(1);
+      outs[0].replaces = out;
+      const ir::Attr* w = argOf(*n, "weight");
+      emit(rw, "rms_norm", {A("input", V(x)), A("weight", w ? *w : ir::Attr::none()), A("epsilon", eps),
+                            A("norm_dtype", D(norm))},
+           outs, n, ctx, compiler::shortTarget(t));
+      return true;
+    }
+    if (t == "vllm.unified_attention.default") {
+      std::vector<Out> outs(1);
+      outs[0].replaces = n->output(0);
+      if (!outs[0].replaces) return false;
+      const ir::Attr* layer = argOf(*n, "layer_name");
+      emit(rw, "attention",
+           {A("query", V(valueArg(*n, "query"))), A("key", V(valueArg(*n, "key"))), A("value", V(valueArg(*n, "value"))),
+            A("layout", S("vllm")), A("layer_name", layer ? *layer : S(""))},
+           outs, n, ctx, "vllm.unified_attention");
+      return true;
+    }
+    return sdpa(rw, n, ctx);
+  }
+
+  bool sdpa(compiler::Rewriter& rw, ir::Node* n, PassContext& ctx) {
+    const std::string& t = n->target;
+    static const std::map<std::string, std::string> kMask = {
+        {"aten.scaled_dot_product_attention.default", "attn_mask"},
+        {"aten._scaled_dot_product_flash_attention.default", ""},
+        {"aten._scaled_dot_product_flash_attention_for_cpu.default", "attn_mask"},
+        {"aten._scaled_dot_product_efficient_attention.default", "attn_bias"},
+        {"aten._scaled_dot_product_cudnn_attention.default", "attn_bias"},
+    };
+    auto it = kMask.find(t);
+    if (it == kMask.end()) return false;
+    ir::Value* out = n->output(0);
+    if (!out) return false;
+    for (size_t i = 1; i < n->numOutputs(); ++i)
+      if (n->output(i) && n->output(i)->numUses() > 0) {
+        ctx.rejected("attention", n->name, fmt::format("auxiliary output {} of {} is used", i, compiler::shortTarget(t)));
+        return false;
+      }
+    auto dropout = compiler::numberArg(*n, "dropout_p");
+    if (dropout && *dropout != 0.0) {
+      ctx.rejected("attention", n->name, "dropout_p is not 0");
+      return false;
+    }
+    std::vector<ir::Arg> args = {A("query", V(valueArg(*n, "query"))), A("key", V(valueArg(*n, "key"))),
+                                 A("value", V(valueArg(*n, "value")))};
+    if (!it->second.empty()) {
+      const ir::Attr* mask = argOf(*n, it->second);
+      if (mask && !mask->isNone()) args.push_back(A("attn_mask", *mask));
+    }
+    const ir::Attr* causal = argOf(*n, "is_causal");
+    if (causal && causal->kind == ir::Attr::Kind::Bool) args.push_back(A("is_causal", *causal));
+    const ir::Attr* scale = argOf(*n, "scale");
+    if (scale && !scale->isNone()) args.push_back(A("scale", *scale));
+    const ir::Attr* gqa = argOf(*n, "enable_gqa");
+    if (gqa && gqa->kind == ir::Attr::Kind::Bool && gqa->b) args.push_back(A("enable_gqa", *gqa));
+    args.push_back(A("layout", S("bhsd")));
+    std::vector<Out> outs(1);
+    outs[0].replaces = out;
+    emit(rw, "attention", std::move(args), outs, n, ctx, compiler::shortTarget(t));
+    return true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createCanonicalizeOpsPass() { return std::make_unique<CanonicalizeOpsPass>(); }
+
+}  // namespace fxfuse::passes

@@ -1,0 +1,466 @@
+// functionalize: one functional form for every mutating call.
+//
+//   auto_functionalized_v2(op, _x_base_index=i, _all_bases=[b...], ...)  -> auto_functionalized(op, x=b_i, ...)
+//     x a view of b_i (_x_slice_dim/start/end, or size/stride/offset of such a slice):
+//       x = slice(b_i, d, s, e); x' = auto_functionalized(op, x=x, ...); b_i' = slice_scatter(b_i, x', d, s, e)
+//     (several arguments may be disjoint slices of one base: the scatters are chained)
+//   op(x!, ...)  (direct call; later uses read x)                         -> x' = auto_functionalized(op, x=x, ...)[k]
+//   aten.add_.Tensor(self!, other)                                        -> aten.add.Tensor(self, other)
+//
+// After this pass the graph has no mutation: later readers of a mutated value read the new
+// value, and auto_functionalized v1 (outputs: the op's returns — one null slot for `-> ()`
+// — then the new value of each mutable argument in schema order) is the only form of a
+// mutating custom op. Cases that cannot be expressed exactly (mutation of a graph input,
+// of a partial view whose base is read later, of a list argument) are left alone and
+// recorded.
+#include <functional>
+#include <map>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "passes/toolkit/op_util.h"
+#include "passes/toolkit/rewriter.h"
+#include "passes/passes.h"
+
+namespace fxfuse::passes {
+namespace {
+
+using compiler::argOf;
+using compiler::PassContext;
+using compiler::schemaOf;
+
+constexpr const char* kAfV1 = "higher_order.auto_functionalized";
+constexpr const char* kAfV2 = "higher_order.auto_functionalized_v2";
+
+bool isViewLike(const std::string& t) {
+  static const char* const kViews[] = {
+      "aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.slice.Tensor",
+      "aten.select.int", "aten.as_strided.default", "aten.permute.default", "aten.transpose.int", "aten.t.default",
+      "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default", "aten.expand.default",
+      "aten.alias.default", "aten.detach.default", "aten.split.Tensor", "aten.split_with_sizes.default",
+      "aten.unbind.int", "aten.chunk.default",
+  };
+  for (const char* v : kViews)
+    if (t == v) return true;
+  return false;
+}
+
+bool isFullReshape(const ir::Node& n) {
+  return n.target == "aten.view.default" || n.target == "aten.reshape.default" ||
+         n.target == "aten._unsafe_view.default" || n.target == "aten.alias.default" ||
+         n.target == "aten.detach.default";
+}
+
+size_t returnSlots(const ir::OpSchema& s) { return s.returns.empty() ? 1 : s.returns.size(); }
+
+class FunctionalizePass : public Pass {
+ public:
+  std::string_view name() const override { return "functionalize"; }
+  std::string_view summary() const override {
+    return "auto_functionalized v2, direct mutating calls and in-place ops -> auto_functionalized v1 / functional ops";
+  }
+
+  bool run(ir::Graph& g, PassContext& ctx) override {
+    pos_.clear();
+    int64_t i = 0;
+    for (auto& np : g.nodes()) pos_[np.get()] = i++;
+    bool changed = false;
+    compiler::Rewriter rw(g);
+    for (ir::Node* n : g.nodeList()) {
+      if (n->target == kAfV2) {
+        changed |= v2ToV1(g, rw, n, ctx);
+        continue;
+      }
+      if (n->kind != ir::NodeKind::Op) continue;
+      const ir::OpSchema* s = schemaOf(*n);
+      if (!s || s->mutableArgs().empty()) continue;
+      changed |= functionalizeCall(g, rw, n, *s, ctx);
+    }
+    rw.finish();
+    return changed;
+  }
+
+ private:
+  std::unordered_map<const ir::Node*, int64_t> pos_;
+
+  // Uses of `v` after node `at` (graph order), plus whether graph outputs use it.
+  std::vector<ir::Node*> laterUsers(const ir::Value* v, const ir::Node* at) {
+    std::vector<ir::Node*> out;
+    int64_t p = pos_.at(at);
+    for (ir::Node* u : compiler::usersOf(v)) {
+      auto it = pos_.find(u);
+      if (u != at && it != pos_.end() && it->second > p) out.push_back(u);
+    }
+    return out;
+  }
+
+  void redirectLater(ir::Value* old_v, ir::Value* new_v, const ir::Node* at) {
+    for (ir::Node* u : laterUsers(old_v, at)) u->replaceUsesOfWith(old_v, new_v);
+    if (old_v->graphOutputUses() > 0) {
+      ir::Graph* g = old_v->graph();
+      for (size_t i = 0; i < g->outputs().size(); ++i)
+        if (g->outputs()[i].value == old_v) g->setOutputValue(i, new_v);
+    }
+  }
+
+  // Can the mutation of `v` by node `at` be expressed as "later readers read the new value"?
+  // Returns an empty string when yes; fills *base_fix with a (view node, base) pair when the
+  // base of a full reshape view is read later.
+  std::string checkMutable(const ir::Value* v, const ir::Node* at, const ir::Node** view_of_base) {
+    *view_of_base = nullptr;
+    if (v->isGraphInput()) return fmt::format("mutates graph input '{}'", v->name);
+    const ir::Node* p = v->producer();
+    if (p && isViewLike(p->target)) {
+      ir::Value* base = compiler::valueArg(*p, "self");
+      if (!base) return "mutates a view of an unknown base";
+      if (laterUsers(base, at).empty() && base->graphOutputUses() == 0) return {};
+      if (!isFullReshape(*p)) return fmt::format("mutates a partial view ({}) whose base is read later", p->target);
+      if (base->isGraphInput()) return fmt::format("mutates a view of graph input '{}'", base->name);
+      *view_of_base = p;
+    }
+    return {};
+  }
+
+  bool functionalizeCall(ir::Graph& g, compiler::Rewriter& rw, ir::Node* n, const ir::OpSchema& s, PassContext& ctx) {
+    std::vector<int> muts = s.mutableArgs();
+    // Collect the mutated values and check each.
+    std::vector<const ir::Node*> view_fix(muts.size(), nullptr);
+    for (size_t k = 0; k < muts.size(); ++k) {
+      const ir::SchemaArg& sa = s.args[muts[k]];
+      if (sa.is_list) {
+        ctx.rejected("functionalize", n->name, fmt::format("mutable list argument '{}' is not supported", sa.name));
+        return false;
+      }
+      const ir::Attr* a = argOf(*n, sa.name);
+      if (!a || a->isNone()) continue;
+      if (!a->isValue()) return false;
+      std::string why = checkMutable(a->value, n, &view_fix[k]);
+      if (!why.empty()) {
+        ctx.rejected("functionalize", n->name, why);
+        return false;
+      }
+    }
+    bool is_aten = n->target.rfind("aten.", 0) == 0;
+    if (is_aten) return functionalizeAtenInplace(g, rw, n, s, muts, view_fix, ctx);
+
+    // Custom op -> auto_functionalized v1 with every argument by schema name.
+    std::vector<ir::Arg> args;
+    args.push_back(ir::Arg{"", false, ir::Attr::ofOp(n->target)});
+    for (const auto& sa : s.args) {
+      const ir::Attr* a = argOf(*n, sa.name);
+      ir::Attr v = a ? *a : ir::Attr::none();
+      if (!a && sa.default_value && *sa.default_value != "None") {
+        // Keep defaults implicit: only pass what the call passed.
+        continue;
+      }
+      args.push_back(ir::Arg{sa.name, true, v});
+    }
+    size_t nret = returnSlots(s);
+    std::vector<compiler::Rewriter::Out> outs(nret + muts.size());
+    for (size_t r = 0; r < n->numOutputs() && r < nret; ++r) outs[r].replaces = n->output(r);
+    for (size_t k = 0; k < muts.size(); ++k) {
+      ir::Value* v = compiler::valueArg(*n, s.args[muts[k]].name);
+      if (v) outs[nret + k].type = v->type;
+    }
+    ir::Node* af = rw.create(kAfV1, std::move(args), outs, n, {n}, n->name);
+    pos_[af] = pos_.at(n);
+    rw.replaceOutputs(af, outs);
+    for (size_t k = 0; k < muts.size(); ++k) {
+      ir::Value* v = compiler::valueArg(*n, s.args[muts[k]].name);
+      if (!v) continue;
+      ir::Value* nv = af->output(nret + k);
+      nv->name = v->name.empty() ? "" : v->name + "_new";
+      redirectBaseAndValue(g, rw, v, nv, view_fix[k], af);
+    }
+    std::string nm = n->name;
+    g.erase(n);
+    af->name = nm;
+    ctx.addMatch("auto_functionalized");
+    ctx.applied("functionalize", af, "direct call of " + compiler::shortTarget(af->args()[0].value.s));
+    return true;
+  }
+
+  void redirectBaseAndValue(ir::Graph& g, compiler::Rewriter& rw, ir::Value* v, ir::Value* nv,
+                            const ir::Node* view_fix, ir::Node* at) {
+    redirectLater(v, nv, at);
+    if (!view_fix) return;
+    ir::Value* base = compiler::valueArg(*view_fix, "self");
+    // base' = reshape(v', base.shape)
+    std::vector<ir::Attr> dims;
+    for (const auto& d : base->type.shape) dims.push_back(ir::Attr::ofSym(d));
+    std::vector<compiler::Rewriter::Out> outs(1);
+    outs[0].type = base->type;
+    ir::Node* r = rw.create("aten.reshape.default",
+                            {ir::Arg{"self", false, ir::Attr::ofValue(nv)},
+                             ir::Arg{"shape", false, ir::Attr::ofList(std::move(dims))}},
+                            outs, nullptr, {}, "reshape");
+    // Place right after `at`.
+    auto it = at->graph()->nodes().begin();
+    for (; it != at->graph()->nodes().end(); ++it)
+      if (it->get() == at) break;
+    ++it;
+    g.moveBefore(r, it == g.nodes().end() ? nullptr : it->get());
+    pos_[r] = pos_.at(at);
+    redirectLater(base, r->output(0), at);
+  }
+
+  bool functionalizeAtenInplace(ir::Graph& g, compiler::Rewriter& rw, ir::Node* n, const ir::OpSchema& s,
+                                const std::vector<int>& muts, const std::vector<const ir::Node*>& view_fix,
+                                PassContext& ctx) {
+    // aten.add_.Tensor -> aten.add.Tensor; aten.copy_.default -> aten.copy.default.
+    if (muts.size() != 1 || s.args[muts[0]].name != "self") {
+      ctx.rejected("functionalize", n->name, "in-place ATen op with several mutable arguments");
+      return false;
+    }
+    std::string name = s.name;
+    if (name.empty() || name.back() != '_') {
+      ctx.rejected("functionalize", n->name, "out= variants are not supported");
+      return false;
+    }
+    std::string functional = s.ns + "." + name.substr(0, name.size() - 1) + "." + s.overload;
+    const ir::OpSchema* fs = schemaOf(g.module(), functional);
+    if (!fs) {
+      ctx.rejected("functionalize", n->name, "no functional counterpart " + functional + " in the op registry");
+      return false;
+    }
+    ir::Value* self = compiler::valueArg(*n, "self");
+    if (!self) return false;
+    std::vector<ir::Arg> args;
+    for (const auto& sa : s.args) {
+      const ir::Attr* a = argOf(*n, sa.name);
+      if (a) args.push_back(ir::Arg{sa.name, sa.kwarg_only, *a});
+    }
+    std::vector<compiler::Rewriter::Out> outs(1);
+    if (n->output(0)) outs[0].replaces = n->output(0);
+    else outs[0].type = self->type;
+    ir::Node* f = rw.create(functional, std::move(args), outs, n, {n}, n->name);
+    pos_[f] = pos_.at(n);
+    rw.replaceOutputs(f, outs);
+    redirectBaseAndValue(g, rw, self, f->output(0), view_fix[0], f);
+    std::string nm = n->name;
+    g.erase(n);
+    f->name = nm;
+    ctx.addMatch("inplace_op");
+    ctx.applied("functionalize", f, "in-place " + s.target());
+    return true;
+  }
+
+  // The view of its base a mutable auto_functionalized_v2 argument is: the whole base
+  // (no view metadata, or `_x_alias`), or a slice of one dimension (`_x_slice_dim/start/end`,
+  // or `_x_size/_stride/_storage_offset` that describe such a slice of the base).
+  struct BaseView {
+    bool whole = true;
+    int64_t dim = 0;
+    ir::SymExpr start, end;
+  };
+  static std::string viewOfBase(const std::function<const ir::Attr*(const std::string&)>& kw, const std::string& arg,
+                                const ir::Value& base, BaseView* out) {
+    auto opt = [&](const char* suffix) -> const ir::Attr* {
+      const ir::Attr* a = kw("_" + arg + suffix);
+      return a && !a->isNone() ? a : nullptr;
+    };
+    const auto& shape = base.type.shape;
+    size_t rank = shape.size();
+    if (const ir::Attr* al = opt("_alias"); al && al->asInt().value_or(0) != 0) return {};
+    if (const ir::Attr* sd = opt("_slice_dim")) {
+      auto d = sd->asInt();
+      auto nd = d ? compiler::normDim(*d, rank) : std::nullopt;
+      if (!nd) return "slice dimension out of range";
+      out->whole = false;
+      out->dim = *nd;
+      const ir::Attr* ss = opt("_slice_start");
+      const ir::Attr* se = opt("_slice_end");
+      out->start = ss && ss->asSize() ? *ss->asSize() : ir::SymExpr::integer(0);
+      out->end = se && se->asSize() ? *se->asSize() : shape[*nd];
+      if (auto e = out->end.isInt() ? std::optional<int64_t>(out->end.intValue()) : std::nullopt;
+          e && *e >= (int64_t{1} << 62))
+        out->end = shape[*nd];
+      return {};
+    }
+    const ir::Attr* sz = opt("_size");
+    if (!sz) return {};
+    // size/stride/offset: a slice of one dim when the strides are the base's and the sizes
+    // differ in at most one dim.
+    const ir::Attr* st = opt("_stride");
+    const ir::Attr* so = opt("_storage_offset");
+    if (sz->kind != ir::Attr::Kind::List || sz->list.size() != rank || !st || st->kind != ir::Attr::Kind::List ||
+        st->list.size() != rank || base.type.stride.size() != rank)
+      return "a strided view that is not a slice of its base";
+    ir::SymExpr offset = so && so->asSize() ? *so->asSize() : base.type.storage_offset;
+    int differing = -1;
+    for (size_t k = 0; k < rank; ++k) {
+      auto size_k = sz->list[k].asSize();
+      auto stride_k = st->list[k].asSize();
+      if (!size_k || !stride_k || *stride_k != base.type.stride[k])
+        return "a strided view that is not a slice of its base";
+      if (*size_k != shape[k]) {
+        if (differing >= 0) return "a strided view that is not a slice of its base";
+        differing = static_cast<int>(k);
+      }
+    }
+    ir::SymExpr rel = offset - base.type.storage_offset;
+    if (differing < 0) {
+      if (rel == ir::SymExpr::integer(0)) return {};
+      return "a strided view that is not a slice of its base";
+    }
+    const ir::SymExpr& stride = base.type.stride[static_cast<size_t>(differing)];
+    if (!stride.isInt() || stride.intValue() <= 0 || !rel.isInt() || rel.intValue() % stride.intValue() != 0)
+      return "a strided view that is not a slice of its base";
+    out->whole = false;
+    out->dim = differing;
+    out->start = ir::SymExpr::integer(rel.intValue() / stride.intValue());
+    out->end = out->start + *sz->list[static_cast<size_t>(differing)].asSize();
+    return {};
+  }
+
+  // The type of `base[..., start:end, ...]` (a view on base's storage).
+  static ir::TensorType sliceType(const ir::Value& base, const BaseView& v) {
+    ir::TensorType t = base.type;
+    size_t d = static_cast<size_t>(v.dim);
+    t.shape[d] = v.end - v.start;
+    if (t.stride.size() != t.shape.size()) t.stride = ir::TensorType::contiguousStrides(base.type.shape);
+    t.storage_offset = base.type.storage_offset + v.start * t.stride[d];
+    return t;
+  }
+
+  bool v2ToV1(ir::Graph& g, compiler::Rewriter& rw, ir::Node* n, PassContext& ctx) {
+    const auto& args = n->args();
+    if (args.empty() || args[0].value.kind != ir::Attr::Kind::Op) return false;
+    std::string op = args[0].value.s;
+    const ir::OpSchema* s = schemaOf(g.module(), op);
+    if (!s) {
+      ctx.rejected("functionalize", n->name, "auto_functionalized_v2 of unknown op " + op);
+      return false;
+    }
+    auto kw = [&](const std::string& k) -> const ir::Attr* {
+      for (const auto& a : args)
+        if (a.name == k) return &a.value;
+      return nullptr;
+    };
+    const ir::Attr* bases = kw("_all_bases");
+    std::vector<ir::Arg> nargs;
+    nargs.push_back(args[0]);
+    std::vector<int> muts = s->mutableArgs();
+    size_t nret = returnSlots(*s);
+    std::vector<int> base_of_mut(muts.size(), -1);
+    std::vector<BaseView> views(muts.size());
+    std::vector<ir::Arg> pending;  // mutable arguments: the base, or a slice node made below
+    for (const auto& sa : s->args) {
+      if (!sa.is_mutable) {
+        if (const ir::Attr* a = kw(sa.name)) nargs.push_back(ir::Arg{sa.name, true, *a});
+        continue;
+      }
+      size_t k = 0;
+      while (muts[k] != s->argIndex(sa.name)) ++k;
+      const ir::Attr* bi = kw("_" + sa.name + "_base_index");
+      if (!bi || bi->isNone() || !bases || bases->kind != ir::Attr::Kind::List) {
+        nargs.push_back(ir::Arg{sa.name, true, ir::Attr::none()});
+        continue;
+      }
+      auto idx = bi->asInt();
+      if (!idx || *idx < 0 || static_cast<size_t>(*idx) >= bases->list.size()) return false;
+      const ir::Attr& base = bases->list[*idx];
+      if (!base.isValue() || !base.value->isTensor()) return false;
+      std::string why = viewOfBase(kw, sa.name, *base.value, &views[k]);
+      if (!why.empty()) {
+        ctx.rejected("functionalize", n->name, fmt::format("auto_functionalized_v2: argument '{}' is {}", sa.name, why));
+        return false;
+      }
+      for (size_t j = 0; j < k; ++j)
+        if (base_of_mut[j] == *idx && (views[j].whole || views[k].whole || views[j].dim != views[k].dim ||
+                                       !disjoint(views[j], views[k]))) {
+          ctx.rejected("functionalize", n->name,
+                       "auto_functionalized_v2: two mutable arguments share one base and may overlap");
+          return false;
+        }
+      base_of_mut[k] = static_cast<int>(*idx);
+      ir::Attr arg = base;
+      if (!views[k].whole) {  // the argument is base[..., start:end]
+        std::vector<compiler::Rewriter::Out> vo(1);
+        vo[0].type = sliceType(*base.value, views[k]);
+        ir::Node* sl = rw.create("aten.slice.Tensor",
+                                 {compiler::Rewriter::named("self", base), compiler::Rewriter::named("dim", ir::Attr::ofInt(views[k].dim)),
+                                  compiler::Rewriter::named("start", ir::Attr::ofSym(views[k].start)),
+                                  compiler::Rewriter::named("end", ir::Attr::ofSym(views[k].end)),
+                                  compiler::Rewriter::named("step", ir::Attr::ofInt(1))},
+                                 vo, n, {n}, sa.name + "_view");
+        pos_[sl] = pos_.at(n);
+        arg = ir::Attr::ofValue(sl->output(0));
+      }
+      nargs.push_back(ir::Arg{sa.name, true, arg});
+    }
+    std::vector<compiler::Rewriter::Out> outs(nret + muts.size());
+    for (size_t r = 0; r < nret && r < n->numOutputs(); ++r) outs[r].replaces = n->output(r);
+    for (size_t k = 0; k < muts.size(); ++k) {
+      if (base_of_mut[k] < 0) continue;
+      size_t slot = nret + static_cast<size_t>(base_of_mut[k]);
+      if (!views[k].whole) {
+        // The new value of the slice: a fresh contiguous tensor of its shape.
+        ir::TensorType t = sliceType(*bases->list[base_of_mut[k]].value, views[k]);
+        t.stride = ir::TensorType::contiguousStrides(t.shape);
+        t.storage_offset = ir::SymExpr::integer(0);
+        outs[nret + k].type = t;
+        continue;
+      }
+      if (slot < n->numOutputs() && n->output(slot)) outs[nret + k].replaces = n->output(slot);
+    }
+    ir::Node* v1 = rw.create(kAfV1, std::move(nargs), outs, n, {n}, n->name);
+    pos_[v1] = pos_.at(n);
+    rw.replaceOutputs(v1, outs);
+    scatterViewsIntoBases(rw, n, v1, nret, base_of_mut, views, *bases);
+    for (ir::Value* o : n->outputs())
+      if (o && o->numUses() > 0) {
+        ctx.rejected("functionalize", n->name, "auto_functionalized_v2 output without a v1 counterpart is used");
+        return true;
+      }
+    std::string nm = n->name;
+    g.erase(n);
+    v1->name = nm;
+    ctx.addMatch("auto_functionalized_v2");
+    ctx.applied("functionalize", v1, "auto_functionalized_v2 of " + compiler::shortTarget(op));
+    return true;
+  }
+
+  // Slices of one dim whose [start, end) ranges are provably disjoint.
+  static bool disjoint(const BaseView& a, const BaseView& b) {
+    auto nonNegative = [](const ir::SymExpr& e) { return e.isInt() && e.intValue() >= 0; };
+    return nonNegative(b.start - a.end) || nonNegative(a.start - b.end);
+  }
+
+  // The new value of a base whose mutable arguments were slices of it: the old base with each
+  // slice's new value written back (slice_scatter, chained in argument order); uses of the
+  // v2 node's base output read it.
+  void scatterViewsIntoBases(compiler::Rewriter& rw, ir::Node* v2, ir::Node* v1, size_t nret,
+                             const std::vector<int>& base_of_mut, const std::vector<BaseView>& views,
+                             const ir::Attr& bases) {
+    std::map<int, ir::Value*> current;  // base index -> its value so far
+    for (size_t k = 0; k < views.size(); ++k) {
+      if (base_of_mut[k] < 0 || views[k].whole) continue;
+      int b = base_of_mut[k];
+      ir::Value* old_base = current.count(b) ? current[b] : bases.list[b].value;
+      std::vector<compiler::Rewriter::Out> so(1);
+      so[0].type = bases.list[b].value->type;
+      ir::Node* sc = rw.create(
+          "aten.slice_scatter.default",
+          {compiler::Rewriter::named("self", ir::Attr::ofValue(old_base)),
+           compiler::Rewriter::named("src", ir::Attr::ofValue(v1->output(nret + k))),
+           compiler::Rewriter::named("dim", ir::Attr::ofInt(views[k].dim)),
+           compiler::Rewriter::named("start", ir::Attr::ofSym(views[k].start)),
+           compiler::Rewriter::named("end", ir::Attr::ofSym(views[k].end)), compiler::Rewriter::named("step", ir::Attr::ofInt(1))},
+          so, v2, {v2}, "slice_scatter");
+      pos_[sc] = pos_.at(v2);
+      current[b] = sc->output(0);
+    }
+    for (const auto& [b, v] : current) {
+      size_t slot = nret + static_cast<size_t>(b);
+      if (slot < v2->numOutputs() && v2->output(slot)) rw.replace(v2->output(slot), v);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createFunctionalizePass() { return std::make_unique<FunctionalizePass>(); }
+
+}  // namespace fxfuse::passes

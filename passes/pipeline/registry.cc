@@ -1,0 +1,35 @@
+// The pass registry: every pass by name, in one table (docs/passes.md mirrors it).
+#include "passes/pipeline/registry.h"
+
+#include "passes/passes.h"
+
+namespace fxfuse::compiler {
+
+const std::vector<PassInfo>& allPasses() {
+  static const std::vector<PassInfo>* kPasses = [] {
+    auto* v = new std::vector<PassInfo>();
+    std::unique_ptr<Pass> (*factories[])() = {
+        passes::createFunctionalizePass,         passes::createNoopEliminationPass,
+        passes::createCanonicalizeOpsPass,       passes::createCanonicalizeNormPass,
+        passes::createCanonicalizeQuantPass,     passes::createCanonicalizeActivationPass,
+        passes::createDcePass,                   passes::createCsePass,
+        passes::createCleanupPass,               passes::createAllReduceRmsNormFusionPass,
+        passes::createRmsNormQuantFusionPass,    passes::createSiluMulQuantFusionPass,
+        passes::createAttentionQuantFusionPass,
+    };
+    for (auto f : factories) {
+      auto p = f();
+      v->push_back(PassInfo{std::string(p->name()), std::string(p->summary()), f});
+    }
+    return v;
+  }();
+  return *kPasses;
+}
+
+const PassInfo* findPass(const std::string& name) {
+  for (const auto& p : allPasses())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+}  // namespace fxfuse::compiler

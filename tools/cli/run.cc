@@ -1,0 +1,634 @@
+// `fxfuse run PLAN|GRAPH --device=cuda`: runs a launch plan (or a graph, compiled and
+// lowered first) on the GPU with seeded inputs, prints output summaries and, with
+// --compare-cpu, checks them against the CPU interpreter on the same inputs.
+// `fxfuse bench PLAN|GRAPH --device=cuda`: warm-up, CUDA graph capture (default), median
+// time of many replays, kernels per replay, arena size. docs/runtime.md.
+//
+// No usable GPU (none, an old driver, not Hopper): a one-line error and exit code 2.
+#include "tools/cli/run.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "tools/cli/node_check.h"
+#include "tools/cli/progress.h"
+#include "tools/cli/rank_link.h"
+#include "tools/cli/tensor_files.h"
+#include "tools/cli/multigpu.h"
+#include "tools/interpreter/compare.h"
+#include "tools/interpreter/interpreter.h"
+#include "tools/interpreter/numerics.h"
+#include "compiler/lowering/lowering.h"
+#include "passes/pipeline/pipeline.h"
+#include "kernels/runtime/fill.h"
+#include "compiler/runtime/runtime.h"
+#include "ir/io.h"
+#include "ir/output_set.h"
+#include "ir/lifted_scalar.h"
+#include "ir/status.h"
+#include "ir/verifier.h"
+#include "ir/world_size.h"
+#include "tools/cli/flag_checks.h"
+
+namespace fxfuse::cli {
+
+namespace pb = fxfuse::plan::v1;
+namespace rt = fxfuse::runtime;
+
+namespace {
+
+void cudaCheck(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) fail("CUDA error in {}: {}", what, cudaGetErrorString(e));
+}
+
+std::map<std::string, int64_t> parseBinds(const std::vector<std::string>& binds) {
+  std::map<std::string, int64_t> out;
+  for (const auto& b : binds) {
+    auto eq = b.find('=');
+    if (eq == std::string::npos || eq == 0) fail("--bind: expected SYMBOL=N, got '{}'", b);
+    try {
+      size_t used = 0;
+      int64_t v = std::stoll(b.substr(eq + 1), &used);
+      if (used != b.size() - eq - 1) throw std::invalid_argument("trailing");
+      out[b.substr(0, eq)] = v;
+    } catch (const std::exception&) {
+      fail("--bind: '{}' is not SYMBOL=INTEGER", b);
+    }
+  }
+  return out;
+}
+
+struct Loaded {
+  std::unique_ptr<ir::Module> graph;  // the graph (for --compare-cpu); null when unavailable
+  pb::Plan plan;
+  lowering::LowerStats stats;
+};
+
+// `consts`: --const NAME=VALUE for lifted scalar inputs (the graph's, or the plan's source graph's).
+Loaded loadInput(const std::string& path, int world_size, bool need_graph, const std::vector<std::string>& passes = {},
+                 const std::vector<std::string>& consts = {}) {
+  Loaded l;
+  progress::stage("reading " + path);
+  if (lowering::isPlanFile(path)) {
+    l.plan = lowering::loadPlan(path);
+    if (need_graph) {
+      if (l.plan.source().empty()) fail("{}: the plan does not name its source graph; --compare-cpu needs it", path);
+      l.graph = ir::loadModuleForCompute(l.plan.source());
+      ir::applyConstFlags(*l.graph, consts);
+    }
+    return l;
+  }
+  auto m = ir::loadModuleForCompute(path);
+  ir::applyConstFlags(*m, consts);
+  if (need_graph) {  // reference: the graph as given, before any pass
+    l.graph = ir::loadModuleForCompute(path);
+    ir::applyConstFlags(*l.graph, consts);
+  }
+  compiler::CompileOptions co;
+  co.world_size = world_size;
+  co.passes = passes;  // empty: the default pipeline
+  progress::stage("compiling");
+  compiler::compileModule(*m, co);
+  progress::stage("lowering to a launch plan");
+  lowering::LowerOptions lo;
+  lo.world_size = world_size;
+  lo.source = path;
+  l.plan = lowering::lowerModule(*m, lo, &l.stats);
+  return l;
+}
+
+// Lifted scalar inputs the reference graph has no value for take the value the plan was
+// compiled for (so the interpreter's inputs pass the plan's check).
+void useScalarsOfPlan(const pb::Plan& plan, ir::Module& ref) {
+  const auto& gi = ref.entry().inputs();
+  for (int i = 0; i < plan.inputs_size() && i < static_cast<int>(gi.size()); ++i) {
+    ir::Value* v = gi[static_cast<size_t>(i)].value;
+    if (plan.inputs(i).has_scalar_value() && ir::isLiftedScalarInput(v) && !v->scalar_value)
+      v->scalar_value = plan.inputs(i).scalar_value();
+  }
+}
+
+// Symbol values: --bind first, then the plan's hints; the interpreter uses the same values.
+std::map<std::string, int64_t> symbolValues(const pb::Plan& plan, const std::map<std::string, int64_t>& binds) {
+  std::map<std::string, int64_t> env = binds;
+  for (const auto& s : plan.symbols()) {
+    if (env.count(s.name())) continue;
+    if (s.has_hint()) env[s.name()] = s.hint();
+    else if (s.has_min()) env[s.name()] = std::max<int64_t>(s.min(), 16);
+    else fail("symbol {} has no hint; pass --bind {}=N", s.name(), s.name());
+  }
+  return env;
+}
+
+int64_t spanElems(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  int64_t hi = 0;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == 0) return 0;
+    hi += (shape[k] - 1) * std::abs(strides[k]);
+  }
+  return hi + 1;
+}
+
+// Host tensor (interpreter values) -> device memory laid out with the plan's strides.
+void* upload(const interp::Tensor& t, const rt::DeviceTensor& layout, std::vector<void*>& owned) {
+  int eb = ir::dtypeBytes(t.dtype);
+  int64_t span = spanElems(layout.shape, layout.strides);
+  std::vector<unsigned char> host(static_cast<size_t>(std::max<int64_t>(span, 1) * eb), 0);
+  std::vector<double> vals = t.values();
+  const size_t r = layout.shape.size();
+  std::vector<int64_t> idx(r, 0);
+  for (size_t lin = 0; lin < vals.size(); ++lin) {
+    int64_t off = 0;
+    for (size_t k = 0; k < r; ++k) off += idx[k] * layout.strides[k];
+    uint64_t bits = interp::toBits(vals[lin], t.dtype);
+    std::memcpy(host.data() + off * eb, &bits, static_cast<size_t>(eb));  // little-endian low bytes
+    for (size_t k = r; k-- > 0;) {
+      if (++idx[k] < layout.shape[k]) break;
+      idx[k] = 0;
+    }
+  }
+  void* d = nullptr;
+  cudaCheck(cudaMalloc(&d, host.size()), "allocating an input");
+  owned.push_back(d);
+  cudaCheck(cudaMemcpy(d, host.data(), host.size(), cudaMemcpyHostToDevice), "uploading an input");
+  return d;
+}
+
+interp::Tensor download(const rt::DeviceTensor& t) {
+  ir::DType dt = lowering::fromPlanDType(t.dtype);
+  int eb = ir::dtypeBytes(dt);
+  int64_t span = spanElems(t.shape, t.strides);
+  std::vector<unsigned char> host(static_cast<size_t>(std::max<int64_t>(span, 1) * eb));
+  if (span > 0) cudaCheck(cudaMemcpy(host.data(), t.data, static_cast<size_t>(span * eb), cudaMemcpyDeviceToHost), "downloading an output");
+  std::vector<double> vals(static_cast<size_t>(t.numel()));
+  const size_t r = t.shape.size();
+  std::vector<int64_t> idx(r, 0);
+  for (size_t lin = 0; lin < vals.size(); ++lin) {
+    int64_t off = 0;
+    for (size_t k = 0; k < r; ++k) off += idx[k] * t.strides[k];
+    uint64_t bits = 0;
+    std::memcpy(&bits, host.data() + off * eb, static_cast<size_t>(eb));
+    vals[lin] = interp::fromBits(bits, dt);
+    for (size_t k = r; k-- > 0;) {
+      if (++idx[k] < t.shape[k]) break;
+      idx[k] = 0;
+    }
+  }
+  return interp::Tensor::fromValues(t.shape, dt, vals);
+}
+
+std::string summary(const interp::Tensor& t) {
+  std::vector<double> v = t.values();
+  double sum = 0, amax = 0;
+  int64_t nan = 0;
+  for (double x : v) {
+    if (std::isnan(x)) {
+      ++nan;
+      continue;
+    }
+    sum += x;
+    amax = std::max(amax, std::abs(x));
+  }
+  return fmt::format("{}  mean {:.6g}  absmax {:.6g}  nan {}", t.describe(), v.empty() ? 0.0 : sum / static_cast<double>(v.size()), amax, nan);
+}
+
+// The first `limit` out-of-tolerance elements of a floating output: flat index, CPU, GPU.
+void printMismatches(const interp::RValue& ref, const interp::Tensor& got, const interp::CompareOptions& co, int limit) {
+  if (!ref.isTensor()) return;
+  std::vector<double> r = ref.t.values(), g = got.values();
+  interp::Tolerance tol = interp::defaultTolerance(got.dtype);
+  double atol = co.atol.value_or(tol.atol), rtol = co.rtol.value_or(tol.rtol);
+  std::string line;
+  for (size_t k = 0; k < r.size() && k < g.size() && limit > 0; ++k) {
+    if (std::abs(r[k] - g[k]) <= atol + rtol * std::abs(r[k]) || (std::isnan(r[k]) && std::isnan(g[k]))) continue;
+    line += fmt::format(" [{}] cpu {:.6g} gpu {:.6g};", k, r[k], g[k]);
+    --limit;
+  }
+  std::printf("   %s\n", line.c_str());
+}
+
+void requireDevice(const std::string& device) {
+  if (device != "cuda") fail("--device={} is not supported (only cuda)", device);
+  std::string why = rt::deviceProblem();
+  if (!why.empty()) fail("cannot run on the GPU: {}", why);
+}
+
+// Device inputs for a session: interpreter values (run) or device-side random fill (bench).
+struct Inputs {
+  std::vector<void*> owned;
+  ~Inputs() {
+    for (void* p : owned) cudaFree(p);
+  }
+};
+
+// The cuBLASLt algorithm of every matmul step of the last prepare (tuned or the heuristic's).
+void printMatmulAlgorithms(const rt::Session& s) {
+  if (s.matmulAlgorithms().empty()) return;
+  std::printf("matmul algorithms (tuning %s):\n", s.gemmTuning() ? "on" : "off: --no-gemm-tune or FXFUSE_GEMM_TUNE=0");
+  for (const auto& a : s.matmulAlgorithms()) std::printf("  %s\n", a.c_str());
+}
+
+// What --describe says about matmul steps: the algorithm is chosen when a session prepares.
+std::string describeMatmulSelection(const pb::Plan& plan) {
+  int n = 0;
+  for (const auto& st : plan.steps()) n += st.has_matmul() ? 1 : 0;
+  if (n == 0) return "";
+  return fmt::format("matmul algorithms: {} cuBLASLt step(s); \"heuristic\" steps time up to 16 heuristic candidates on "
+                     "their own operands at the first run and keep the fastest (FXFUSE_GEMM_TUNE=0 or --no-gemm-tune: "
+                     "the first candidate); `fxfuse bench` prints the choices\n", n);
+}
+
+}  // namespace
+
+void registerRun(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("run", "Run a launch plan (or a graph) on the GPU; optionally compare with the CPU");
+  static std::string input, device = "cuda";
+  static std::vector<std::string> binds, consts;
+  static uint64_t seed = 0;
+  static bool compare = false, describe = false, no_cache = false, cpu_only = false, check_nodes = false,
+              strict = false, no_gemm_tune = false;
+  static int world_size = kDefaultWorldSize;
+  static std::vector<std::string> passes, input_files;
+  static std::string save_outputs;
+  static double rtol = -1, atol = -1, mismatch_frac = 0.001;
+  static MultiGpuFlags mg;
+  cmd->add_option("input", input, "launch plan (binary or text) or graph (.pt2, .json, .pb, .fxg, FX text); recognized by content")->required();
+  cmd->add_option("--input", input_files,
+                  "NAME=FILE: graph input NAME from raw little-endian data of its dtype and shape, instead of "
+                  "seeded values (repeatable)");
+  cmd->add_option("--save-outputs", save_outputs,
+                  "write each tensor output as DIR/output_<i>.f32 (float32, little-endian) and DIR/outputs.json");
+  cmd->add_option("--device", device, "device to run on (cuda)");
+  cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
+  cmd->add_option("--seed", seed, "seed of the random inputs");
+  cmd->add_option("--const", consts,
+                  "value of a lifted scalar input (0-d CPU tensor), e.g. --const arg3_1=1e-06 (repeatable)");
+  cmd->add_option("--world-size", world_size, "tensor-parallel world size (graphs only)")->check(WorldSizeRange());
+  cmd->add_option("--passes", passes, "compiler passes for a graph input (default: the full pipeline)")->delimiter(',');
+  cmd->add_flag("--compare-cpu", compare, "compare the outputs with the CPU interpreter on the same inputs");
+  cmd->add_option("--rtol", rtol, "relative tolerance (default: per dtype, as fxfuse verify)")->check(FiniteRange(0, 1e30));
+  cmd->add_option("--atol", atol, "absolute tolerance (default: per dtype)")->check(FiniteRange(0, 1e30));
+  cmd->add_option("--mismatch-frac", mismatch_frac, "fraction of out-of-tolerance elements allowed (default 0.001)")
+      ->check(FiniteRange(0, 1));
+  cmd->add_flag("--describe", describe, "print the plan's steps and arena report, then exit (no GPU needed)");
+  cmd->add_flag("--no-kernel-cache", no_cache, "compile generated kernels without the disk cache");
+  cmd->add_flag("--cpu-only", cpu_only, "everything but the GPU: lower, make the inputs, run the CPU interpreter");
+  cmd->add_flag("--check-nodes", check_nodes,
+                "graphs only, with --compare-cpu: also run the node-by-node check when the outputs match");
+  cmd->add_flag("--strict", strict, "with --compare-cpu: the outputs must match; no node-by-node proof");
+  cmd->add_flag("--no-gemm-tune", no_gemm_tune, "cuBLASLt's first heuristic algorithm for matmuls (no timing)");
+  addMultiGpuFlags(cmd, mg);
+  cmd->callback([&exit_code] {
+    // World size > 1: this process launches one rank per GPU and waits (multigpu.h).
+    const int world = runWorldSize(input, lowering::isPlanFile(input), world_size);
+    if (!describe && !cpu_only && launchRanks(mg, world, exit_code)) return;
+    if (check_nodes && (lowering::isPlanFile(input) || !compare)) fail("--check-nodes needs a graph input and --compare-cpu");
+    Loaded l = loadInput(input, world_size, compare && !describe, passes, consts);
+    if (describe) {
+      progress::end();
+      std::fputs(lowering::describePlan(l.plan).c_str(), stdout);
+      std::fputs(describeMatmulSelection(l.plan).c_str(), stdout);
+      exit_code = 0;
+      return;
+    }
+    if (!cpu_only) requireDevice(device);
+    std::unique_ptr<rt::Communicator> comm = cpu_only ? nullptr : rankCommunicator(mg, world);  // selects GPU `rank`
+    // Inputs from the interpreter (same values for both sides). It binds the symbols: --bind,
+    // then what the graph's shape equations determine, then hints.
+    std::unique_ptr<ir::Module> ref_module = l.graph ? std::move(l.graph) : ir::loadModuleForCompute(input);
+    ir::applyConstFlags(*ref_module, consts);
+    useScalarsOfPlan(l.plan, *ref_module);
+    interp::Options io;
+    io.bind = parseBinds(binds);
+    io.seed = seed;
+    io.world_size = std::max(1, l.plan.world_size());
+    io.rank = std::max(0, mg.rank);  // activations depend on the rank (lockstep.h)
+    interp::Interpreter in(*ref_module, io);
+    progress::stage("making inputs");
+    std::vector<interp::RValue> host_inputs = in.makeInputs(seed);
+    if (static_cast<int>(host_inputs.size()) != l.plan.inputs_size())
+      fail("the graph has {} inputs, the plan {}", host_inputs.size(), l.plan.inputs_size());
+    auto env = symbolValues(l.plan, in.bindings());
+    if (!input_files.empty()) {
+      std::vector<std::string> names;
+      for (const auto& pi : l.plan.inputs()) names.push_back(pi.name());
+      applyInputFiles(input_files, names, host_inputs);
+    }
+    auto save = [&](const std::vector<const interp::Tensor*>& tensors) {
+      if (save_outputs.empty()) return;
+      std::vector<SavedOutput> outs;
+      for (int i = 0; i < l.plan.outputs_size(); ++i)
+        outs.push_back({l.plan.outputs(i).name(), i < static_cast<int>(tensors.size()) ? tensors[static_cast<size_t>(i)] : nullptr});
+      saveOutputs(save_outputs, outs);
+    };
+    progress::stage(compare || cpu_only ? "running the CPU interpreter" : "running the plan");
+    if (cpu_only && world > 1) {  // every rank's reference, in lockstep
+      auto all = lockstepReference(*ref_module, io, world, seed);
+      progress::end();
+      for (int r = 0; r < world; ++r)
+        for (int i = 0; i < l.plan.outputs_size() && i < static_cast<int>(all[static_cast<size_t>(r)].size()); ++i)
+          if (all[static_cast<size_t>(r)][static_cast<size_t>(i)].isTensor())
+            std::printf("cpu rank %d output %d %s: %s\n", r, i, l.plan.outputs(i).name().c_str(),
+                        summary(all[static_cast<size_t>(r)][static_cast<size_t>(i)].t).c_str());
+      exit_code = 0;
+      return;
+    }
+    if (cpu_only) {
+      std::vector<interp::RValue> ref = in.run(host_inputs);
+      progress::end();
+      std::vector<const interp::Tensor*> saved;
+      for (int i = 0; i < l.plan.outputs_size() && i < static_cast<int>(ref.size()); ++i) {
+        saved.push_back(ref[static_cast<size_t>(i)].isTensor() ? &ref[static_cast<size_t>(i)].t : nullptr);
+        if (ref[static_cast<size_t>(i)].isTensor())
+          std::printf("cpu output %d %s: %s\n", i, l.plan.outputs(i).name().c_str(), summary(ref[static_cast<size_t>(i)].t).c_str());
+      }
+      save(saved);
+      exit_code = 0;
+      return;
+    }
+    rt::LoadOptions lo;
+    lo.use_cache = !no_cache;
+    auto t0 = std::chrono::steady_clock::now();
+    auto prog = rt::Program::fromPlan(l.plan, lo);
+    double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    rt::Session s(*prog, comm.get());
+    if (mg.allreduce != "auto") s.setAllReduceAlgorithm(allReduceAlgorithm(mg));
+    if (no_gemm_tune) s.setGemmTuning(false);
+    s.bind(env);
+    Inputs owned;
+    for (int i = 0; i < l.plan.inputs_size(); ++i) {
+      const auto& pi = l.plan.inputs(i);
+      if (pi.is_symint()) continue;
+      if (!host_inputs[static_cast<size_t>(i)].isTensor()) fail("input {} ('{}') is not a tensor in the graph", i, pi.name());
+      if (pi.is_scalar()) {
+        s.setScalar(static_cast<size_t>(i), host_inputs[static_cast<size_t>(i)].t.item());
+        continue;
+      }
+      s.setInput(static_cast<size_t>(i), upload(host_inputs[static_cast<size_t>(i)].t, s.tensor(pi.tensor()), owned.owned));
+    }
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream), "creating a stream");
+    s.run(stream);
+    cudaCheck(cudaStreamSynchronize(stream), "running the plan");
+    std::string binds_s;
+    for (const auto& [k, v] : env) binds_s += fmt::format(" {}={}", k, v);
+    progress::clear();
+    std::printf("plan: %d steps, %d launches, %d generated kernels (%d from cache, load %.0f ms), arena %lld bytes;%s\n",
+                l.plan.steps_size(), s.launchesPerRun(), l.plan.kernels_size(), prog->cacheHits(), load_ms,
+                static_cast<long long>(s.arenaBytes()), binds_s.c_str());
+    if (!s.fusedAlgorithms().empty()) {
+      std::string algos;
+      for (const auto& a : s.fusedAlgorithms()) algos += (algos.empty() ? "" : ", ") + a;
+      std::printf("fused all-reduce steps (world size %d): %s\n", world, algos.c_str());
+    }
+    printMatmulAlgorithms(s);
+    std::vector<interp::RValue> ref;
+    if (compare) ref = world > 1 ? lockstepReference(*ref_module, io, world, seed).at(static_cast<size_t>(mg.rank))
+                                 : in.run(host_inputs);
+    interp::CompareOptions co;
+    if (rtol >= 0) co.rtol = rtol;
+    if (atol >= 0) co.atol = atol;
+    co.max_mismatch_frac = mismatch_frac;
+    progress::end();  // the rest prints as it goes
+    bool all_pass = true;
+    std::vector<std::optional<interp::Tensor>> got_all;
+    for (int i = 0; i < l.plan.outputs_size(); ++i) {
+      const auto& po = l.plan.outputs(i);
+      got_all.emplace_back();
+      if (po.is_symint()) continue;
+      interp::Tensor got = download(s.output(static_cast<size_t>(i)));
+      got_all.back() = got;
+      std::printf("output %d %s: %s\n", i, po.name().c_str(), summary(got).c_str());
+      if (compare) {
+        auto rep = interp::compareValues(po.name(), ref.at(static_cast<size_t>(i)), interp::RValue::ofTensor(got), co);
+        std::printf("  vs cpu: %s  max_abs %.4g  max_rel %.4g  mismatches %lld/%lld%s  (%s)%s%s\n",
+                    rep.pass ? "PASS" : "FAIL", rep.max_abs, rep.max_rel, static_cast<long long>(rep.mismatches),
+                    static_cast<long long>(rep.elements),
+                    rep.fp8_differing ? fmt::format("  fp8 differing {} (max {} steps)", rep.fp8_differing, rep.fp8_max_step).c_str() : "",
+                    rep.tolerance.c_str(), rep.note.empty() ? "" : "  ", rep.note.c_str());
+        if (!rep.pass) printMismatches(ref.at(static_cast<size_t>(i)), got, co, 6);
+        all_pass = all_pass && rep.pass;
+      }
+    }
+    {
+      std::vector<const interp::Tensor*> saved;
+      for (const auto& g : got_all) saved.push_back(g ? &*g : nullptr);
+      save(saved);
+    }
+    // Outputs differ: is every kernel right on its own inputs (the difference only rounding
+    // carried forward)? node_check.h; docs/runtime.md "Parity".
+    bool proven = false;
+    // World size > 1: every rank takes the same decision (any rank's outputs differ -> all run
+    // the check, whose gathers are collective); node_check_collective.h.
+    const bool any_differ = compare && comm && world > 1 ? !allRanksPass(*comm, all_pass) : !all_pass;
+    if (compare && !lowering::isPlanFile(input) && ((any_differ && !strict) || check_nodes)) {
+      compiler::CompileOptions cop;
+      cop.world_size = world_size;
+      cop.passes = passes;
+      auto run_plan = [&](const pb::Plan& plan) {
+        auto p2 = rt::Program::fromPlan(plan, lo);
+        rt::Session s2(*p2, comm.get());
+        if (mg.allreduce != "auto") s2.setAllReduceAlgorithm(allReduceAlgorithm(mg));
+        s2.setGemmTuning(s.gemmTuning());  // the same algorithms (tuned choices are cached per shape)
+        s2.bind(env);
+        Inputs owned2;
+        for (int i = 0; i < plan.inputs_size(); ++i) {
+          const auto& pi = plan.inputs(i);
+          if (pi.is_symint()) continue;
+          if (pi.is_scalar()) {
+            s2.setScalar(static_cast<size_t>(i), host_inputs[static_cast<size_t>(i)].t.item());
+            continue;
+          }
+          s2.setInput(static_cast<size_t>(i), upload(host_inputs[static_cast<size_t>(i)].t, s2.tensor(pi.tensor()), owned2.owned));
+        }
+        s2.run(stream);
+        cudaCheck(cudaStreamSynchronize(stream), "running the node-exposing plan");
+        std::vector<std::optional<interp::Tensor>> vals;
+        for (int i = 0; i < plan.outputs_size(); ++i) {
+          vals.emplace_back();
+          if (!plan.outputs(i).is_symint()) vals.back() = download(s2.output(static_cast<size_t>(i)));
+        }
+        return vals;
+      };
+      RankLink link = rankLink(comm.get(), io, world, seed);
+      NodeProof np = proveByNodes(input, cop, io, host_inputs, ref, got_all, run_plan, co, world > 1 ? &link : nullptr);
+      std::fputs(np.report.c_str(), stdout);
+      proven = np.proven;
+      if (!all_pass || check_nodes)
+        std::printf("node check (rank %d of %d): %s%s\n", std::max(0, mg.rank), world,
+                    proven ? "PROVEN: every node within one rounding step on its own inputs" : "not proven",
+                    proven && !all_pass ? "; the output differences are rounding carried forward" : "");
+    }
+    cudaStreamDestroy(stream);
+    if (compare)
+      std::printf("%s\n", all_pass ? "compare-cpu: PASS" : proven ? "compare-cpu: PASS (node-by-node)" : "compare-cpu: FAIL");
+    exit_code = all_pass || proven ? 0 : 1;
+  });
+}
+
+void registerBench(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("bench", "Time a launch plan (or a graph) on the GPU: median of CUDA graph replays");
+  static std::string input, device = "cuda", json;
+  static std::vector<std::string> binds;
+  static int warmup = 20, iters = 200, world_size = kDefaultWorldSize;
+  static bool no_graph = false, no_gemm_tune = false;
+  static MultiGpuFlags mg;
+  cmd->add_option("input", input, "launch plan (binary or text) or graph; recognized by content")->required();
+  cmd->add_option("--device", device, "device to run on (cuda)");
+  cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
+  cmd->add_option("--warmup", warmup, "untimed runs first (default 20)")->check(CLI::Range(0, 1000000));
+  cmd->add_option("--iters", iters, "timed replays (default 200)")->check(CLI::Range(1, 10000000));
+  cmd->add_option("--world-size", world_size, "tensor-parallel world size (graphs only)")->check(WorldSizeRange());
+  cmd->add_flag("--no-graph", no_graph, "time plain run() launches instead of CUDA graph replays");
+  cmd->add_flag("--no-gemm-tune", no_gemm_tune, "cuBLASLt's first heuristic algorithm for matmuls (no timing)");
+  cmd->add_option("--json", json, "also write the result as JSON to this file");
+  addMultiGpuFlags(cmd, mg);
+  cmd->callback([&exit_code] {
+    const int world = runWorldSize(input, lowering::isPlanFile(input), world_size);
+    if (launchRanks(mg, world, exit_code)) return;
+    requireDevice(device);
+    std::unique_ptr<rt::Communicator> comm = rankCommunicator(mg, world);  // selects GPU `rank`
+    Loaded l = loadInput(input, world_size, false);
+    auto env = symbolValues(l.plan, parseBinds(binds));
+    auto prog = rt::Program::fromPlan(l.plan);
+    rt::Session s(*prog, comm.get());
+    if (mg.allreduce != "auto") s.setAllReduceAlgorithm(allReduceAlgorithm(mg));
+    if (no_gemm_tune) s.setGemmTuning(false);
+    s.bind(env);
+    Inputs owned;
+    for (int i = 0; i < l.plan.inputs_size(); ++i) {
+      const auto& pi = l.plan.inputs(i);
+      if (pi.is_symint()) continue;
+      if (pi.is_scalar()) {  // the value the plan was compiled for; 1.0 when it takes any
+        s.setScalar(static_cast<size_t>(i), pi.has_scalar_value() ? pi.scalar_value() : 1.0);
+        continue;
+      }
+      rt::DeviceTensor t = s.tensor(pi.tensor());
+      int eb = ir::dtypeBytes(lowering::fromPlanDType(t.dtype));
+      int64_t span = std::max<int64_t>(spanElems(t.shape, t.strides), 1);
+      void* d = nullptr;
+      cudaCheck(cudaMalloc(&d, static_cast<size_t>(span * eb)), "allocating an input");
+      owned.owned.push_back(d);
+      cudaCheck(rt::FillRandom(d, span, static_cast<int>(t.dtype), 1234u + static_cast<unsigned>(i), nullptr), "filling an input");
+      s.setInput(static_cast<size_t>(i), d);
+    }
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream), "creating a stream");
+    for (int i = 0; i < warmup; ++i) s.run(stream);
+    cudaCheck(cudaStreamSynchronize(stream), "warm-up");
+    size_t graph_kernels = 0;
+    if (!no_graph) {
+      s.capture(stream);
+      s.replay(stream);
+      cudaCheck(cudaStreamSynchronize(stream), "first replay");
+    }
+    if (comm) comm->barrier(stream);  // the ranks start timing together
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    std::vector<float> ms;
+    for (int i = 0; i < iters; ++i) {
+      cudaEventRecord(a, stream);
+      if (no_graph) s.run(stream);
+      else s.replay(stream);
+      cudaEventRecord(b, stream);
+      cudaCheck(cudaEventSynchronize(b), "timed replay");
+      float t = 0;
+      cudaEventElapsedTime(&t, a, b);
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    double med = ms.empty() ? 0 : ms[ms.size() / 2];
+    double p10 = ms.empty() ? 0 : ms[ms.size() / 10], p90 = ms.empty() ? 0 : ms[ms.size() * 9 / 10];
+    std::string binds_s;
+    for (const auto& [k, v] : env) binds_s += fmt::format("{}{}={}", binds_s.empty() ? "" : " ", k, v);
+    (void)graph_kernels;
+    std::printf("bench %s [%s]: median %.2f us (p10 %.2f, p90 %.2f) over %d %s; %d kernels per replay; arena %lld bytes (no reuse %lld at hints)\n",
+                input.c_str(), binds_s.c_str(), med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
+                no_graph ? "runs" : "CUDA graph replays", s.launchesPerRun(), static_cast<long long>(s.arenaBytes()),
+                static_cast<long long>(l.plan.arena().no_reuse_bytes_at_hint()));
+    if (mg.rank <= 0) printMatmulAlgorithms(s);
+    if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers
+      ir::writeOutputFile(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
+                                            "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
+                                            "\"arena_bytes\": {}, \"gemm_tune\": {}}}\n",
+                                            input, binds_s, med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
+                                            no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes(),
+                                            s.gemmTuning() ? "true" : "false"));
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaStreamDestroy(stream);
+    exit_code = 0;
+  });
+}
+
+void registerEmbed(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "embed", "Write C++/CUDA sources embedding a launch plan and its kernels (for the fxfuse_plan Bazel macro)");
+  static std::string plan_path, name, cu, cc, header, include;
+  cmd->add_option("plan", plan_path, "launch plan (binary or text)")->required();
+  cmd->add_option("--name", name, "C identifier: load_NAME() is what user code calls")->required();
+  cmd->add_option("--cu", cu, "output .cu: every generated kernel, compiled by nvcc")->required();
+  cmd->add_option("--cc", cc, "output .cc: the plan bytes and load_NAME()")->required();
+  cmd->add_option("--header", header, "output .h declaring load_NAME()")->required();
+  cmd->add_option("--include", include, "how the .cc includes the header (default: the header's file name)");
+  cmd->callback([&exit_code] {
+    for (char c : name)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) fail("--name '{}' is not a C identifier", name);
+    pb::Plan plan = lowering::loadPlan(plan_path);
+    // Kernels: each source keeps its own helpers in a namespace; entry points get a prefix so
+    // several plans can live in one binary.
+    std::string cu_s = "// Generated by `fxfuse embed` from " + plan_path + ". Do not edit.\n";
+    cu_s += "#include \"compiler/runtime/embedded.h\"\n\n";
+    std::string table;
+    for (int i = 0; i < plan.kernels_size(); ++i) {
+      const auto& k = plan.kernels(i);
+      std::string src = k.source();
+      std::string entry = name + "_" + k.name();
+      size_t pos = src.find(" " + k.name() + "(");
+      if (pos == std::string::npos) fail("kernel {} has no entry point in its source", k.name());
+      src.replace(pos + 1, k.name().size(), entry);
+      cu_s += fmt::format("namespace {}_k{} {{\n{}}}  // namespace\n\n", name, i, src);
+      table += fmt::format("    {{\"{}\", reinterpret_cast<const void*>(&{}_k{}::{})}},\n", k.name(), name, i, entry);
+    }
+    cu_s += fmt::format("extern const fxfuse::runtime::EmbeddedKernel {}_kernels[] = {{\n{}    {{nullptr, nullptr}}}};\n", name, table);
+    cu_s += fmt::format("extern const unsigned long {}_num_kernels = {};\n", name, plan.kernels_size());
+    std::string bytes = lowering::planToBinary(plan);
+    std::string arr;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      arr += fmt::format("{},", static_cast<unsigned>(static_cast<unsigned char>(bytes[i])));
+      if (i % 24 == 23) arr += "\n";
+    }
+    std::string inc = include.empty() ? header.substr(header.find_last_of('/') + 1) : include;
+    std::string cc_s = fmt::format(
+        "// Generated by `fxfuse embed` from {0}. Do not edit.\n"
+        "#include \"{1}\"\n\n#include \"compiler/lowering/lowering.h\"\n\n"
+        "extern const fxfuse::runtime::EmbeddedKernel {2}_kernels[];\nextern const unsigned long {2}_num_kernels;\n\n"
+        "namespace {{\nconst unsigned char kPlan[] = {{\n{3}}};\n}}  // namespace\n\n"
+        "std::unique_ptr<fxfuse::runtime::Program> load_{2}() {{\n"
+        "  fxfuse::runtime::LoadOptions o;\n  o.embedded = {2}_kernels;\n  o.num_embedded = {2}_num_kernels;\n"
+        "  return fxfuse::runtime::Program::fromPlan(\n"
+        "      fxfuse::lowering::parsePlan(std::string(reinterpret_cast<const char*>(kPlan), sizeof kPlan), false, \"{2}\"), o);\n"
+        "}}\n",
+        plan_path, inc, name, arr);
+    std::string h_s = fmt::format(
+        "// Generated by `fxfuse embed` from {0}. Do not edit.\n#pragma once\n\n#include <memory>\n\n"
+        "#include \"compiler/runtime/runtime.h\"\n\n"
+        "// The launch plan {1} with its kernels compiled at build time (no NVRTC at load).\n"
+        "std::unique_ptr<fxfuse::runtime::Program> load_{1}();\n",
+        plan_path, name);
+    ir::writeOutputFile(cu, cu_s);
+    ir::writeOutputFile(cc, cc_s);
+    ir::writeOutputFile(header, h_s);
+    exit_code = 0;
+  });
+}
+
+}  // namespace fxfuse::cli

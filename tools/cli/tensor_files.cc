@@ -1,0 +1,96 @@
+// Raw tensor files for `fxfuse run` (--input NAME=FILE, --save-outputs DIR); tensor_files.h.
+#include "tools/cli/tensor_files.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "tools/interpreter/numerics.h"
+#include "ir/io.h"
+#include "ir/status.h"
+
+namespace fxfuse::cli {
+
+namespace {
+
+std::string shapeText(const interp::Shape& shape) {
+  std::string s;
+  for (size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
+  return "[" + s + "]";
+}
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<int>(c));
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+void applyInputFiles(const std::vector<std::string>& specs, const std::vector<std::string>& input_names,
+                     std::vector<interp::RValue>& inputs) {
+  for (const auto& spec : specs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      fail("--input: expected NAME=FILE, got '{}'", spec);
+    std::string name = spec.substr(0, eq), path = spec.substr(eq + 1);
+    size_t i = 0;
+    while (i < input_names.size() && input_names[i] != name) ++i;
+    if (i == input_names.size() || i >= inputs.size()) {
+      std::string known;
+      for (const auto& n : input_names) known += (known.empty() ? "" : ", ") + n;
+      fail("--input: the graph has no input named '{}' (inputs: {})", name, known);
+    }
+    if (!inputs[i].isTensor()) fail("--input {}: input '{}' is not a tensor", spec, name);
+    const interp::Tensor& seeded = inputs[i].t;
+    const int eb = ir::dtypeBytes(seeded.dtype);
+    std::string bytes = ir::readFile(path);
+    const int64_t n = seeded.numel();
+    if (eb <= 0 || static_cast<int64_t>(bytes.size()) != n * eb)
+      fail("{}: {} bytes, but input '{}' is {} ({} bytes, little-endian)", path, bytes.size(), name,
+           seeded.describe(), n * eb);
+    std::vector<double> vals(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, bytes.data() + k * eb, static_cast<size_t>(eb));  // little-endian low bytes
+      vals[static_cast<size_t>(k)] = interp::fromBits(bits, seeded.dtype);
+    }
+    inputs[i] = interp::RValue::ofTensor(interp::Tensor::fromValues(seeded.shape, seeded.dtype, vals));
+  }
+}
+
+void saveOutputs(const std::string& dir, const std::vector<SavedOutput>& outputs) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) fail("{}: cannot create the directory ({})", dir, std::strerror(errno));
+  std::string json = "[\n";
+  bool first = true;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const interp::Tensor* t = outputs[i].tensor;
+    if (!t) continue;
+    std::vector<double> vals = t->values();
+    std::string raw(vals.size() * 4, '\0');
+    for (size_t k = 0; k < vals.size(); ++k) {
+      float f = static_cast<float>(vals[k]);
+      std::memcpy(raw.data() + k * 4, &f, 4);  // hosts are little-endian (x86-64, aarch64)
+    }
+    std::string file = fmt::format("output_{}.f32", i);
+    ir::writeFileAtomic(dir + "/" + file, raw);
+    json += fmt::format("{} {{\"index\": {}, \"name\": {}, \"dtype\": {}, \"shape\": {}, \"file\": \"{}\", "
+                        "\"saved_as\": \"float32\"}}",
+                        first ? "" : ",\n", i, jsonString(outputs[i].name), jsonString(std::string(ir::dtypeName(t->dtype))),
+                        shapeText(t->shape), file);
+    first = false;
+  }
+  ir::writeFileAtomic(dir + "/outputs.json", json + "\n]\n");
+}
+
+}  // namespace fxfuse::cli

@@ -1,0 +1,27 @@
+// Raw tensor files for `fxfuse run`: `--input NAME=FILE` replaces a seeded graph input with
+// little-endian data of the input's dtype and bound shape; `--save-outputs DIR` writes every
+// tensor output as float32 little-endian plus DIR/outputs.json (name, dtype, shape, file), so
+// outputs can be compared with another framework's (tools/zoo/compare_reference.py).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tools/interpreter/value.h"
+
+namespace fxfuse::cli {
+
+// Replaces inputs[i] for every NAME=FILE in `specs`; input_names[i] names inputs[i]. Exit 2
+// (one line) for a malformed spec, an unknown name, a non-tensor input or a size mismatch.
+void applyInputFiles(const std::vector<std::string>& specs, const std::vector<std::string>& input_names,
+                     std::vector<interp::RValue>& inputs);
+
+struct SavedOutput {
+  std::string name;
+  const interp::Tensor* tensor = nullptr;  // null: not a tensor (skipped)
+};
+
+// Writes DIR/output_<i>.f32 and DIR/outputs.json; DIR is created when missing.
+void saveOutputs(const std::string& dir, const std::vector<SavedOutput>& outputs);
+
+}  // namespace fxfuse::cli

@@ -1,0 +1,276 @@
+// Matrix products (through OpenBLAS dgemm, one rounding of the f64 result), _scaled_mm,
+// scaled dot-product attention in all its ATen spellings, and the ATen norms.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "tools/interpreter/ops_common.h"
+
+namespace fxfuse::interp {
+namespace {
+
+using namespace ops;
+
+DType mmDType(const Tensor& a, const Tensor& b) { return promoteTypes(a.dtype, b.dtype); }
+
+void need2d(const Tensor& t, const char* op, const char* what) {
+  if (t.dim() != 2) fail("{}: {} must be 2-D, got {}", op, what, t.describe());
+}
+
+// Zeros for a recorded output (auxiliary outputs of the attention kernels).
+RValue recordedAux(Call& c, size_t i, int64_t sym_value) {
+  if (i >= c.out_values.size() || !c.out_values[i]) return RValue{};
+  const ir::Value* v = c.out_values[i];
+  if (v->kind == ir::ValueKind::SymInt) return RValue::ofInt(sym_value);
+  if (!v->isTensor()) return RValue{};
+  Shape s = c.interp->evalShape(v->type.shape, "auxiliary output");
+  return RValue::ofTensor(Tensor::full(s, v->type.dtype == DType::Undefined ? DType::F32 : v->type.dtype, 0.0));
+}
+
+void sdpaCommon(Call& c, std::optional<Tensor> mask, bool causal, std::optional<double> scale, bool gqa,
+                bool want_lse) {
+  AttentionArgs a;
+  a.q = c.tensor("query", 0);
+  a.k = c.tensor("key", 1);
+  a.v = c.tensor("value", 2);
+  a.mask = mask;
+  a.causal = causal;
+  a.scale = scale;
+  a.gqa = gqa;
+  if (double p = c.number("dropout_p", 0.0); p != 0.0)
+    c.interp->warn(fmt::format("{}: dropout_p={} ignored (inference semantics)", c.node ? c.node->name : c.target, p));
+  AttentionResult r = attention(a);
+  DType od = c.outDType(0, a.q.dtype);
+  c.out(0, tensorFromValues(c, 0, r.shape, od, r.out));
+  for (size_t i = 1; i < c.outs.size(); ++i) {
+    int64_t sq = a.q.shape[a.q.dim() - 2], sk = a.k.shape[a.k.dim() - 2];
+    RValue aux = recordedAux(c, i, i == 4 ? sq : sk);
+    if (i == 1 && want_lse && aux.isTensor()) {
+      Shape lse_shape = r.shape;
+      lse_shape.pop_back();
+      if (aux.t.shape == lse_shape) aux = RValue::ofTensor(tensorFromValues(c, i, lse_shape, aux.t.dtype, r.lse));
+    }
+    c.out(i, aux);
+  }
+}
+
+std::optional<double> optScale(const Call& c) {
+  const RValue* s = c.find("scale");
+  if (!s || s->isNone()) return std::nullopt;
+  return s->number();
+}
+
+
+// aten.rms_norm / _fused_rms_norm: f32 math, one rounding at the end.
+void atenRmsNorm(Call& c, bool fused) {
+  Tensor x = c.tensor("input", 0);
+  Shape ns = c.ints("normalized_shape", 1);
+  std::optional<Tensor> w = c.optTensor("weight", 2);
+  int64_t nd = static_cast<int64_t>(ns.size());
+  if (nd > x.dim()) fail("rms_norm: normalized_shape {} longer than input {}", shapeStr(ns), x.describe());
+  for (int64_t k = 0; k < nd; ++k)
+    if (x.shape[x.dim() - nd + k] != ns[k]) fail("rms_norm: normalized_shape {} does not match {}", shapeStr(ns), x.describe());
+  double eps;
+  if (c.has("eps", 3)) {
+    eps = c.number("eps", 0.0, 3);
+  } else {
+    eps = x.dtype == DType::BF16 ? 0.0078125 : x.dtype == DType::F16 ? 0.0009765625 : x.dtype == DType::F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
+  }
+  std::vector<int64_t> dims;
+  for (int64_t k = x.dim() - nd; k < x.dim(); ++k) dims.push_back(k);
+  Rows r = gatherRows(x, dims);
+  std::vector<double> wv;
+  if (w) wv = w->values();
+  std::vector<double> out(r.data.size()), rstd;
+  DType od = c.outDType(0, w ? promoteTypes(x.dtype, w->dtype) : x.dtype);
+  for (int64_t i = 0; i < r.rows(); ++i) {
+    double inv = rmsInv(r.row(i), r.k, eps);
+    rstd.push_back(inv);
+    for (int64_t j = 0; j < r.k; ++j) {
+      double v = roundF32(r.row(i)[j] * inv);
+      if (w) v = roundF32(v * wv[j]);
+      out[i * r.k + j] = v;
+    }
+  }
+  c.out(0, tensorFromValues(c, 0, x.shape, od, out));
+  if (fused && c.outs.size() > 1) {
+    Shape rs = keepdimShape(x, dims, true);
+    c.out(1, tensorFromValues(c, 1, rs, DType::F32, rstd));
+  }
+}
+
+void layerNorm(Call& c, bool native) {
+  Tensor x = c.tensor("input", 0);
+  Shape ns = c.ints("normalized_shape", 1);
+  std::optional<Tensor> w = c.optTensor("weight", 2), b = c.optTensor("bias", 3);
+  double eps = c.number("eps", 1e-5, 4);
+  int64_t nd = static_cast<int64_t>(ns.size());
+  std::vector<int64_t> dims;
+  for (int64_t k = x.dim() - nd; k < x.dim(); ++k) dims.push_back(k);
+  Rows r = gatherRows(x, dims);
+  std::vector<double> wv, bv, out(r.data.size()), means, rstds;
+  if (w) wv = w->values();
+  if (b) bv = b->values();
+  for (int64_t i = 0; i < r.rows(); ++i) {
+    const double* p = r.row(i);
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < r.k; ++j) m += p[j];
+    m /= static_cast<double>(r.k);
+    for (int64_t j = 0; j < r.k; ++j) v += (p[j] - m) * (p[j] - m);
+    v /= static_cast<double>(r.k);
+    double rs = 1.0 / std::sqrt(v + eps);
+    means.push_back(m);
+    rstds.push_back(rs);
+    for (int64_t j = 0; j < r.k; ++j) {
+      double y = (p[j] - m) * rs;
+      if (w) y *= wv[j];
+      if (b) y += bv[j];
+      out[i * r.k + j] = y;
+    }
+  }
+  c.out(0, tensorFromValues(c, 0, x.shape, c.outDType(0, x.dtype), out));
+  if (native) {
+    Shape rs = keepdimShape(x, dims, true);
+    DType sd = c.outDType(1, DType::F32);
+    c.out(1, tensorFromValues(c, 1, rs, sd, means));
+    c.out(2, tensorFromValues(c, 2, rs, sd, rstds));
+  }
+}
+
+}  // namespace
+
+namespace ops {
+
+// out = round(f32(acc) * f32(sa*sb) (+ bias), out_dtype) for per-tensor and row-wise scales.
+std::vector<double> scaledMmValues(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb,
+                                   const std::optional<Tensor>& bias, const std::optional<Tensor>& scale_result,
+                                   DType od, const char* op) {
+  need2d(a, op, "self");
+  need2d(b, op, "mat2");
+  int64_t m = a.shape[0], n = b.shape[1];
+  std::vector<double> acc(static_cast<size_t>(m * n));
+  gemm(a, b, acc.data());
+  std::vector<double> va = sa.values(), vb = sb.values();
+  auto scaleA = [&](int64_t i) {
+    if (va.size() == 1) return va[0];
+    if (static_cast<int64_t>(va.size()) == m) return va[i];
+    fail("{}: scale_a {} is neither per-tensor nor per-row for {} rows", op, sa.describe(), m);
+  };
+  auto scaleB = [&](int64_t j) {
+    if (vb.size() == 1) return vb[0];
+    if (static_cast<int64_t>(vb.size()) == n) return vb[j];
+    fail("{}: scale_b {} is neither per-tensor nor per-column for {} columns", op, sb.describe(), n);
+  };
+  std::vector<double> bv;
+  if (bias) {
+    Tensor be = expand(*bias, {m, n});
+    bv = be.values();
+  }
+  double sr = scale_result ? scale_result->item() : 1.0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = roundF32(scaleA(i) * scaleB(j));
+      double v = roundF32(roundF32(acc[i * n + j]) * s);
+      if (bias) v = roundF32(v + bv[i * n + j]);
+      if (scale_result) v = roundF32(v * sr);
+      if (ir::isFp8(od) && !std::isnan(v)) v = std::min(std::max(v, -maxFinite(od)), maxFinite(od));
+      acc[i * n + j] = v;
+    }
+  return acc;
+}
+
+}  // namespace ops
+
+void registerLinalgOps(OpTable& t) {
+  t.add("aten.mm", [](Call& c) {
+    Tensor a = c.tensor("self", 0), b = c.tensor("mat2", 1);
+    need2d(a, "mm", "self");
+    need2d(b, "mm", "mat2");
+    if (a.shape[1] != b.shape[0]) fail("mm: {} and {} cannot be multiplied", a.describe(), b.describe());
+    std::vector<double> v(static_cast<size_t>(a.shape[0] * b.shape[1]));
+    gemm(a, b, v.data());
+    c.out(0, tensorFromValues(c, 0, {a.shape[0], b.shape[1]}, mmDType(a, b), v));
+  });
+  t.add("aten.addmm", [](Call& c) {
+    Tensor bias = c.tensor("self", 0), a = c.tensor("mat1", 1), b = c.tensor("mat2", 2);
+    double beta = c.number("beta", 1.0), alpha = c.number("alpha", 1.0);
+    need2d(a, "addmm", "mat1");
+    need2d(b, "addmm", "mat2");
+    if (a.shape[1] != b.shape[0]) fail("addmm: {} and {} cannot be multiplied", a.describe(), b.describe());
+    int64_t m = a.shape[0], n = b.shape[1];
+    std::vector<double> v(static_cast<size_t>(m * n));
+    gemm(a, b, v.data());
+    std::vector<double> bv = expand(bias, {m, n}).values();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = roundF32(alpha * v[i] + (beta == 0 ? 0.0 : beta * bv[i]));
+    c.out(0, tensorFromValues(c, 0, {m, n}, mmDType(a, b), v));
+  });
+  t.add("aten.bmm", [](Call& c) {
+    Tensor a = c.tensor("self", 0), b = c.tensor("mat2", 1);
+    if (a.dim() != 3 || b.dim() != 3 || a.shape[0] != b.shape[0] || a.shape[2] != b.shape[1])
+      fail("bmm: {} and {} cannot be multiplied", a.describe(), b.describe());
+    auto [shape, v] = matmulValues(a, b);
+    c.out(0, tensorFromValues(c, 0, shape, mmDType(a, b), v));
+  });
+  t.add("aten.baddbmm", [](Call& c) {
+    Tensor bias = c.tensor("self", 0), a = c.tensor("batch1", 1), b = c.tensor("batch2", 2);
+    double beta = c.number("beta", 1.0), alpha = c.number("alpha", 1.0);
+    auto [shape, v] = matmulValues(a, b);
+    std::vector<double> bv = expand(bias, shape).values();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = roundF32(alpha * v[i] + (beta == 0 ? 0.0 : beta * bv[i]));
+    c.out(0, tensorFromValues(c, 0, shape, mmDType(a, b), v));
+  });
+  t.add("aten.matmul", [](Call& c) {
+    Tensor a = c.tensor("self", 0), b = c.tensor("other", 1);
+    auto [shape, v] = matmulValues(a, b);
+    c.out(0, tensorFromValues(c, 0, shape, mmDType(a, b), v));
+  });
+  t.alias("aten.dot", "aten.matmul");
+  t.add("aten.mv", [](Call& c) {
+    Tensor a = c.tensor("self", 0), b = c.tensor("vec", 1);
+    auto [shape, v] = matmulValues(a, b);
+    c.out(0, tensorFromValues(c, 0, shape, mmDType(a, b), v));
+  });
+  t.add("aten.linear", [](Call& c) {
+    Tensor x = c.tensor("input", 0), w = c.tensor("weight", 1);
+    std::optional<Tensor> bias = c.optTensor("bias", 2);
+    Tensor wt = w.dim() == 2 ? transpose(w, 0, 1) : w;
+    auto [shape, v] = matmulValues(x, wt);
+    if (bias) {
+      std::vector<double> bv = expand(*bias, shape).values();
+      for (size_t i = 0; i < v.size(); ++i) v[i] = roundF32(v[i] + bv[i]);
+    }
+    c.out(0, tensorFromValues(c, 0, shape, mmDType(x, w), v));
+  });
+  t.add("aten._scaled_mm", [](Call& c) {
+    Tensor a = c.tensor("self", 0), b = c.tensor("mat2", 1);
+    DType od = c.dtype("out_dtype").value_or(a.dtype);
+    need2d(a, "_scaled_mm", "self");
+    need2d(b, "_scaled_mm", "mat2");
+    std::vector<double> v = scaledMmValues(a, b, c.tensor("scale_a", 2), c.tensor("scale_b", 3), c.optTensor("bias", 4),
+                                           c.optTensor("scale_result", 5), od, "_scaled_mm");
+    c.out(0, tensorFromValues(c, 0, {a.shape[0], b.shape[1]}, od, v));
+  });
+  // Attention.
+  t.add("aten.scaled_dot_product_attention", [](Call& c) {
+    sdpaCommon(c, c.optTensor("attn_mask", 3), c.flag("is_causal", false, 5), optScale(c), c.flag("enable_gqa", false),
+               false);
+  });
+  t.add("aten._scaled_dot_product_flash_attention", [](Call& c) {
+    sdpaCommon(c, std::nullopt, c.flag("is_causal", false, 4), optScale(c), false, true);
+  });
+  t.add("aten._scaled_dot_product_flash_attention_for_cpu", [](Call& c) {
+    sdpaCommon(c, c.optTensor("attn_mask"), c.flag("is_causal", false, 4), optScale(c), false, true);
+  });
+  t.add("aten._scaled_dot_product_efficient_attention", [](Call& c) {
+    sdpaCommon(c, c.optTensor("attn_bias", 3), c.flag("is_causal", false, 6), optScale(c), false, true);
+  });
+  t.add("aten._scaled_dot_product_cudnn_attention", [](Call& c) {
+    sdpaCommon(c, c.optTensor("attn_bias", 3), c.flag("is_causal", false, 6), optScale(c), false, true);
+  });
+  t.add("aten.rms_norm", [](Call& c) { atenRmsNorm(c, false); });
+  t.add("aten._fused_rms_norm", [](Call& c) { atenRmsNorm(c, true); });
+  t.add("aten.layer_norm", [](Call& c) { layerNorm(c, false); });
+  t.add("aten.native_layer_norm", [](Call& c) { layerNorm(c, true); });
+}
+
+}  // namespace fxfuse::interp
