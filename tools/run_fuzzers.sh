@@ -78,7 +78,7 @@ done
 
 # --- build with make (incremental, header dependencies from -MMD) ------------------------
 IR_SRCS=$(ls ir/*.cc ir/importers/*.cc | tr '\n' ' ')
-PIPE_SRCS=$(ls compiler/{match,op_util,rewriter,pipeline}.cc passes/*.cc tools/interpreter/*.cc \
+PIPE_SRCS=$(ls passes/*.cc passes/{toolkit,canonicalize,fuse,pipeline}/*.cc tools/interpreter/*.cc \
   compiler/lowering/*.cc kernels/attention/check.cc | tr '\n' ' ')
 cat >"$BUILD/Makefile" <<EOF
 ROOT := $ROOT
@@ -87,8 +87,8 @@ FLAGS := -std=c++17 -gline-tables-only -O1 -fno-omit-frame-pointer -fsanitize=ad
   -fno-sanitize-recover=undefined -I\$(ROOT) -I$BUILD/gen -I/usr/local/cuda/include
 CXXFLAGS := \$(FLAGS) -fsanitize=fuzzer-no-link -Wno-deprecated-declarations
 LIBS := -lprotobuf -lsimdjson -lzip -lfmt -lz -lpthread
-IR_OBJS := \$(patsubst %.cc,obj/%.o,$IR_SRCS) obj/gen/proto/fxfuse_ir.pb.o
-PIPE_OBJS := \$(patsubst %.cc,obj/%.o,$PIPE_SRCS) obj/gen/proto/fxfuse_plan.pb.o
+IR_OBJS := \$(patsubst %.cc,obj/%.o,$IR_SRCS) obj/gen/proto/fxfuse_ir.pb.o obj/gen/proto/fxfuse_plan.pb.o
+PIPE_OBJS := \$(patsubst %.cc,obj/%.o,$PIPE_SRCS)
 TARGETS := $(printf 'fuzz_%s ' "${ALL_TARGETS[@]}")
 
 all: \$(TARGETS)

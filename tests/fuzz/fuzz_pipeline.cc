@@ -16,6 +16,7 @@
 #include "passes/pipeline/pipeline.h"
 #include "ir/fxg.h"
 #include "ir/status.h"
+#include "ir/validate.h"
 #include "ir/verifier.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fxg_mutator.h"
@@ -98,8 +99,12 @@ void lowerAndRoundTrip(ir::Module& m) {
 void pipeline(std::string_view text) {
   std::unique_ptr<ir::Module> m;
   try {
+    // What the CLI's compute commands do after import (ir::loadModuleForCompute): validation
+    // at the door, the verifier, every op node against its schema.
     m = ir::parseFxg(text, "fuzz.fxg");
+    ir::validateModule(*m, "fuzz.fxg");
     ir::verifyOrThrow(*m, "fuzz.fxg");
+    ir::validateNodesAgainstSchemas(*m, "fuzz.fxg");
   } catch (const FxError&) {
     return;
   }
