@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -88,6 +89,9 @@ CompileResult compileModule(ir::Module& m, const CompileOptions& opts) {
            std::find(opts.print_after.begin(), opts.print_after.end(), "all") != opts.print_after.end();
   };
   if (!opts.dump_dir.empty()) {
+    std::error_code ec;
+    if (std::filesystem::exists(opts.dump_dir, ec) && !std::filesystem::is_directory(opts.dump_dir, ec))
+      fail("--dump-dir {}: a file is in the way (expected a directory)", opts.dump_dir);
     ir::createOutputDirectories(opts.dump_dir);
     ir::writeOutputFile(opts.dump_dir + "/00.input.fxg", ir::printFxg(m));
   }
