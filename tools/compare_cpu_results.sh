@@ -19,10 +19,10 @@ if (($#)); then graphs=("$@"); else
     find tests/data -type f \( -name '*.pt2' -o -name '*.json' -o -name '*.txt' \) -not -name 'expected_counts.json' -not -name 'manifest.json'; } | sort)
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-strip_timings() {  # the report's *_ms fields differ from run to run
+strip_timings() {  # timings (ms, *_ms) differ from run to run, "output" names this run's file
   python3 -c 'import json,sys
 def strip(o):
-    if isinstance(o, dict): return {k: strip(v) for k, v in o.items() if not k.endswith("_ms")}
+    if isinstance(o, dict): return {k: strip(v) for k, v in o.items() if k != "ms" and not k.endswith("_ms") and k != "output"}
     if isinstance(o, list): return [strip(v) for v in o]
     return o
 try: print(json.dumps(strip(json.load(sys.stdin)), indent=1, sort_keys=True))
