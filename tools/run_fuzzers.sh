@@ -136,7 +136,7 @@ for t in "${TARGETS[@]}"; do
     # every .fxg test of the repository is a seed (copied: the seed folders are read-only)
     seeds="$BUILD/seeds/pipeline"
     rm -rf "$seeds" && mkdir -p "$seeds"
-    find "$ROOT/tests" -name '*.fxg' -size -64k -exec cp {} "$seeds/" \;
+    find "$ROOT/tests" -path "$ROOT/tests/fuzz/findings" -prune -o -name '*.fxg' -size -64k -exec cp {} "$seeds/" \;
     [[ -d $ROOT/tests/fuzz/corpus/pipeline ]] && cp "$ROOT"/tests/fuzz/corpus/pipeline/* "$seeds/"
     ((secs < 60)) && secs=60
     dict=(-dict="$ROOT/tests/fuzz/fxg.dict")
