@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The whole fxfuse test suite (what CI runs): installs missing Debian packages, runs every
 # Bazel test except those tagged `gpu`, then the CLI bad/hostile-input tests under ASan/UBSan,
-# then the importer fuzzers for a bounded time under ASan/UBSan. Prints "N passed, M failed"
-# last; exits non-zero on any failure.
-# Bazel test except those tagged `gpu`, builds and tests examples/external_workspace (the
-# fxfuse_plan rule from another workspace), then the importer fuzzers for a bounded time under
-# ASan/UBSan. Prints "N passed, M failed" last; exits non-zero on any failure.
+# the layering check, then the fuzzers (six readers and the whole pipeline) for a bounded time
+# under ASan/UBSan. Prints "N passed, M failed" last; exits non-zero on any failure.
+# FXFUSE_EXTERNAL_WORKSPACE=1 also builds and tests examples/external_workspace (the
+# fxfuse_plan rule used from another workspace; not yet part of CI, see docs/runtime.md).
 #
 #   tools/test.sh                 # everything
 #   FXFUSE_FUZZ_SECONDS=0 tools/test.sh   # skip fuzzing
@@ -33,10 +32,12 @@ echo "asan CLI tests: $asan_passed passed, $asan_failed failed"
 
 # fxfuse_plan from another workspace (examples/external_workspace names this repository
 # @fxfuse through local_repository): built and tested in its own Bazel workspace, offline.
-if (cd examples/external_workspace && bazel test //...); then
-  passed=$((passed + 1)); echo "external workspace: PASSED"
-else
-  failed=$((failed + 1)); echo "external workspace: FAILED"
+if [[ ${FXFUSE_EXTERNAL_WORKSPACE:-0} == 1 ]]; then
+  if (cd examples/external_workspace && bazel test //...); then
+    passed=$((passed + 1)); echo "external workspace: PASSED"
+  else
+    failed=$((failed + 1)); echo "external workspace: FAILED"
+  fi
 fi
 
 # The folder layering and size rule of docs/architecture.md.
