@@ -28,6 +28,14 @@ std::string computeType(DType t) {
 
 namespace {
 
+// An integer constant of a generated kernel as a C++ literal; one that no int64 holds (the
+// graph's value was a float out of range, or NaN) is refused rather than converted.
+std::string integerLiteral(double v, const std::string& origin) {
+  if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+    fail("{}: integer constant {} does not fit in int64", origin, v);
+  return std::to_string(static_cast<long long>(v)) + "LL";
+}
+
 const char* storeType(DType t) {
   switch (t) {
     case DType::F64: return "double";
@@ -317,7 +325,7 @@ class Emitter {
       else if (ct == "bool")
         o << "  return " << (n.f.at(0) != 0 ? "true" : "false") << ";\n";
       else
-        o << "  return " << round(n.dtype, std::to_string(static_cast<long long>(n.f.at(0))) + "LL") << ";\n";
+        o << "  return " << round(n.dtype, integerLiteral(n.f.at(0), n.origin)) << ";\n";
     } else if (n.op == "unary") {
       std::string a = bc(0);
       const std::string& f = n.s;
