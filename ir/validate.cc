@@ -143,6 +143,24 @@ std::string argProblem(const SchemaArg& s, const Attr& a) {
 
 }  // namespace
 
+namespace {
+
+// fxfuse's own ops have exact schemas (ir/op_table.cc): every named argument is one of the
+// schema's and the node has one output per return, as the passes that create them do.
+void checkFxfuseNodeShape(const Node& n, const OpSchema& s, const std::string& file) {
+  for (const Arg& a : n.args()) {
+    if (a.name.empty()) continue;
+    bool known = false;
+    for (const SchemaArg& sa : s.args) known = known || sa.name == a.name;
+    if (!known) fail("{}: node '{}' ({}): no argument '{}' in its schema", file, n.name, n.target, a.name);
+  }
+  if (n.numOutputs() != s.returns.size())
+    fail("{}: node '{}' ({}): {} outputs, its schema returns {}", file, n.name, n.target, n.numOutputs(),
+         s.returns.size());
+}
+
+}  // namespace
+
 void validateNodesAgainstSchemas(const Module& m, const std::string& file) {
   std::map<std::string, OpSchema, std::less<>> cache;
   for (const auto& g : m.graphs()) {
@@ -164,6 +182,7 @@ void validateNodesAgainstSchemas(const Module& m, const std::string& file) {
         if (!problem.empty())
           fail("{}: node '{}' ({}): argument '{}' {}", file, n.name, n.target, sa.name, problem);
       }
+      if (n.kind == NodeKind::Fxfuse) checkFxfuseNodeShape(n, *s, file);
     }
   }
 }
