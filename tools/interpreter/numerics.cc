@@ -62,11 +62,16 @@ double roundFloatFormat(double v, const FloatFormat& f, bool fnuz) {
 int64_t wrapInt(double v, int bits, bool is_signed) {
   // Truncate toward zero, then reduce modulo 2^bits.
   double t = std::trunc(v);
+  constexpr double kTwo64 = 18446744073709551616.0;
   uint64_t u;
-  if (std::fabs(t) < 9.2e18) {
+  if (!std::isfinite(t)) {
+    u = uint64_t{1} << 63;  // NaN and infinities: x86's "integer indefinite", what torch's CPU cast gives
+  } else if (std::fabs(t) < 9.2e18) {
     u = static_cast<uint64_t>(static_cast<int64_t>(t));
   } else {
-    u = static_cast<uint64_t>(std::fmod(t, 18446744073709551616.0));
+    double m = std::fmod(t, kTwo64);  // exact; negative for negative t
+    if (m < 0) m += kTwo64;
+    u = m >= kTwo64 ? 0 : static_cast<uint64_t>(m);
   }
   if (bits < 64) u &= (uint64_t{1} << bits) - 1;
   if (is_signed && bits < 64 && (u >> (bits - 1)) & 1) return static_cast<int64_t>(u | ~((uint64_t{1} << bits) - 1));
