@@ -1,6 +1,7 @@
 #include "compiler/lowering/memory_planner.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -124,7 +125,11 @@ bool provablyGe(const Poly& a, const Poly& b) {
 }
 
 Poly alignUp(const Poly& p, int64_t alignment) {
-  auto up = [&](int64_t c) { return c >= 0 ? (c + alignment - 1) / alignment * alignment : -((-c) / alignment * alignment); };
+  auto up = [&](int64_t c) {
+    if (c > std::numeric_limits<int64_t>::max() - (alignment - 1) || c == std::numeric_limits<int64_t>::min())
+      fail("memory planner: a buffer size term ({}) does not fit in int64 once aligned", c);
+    return c >= 0 ? (c + alignment - 1) / alignment * alignment : -((-c) / alignment * alignment);
+  };
   Poly r;
   r.constant = up(p.constant);
   for (const auto& [k, t] : p.terms) r.terms[k] = {t.first, up(t.second)};
