@@ -766,6 +766,7 @@ bool Lowerer::tryAlias(Node& n) {
   if (t == "aten.unsqueeze.default") {
     int64_t d = intArg(n, "dim", 0);
     if (d < 0) d += static_cast<int64_t>(r) + 1;
+    if (d < 0 || d > static_cast<int64_t>(r)) unsupported(n, "unsqueeze dim out of range");
     auto sh = src.shape;
     auto st = src.stride;
     SymExpr s = static_cast<size_t>(d) < r ? src.shape[static_cast<size_t>(d)] * src.stride[static_cast<size_t>(d)] : I(1);
