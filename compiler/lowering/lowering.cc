@@ -796,6 +796,7 @@ bool Lowerer::tryAlias(Node& n) {
   if (t == "aten.expand.default") {
     if (!out) return true;
     const auto& osh = out->type.shape;
+    if (osh.size() < r) unsupported(n, "expand to a lower rank");
     std::vector<SymExpr> st(osh.size(), I(0));
     size_t off = osh.size() - r;
     for (size_t k = 0; k < r; ++k) st[k + off] = (isOne(src.shape[k]) && !isOne(osh[k + off])) ? I(0) : src.stride[k];
