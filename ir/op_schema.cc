@@ -247,7 +247,7 @@ const char* const kBuiltinSchemas[] = {
     "aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)",
     "aten::sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)",
     "aten::sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)",
-    "prims::prepare_softmax_online(Tensor self, int dim) -> (Tensor, Tensor)",
+    "prims::prepare_softmax_online(Tensor a, int dim) -> (Tensor, Tensor)",
     "aten::softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
     "aten::_softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
     "aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",

@@ -519,7 +519,12 @@ class GraphWriter {
     if (ctx_.opts.vllm_op_names && emitVllm(n)) return;
     const OpSchema* s = n.kind == NodeKind::Op || n.kind == NodeKind::Fxfuse ? ctx_.schema(n.target) : nullptr;
     json inputs = s ? schemaInputs(n, *s) : rawInputs(n);
-    std::string name = names_.count(n.output(0)) && n.output(0) ? names_.at(n.output(0)) : fresh(n.name);
+    // A single-result node carries its result's name (as torch writes it); a node of several
+    // results gets a name of its own: torch names the call node after it and each result's
+    // getitem after the result, so sharing one would define a name twice.
+    bool list_return = s && s->returns.size() == 1 && s->returns[0].is_list;
+    bool single = n.numOutputs() == 1 && !list_return && n.output(0) && names_.count(n.output(0));
+    std::string name = single ? names_.at(n.output(0)) : fresh(n.name.empty() ? n.target : n.name);
     if (n.kind == NodeKind::SymPy) {
       pushNode(serializedTarget(n), inputs, json::array({outputRef(n.output(0))}), metadataOf(n), name, false);
       return;

@@ -1522,7 +1522,7 @@ bool Lowerer::lowerRowComposite(Node& n) {
   bool online_softmax = t == "prims.prepare_softmax_online.default";
   if (!layer_norm && !var && !online_softmax) return false;
   const std::string& o = n.name;
-  Value* x = valArg(n, layer_norm ? "input" : "self");
+  Value* x = valArg(n, layer_norm ? "input" : online_softmax ? "a" : "self");
   if (!x || x->kind != ir::ValueKind::Tensor) unsupported(n, "missing input tensor");
   const size_t r = x->type.shape.size();
   if (r == 0) unsupported(n, "rank-0 input");

@@ -813,6 +813,56 @@ std::unique_ptr<Module> importExportJson(std::string_view json, const std::strin
   return ExportImporter(path, member).run(json, padded);
 }
 
+// Reads one tensor config of a torch.export archive (`data/weights/<model>_weights_config.json`
+// or `data/constants/<model>_constants_config.json`: buffers and lifted tensor constants) into
+// m.weights: each entry's dtype, sizes, strides and payload member under `dir`. An archive
+// without the config has nothing to add.
+void readTensorConfig(ZipReader& zip, const std::string& path, const std::string& dir, const std::string& name,
+                      Module& m) {
+  std::string cfg = dir + name;
+  bool has_cfg = false;
+  for (const auto& n : zip.names())
+    if (n == cfg) has_cfg = true;
+  if (!has_cfg) return;
+  std::string text = zip.read(cfg);
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  Ctx ctx{path + ": " + cfg, ""};
+  if (p.parse(simdjson::padded_string(text)).get(doc)) fail("{}: malformed JSON", ctx.where);
+  J root_j(doc, &ctx);
+  auto c = root_j.opt("config");
+  if (!c) return;
+  for (auto& [fqn, meta] : c->items()) {
+    WeightInfo w;
+    w.fqn = std::string(fqn);
+    w.is_param = meta.opt("is_param") ? meta.at("is_param").boolean() : false;
+    if (meta.opt("use_pickle") && meta.at("use_pickle").boolean()) continue;  // tensor subclasses: not read
+    if (auto pn = meta.opt("path_name")) {
+      w.archive_path = path;
+      w.member = dir + std::string(pn->str());
+    }
+    if (auto tm = meta.opt("tensor_meta")) {
+      w.type.dtype = DType::Undefined;
+      auto d = tm->at("dtype");
+      auto dt = d.isString() ? dtypeFromExportScalarTypeName(d.str()) : dtypeFromExportScalarType(d.integer());
+      if (!dt) tm->error("unknown weight dtype");
+      w.type.dtype = *dt;
+      for (const J& s : tm->at("sizes").array()) {
+        auto [k, v] = s.unionKey();
+        if (k != "as_int") s.error("weights must have static sizes");
+        w.type.shape.push_back(SymExpr::integer(v.integer()));
+      }
+      w.type.stride = TensorType::contiguousStrides(w.type.shape);
+      if (auto st = tm->opt("strides")) {
+        w.type.stride.clear();
+        for (const J& s : st->array()) w.type.stride.push_back(SymExpr::integer(s.unionKey().second.integer()));
+      }
+    }
+    if (!w.member.empty()) checkWeightBounds(w, zip.size(w.member), ctx.where);
+    m.weights.push_back(std::move(w));
+  }
+}
+
 std::unique_ptr<Module> importExportArchive(const std::string& bytes, const std::string& path) {
   ZipReader zip(bytes, path);
   // PT2 archive (torch >= 2.8): <root>/models/<name>.json, prefer "model".
@@ -840,53 +890,12 @@ std::unique_ptr<Module> importExportArchive(const std::string& bytes, const std:
   }
   std::string json = zip.read(model_member);
   auto m = importExportJson(json, path, model_member, /*padded=*/true);
-  // Weight metadata (payloads stay in the archive; fxfuse reads them lazily).
+  // Weight and constant metadata (payloads stay in the archive; fxfuse reads them lazily).
   if (!root.empty()) {
     std::string stem = model_member.substr(model_member.rfind('/') + 1);
     stem = stem.substr(0, stem.size() - 5);
-    std::string cfg = root + "/data/weights/" + stem + "_weights_config.json";
-    bool has_cfg = false;
-    for (const auto& n : zip.names())
-      if (n == cfg) has_cfg = true;
-    if (has_cfg) {
-      std::string text = zip.read(cfg);
-      simdjson::dom::parser p;
-      simdjson::dom::element doc;
-      Ctx ctx{path + ": " + cfg, ""};
-      if (p.parse(simdjson::padded_string(text)).get(doc)) fail("{}: malformed JSON", ctx.where);
-      J root_j(doc, &ctx);
-      if (auto c = root_j.opt("config")) {
-        for (auto& [fqn, meta] : c->items()) {
-          WeightInfo w;
-          w.fqn = std::string(fqn);
-          w.is_param = meta.opt("is_param") ? meta.at("is_param").boolean() : false;
-          if (meta.opt("use_pickle") && meta.at("use_pickle").boolean()) continue;  // tensor subclasses: not read
-          if (auto pn = meta.opt("path_name")) {
-            w.archive_path = path;
-            w.member = root + "/data/weights/" + std::string(pn->str());
-          }
-          if (auto tm = meta.opt("tensor_meta")) {
-            w.type.dtype = DType::Undefined;
-            auto d = tm->at("dtype");
-            auto dt = d.isString() ? dtypeFromExportScalarTypeName(d.str()) : dtypeFromExportScalarType(d.integer());
-            if (!dt) tm->error("unknown weight dtype");
-            w.type.dtype = *dt;
-            for (const J& s : tm->at("sizes").array()) {
-              auto [k, v] = s.unionKey();
-              if (k != "as_int") s.error("weights must have static sizes");
-              w.type.shape.push_back(SymExpr::integer(v.integer()));
-            }
-            w.type.stride = TensorType::contiguousStrides(w.type.shape);
-            if (auto st = tm->opt("strides")) {
-              w.type.stride.clear();
-              for (const J& s : st->array()) w.type.stride.push_back(SymExpr::integer(s.unionKey().second.integer()));
-            }
-          }
-          if (!w.member.empty()) checkWeightBounds(w, zip.size(w.member), ctx.where);
-          m->weights.push_back(std::move(w));
-        }
-      }
-    }
+    readTensorConfig(zip, path, root + "/data/weights/", stem + "_weights_config.json", *m);
+    readTensorConfig(zip, path, root + "/data/constants/", stem + "_constants_config.json", *m);
   }
   return m;
 }

@@ -75,7 +75,7 @@ TEST_CASE("sort ascending and descending, stable overload", "[ops][select]") {
 
 TEST_CASE("prepare_softmax_online gives the row max and the sum of exp(x - max)", "[ops][select]") {
   auto out = run(g1("input %1 \"x\": f32[2, 3]\n",
-                    "%2: f32[2, 1], %3: f32[2, 1] = prims.prepare_softmax_online.default(self=%1, dim=1)\n"
+                    "%2: f32[2, 1], %3: f32[2, 1] = prims.prepare_softmax_online.default(a=%1, dim=1)\n"
                     "%4: f32[2, 3] = aten.sub.Tensor(self=%1, other=%2)\n"
                     "%5: f32[2, 3] = aten.exp.default(self=%4)\n"
                     "%6: f32[2, 3] = aten.div.Tensor(self=%5, other=%3)\n",

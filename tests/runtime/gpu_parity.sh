@@ -5,6 +5,8 @@
 # only, no fusion pass). Graph files: .fxg, .fxg.json, .core_aten.pt2, .train_ir.pt2 (others
 # are skipped). A run whose outputs differ passes only if `fxfuse run` proves, node by node,
 # that every kernel is within one rounding step on its own inputs (docs/runtime.md "Parity").
+# A graph marked `// PARITY: refused` is a refusal test: it passes when the run exits 2 with
+# one "lowering:" line (the GPU path refuses it as the compiler does).
 # Runs JOBS at a time. Prints one line per run and "N passed, M failed, K skipped" last.
 # PARITY_DEADLINE (epoch seconds): runs that would start after it are skipped (SKIP, counted
 # as failures) and no run outlives it, so a time-boxed caller still gets every status line.
@@ -38,7 +40,13 @@ run_one() {
   timeout "$limit" "$FXFUSE" run "$f" --device=cuda --compare-cpu --seed 1 --mismatch-frac "${MISMATCH_FRAC:-0.01}" "${extra[@]}" > "$tmp/$key.log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
-  if [[ $rc -eq 0 ]]; then echo "PASS $f $variant (${secs}s)"; else echo "FAIL $f $variant (rc $rc, ${secs}s)"; fi > "$tmp/$key.status"
+  if grep -q '^// PARITY: refused' "$f"; then
+    if [[ $rc -eq 2 ]] && [[ $(grep -c 'lowering:' "$tmp/$key.log") -eq 1 ]]; then
+      echo "PASS $f $variant (refused as expected, ${secs}s)"
+    else
+      echo "FAIL $f $variant (rc $rc, expected one refusal line and rc 2, ${secs}s)"
+    fi > "$tmp/$key.status"
+  elif [[ $rc -eq 0 ]]; then echo "PASS $f $variant (${secs}s)"; else echo "FAIL $f $variant (rc $rc, ${secs}s)"; fi > "$tmp/$key.status"
 }
 export -f run_one
 printf '%s\n' "$@" | xargs -P "$JOBS" -I{} bash -c 'run_one "$@"' _ {}

@@ -112,6 +112,7 @@ class Checker:
         for name, s in g["sym_int_values"].items():
             self.sym_int(f"{where}: sym_int_values[{name}]", s)
         defined = set()
+        node_names = set()
 
         def define(w, arg):
             k, v = self.union(w, arg, ARGUMENT_KINDS)
@@ -188,6 +189,16 @@ class Checker:
             for o in n.get("outputs", []):
                 if o != {"as_none": True}:
                     define(f"{w}: output", o)
+            # torch names a node of several results (or of a list result) after the node's
+            # "name" and each result's getitem after the result: the two must differ, and the
+            # node name must not be any other value's.
+            outs = n.get("outputs", [])
+            single = len(outs) == 1 and any(k in outs[0] for k in ("as_tensor", "as_sym_int", "as_sym_bool",
+                                                                   "as_sym_float"))
+            if "name" in n and not single:
+                if n["name"] in node_names or n["name"] in defined:
+                    self.err(w, f"node name '{n['name']}' is also a value's or another node's name")
+                node_names.add(n["name"])
         for i, o in enumerate(g["outputs"]):
             use(f"{where}: output {i}", o)
 

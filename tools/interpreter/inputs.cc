@@ -162,7 +162,8 @@ RoleInfo roleOf(const Interpreter& in, const ir::GraphInput& gi) {
               "index of " + u->name});
         continue;
       }
-      if ((t.rfind("aten.index.", 0) == 0 || t.rfind("aten._unsafe_index.", 0) == 0)) {
+      if (t.rfind("aten.index.", 0) == 0 || t.rfind("aten._unsafe_index.", 0) == 0 ||
+          t.rfind("aten.index_put", 0) == 0 || t.rfind("aten._unsafe_index_put", 0) == 0) {
         const ir::Attr* idx = u->arg("indices", 1);
         if (idx && idx->kind == ir::Attr::Kind::List)
           for (size_t k = 0; k < idx->list.size(); ++k)

@@ -141,7 +141,7 @@ void registerSelectOps(OpTable& t) {
   });
   // (amax(x, dim, keepdim), sum(exp(x - amax), dim, keepdim)) in f64, rounded once each.
   t.add("prims.prepare_softmax_online", [](Call& c) {
-    Tensor x = c.tensor("self", 0);
+    Tensor x = c.tensor("a", 0);
     int64_t dim = x.dim() > 0 ? normDim(c.integer("dim", 0, 1), x.dim()) : 0;
     std::vector<int64_t> dims = x.dim() > 0 ? std::vector<int64_t>{dim} : std::vector<int64_t>{};
     Rows r = gatherRows(x, dims);

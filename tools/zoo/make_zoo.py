@@ -411,6 +411,34 @@ def strip_pt2_weights(src, dst=None):
     return before - os.path.getsize(dst)
 
 
+def compact_pt2(path):
+    """Deflates the members of a .pt2 archive that are not weight payloads (the program JSON,
+    configs, sample inputs): torch writes everything stored, and a program's JSON shrinks about
+    20x, which is what lets the zoo live in the repository. Weight payloads stay stored, as torch
+    wrote them. Idempotent; returns bytes saved."""
+    payload, _ = pt2_weight_members(path)
+    before = os.path.getsize(path)
+    tmp = path + ".compact.tmp"
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(tmp, "w") as zout:
+        for info in zin.infolist():
+            zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            zi.compress_type = zipfile.ZIP_STORED if info.filename in payload else zipfile.ZIP_DEFLATED
+            zout.writestr(zi, zin.read(info.filename), compresslevel=9)
+    os.replace(tmp, path)
+    return before - os.path.getsize(path)
+
+
+def compact_zoo(zoo):
+    """compact_pt2 on every archive under the directory zoo; returns bytes saved."""
+    saved = 0
+    for root, dirs, files in os.walk(zoo):
+        dirs.sort()
+        for fn in sorted(files):
+            if fn.endswith(".pt2"):
+                saved += compact_pt2(os.path.join(root, fn))
+    return saved
+
+
 def pt2_weight_bytes(path):
     payload, _ = pt2_weight_members(path)
     with zipfile.ZipFile(path) as z:
@@ -979,6 +1007,7 @@ def select_weights(args, manifest):
                 ent["weights"] = "strip failed: " + one_line(e, 200)
                 ent["weights_kept"] = False
         r["weights_kept"] = bool(r["forms"].get("core_aten", {}).get("weights_kept"))
+    compact_zoo(zoo)
     return kept_total
 
 
