@@ -190,7 +190,7 @@ int64_t Codegen::cost(int i) const {
     if (n.op != "load" && n.op != "reduce")
       for (int a : n.in) c = std::min<int64_t>(c + rec(a), int64_t{1} << 40);
     if (n.op == "cumsum" || n.op == "scatter") c *= 64;
-    if (n.op == "topk") c *= 4096;
+    if (n.op == "topk" || n.op == "histc" || n.op == "grouped_mm") c *= 4096;
     memo[k] = c;
     return c;
   };
@@ -620,6 +620,10 @@ class Emitter {
       emitScatter(o, n, ct);
     } else if (n.op == "topk") {
       emitTopk(o, n, ct);
+    } else if (n.op == "histc") {
+      emitHistc(o, n, ct);
+    } else if (n.op == "grouped_mm") {
+      emitGroupedMm(o, n, ct);
     } else if (n.op == "reduce") {
       o << "  return c.r" << id << ";\n";
     } else {
@@ -666,6 +670,56 @@ class Emitter {
     else o << "    v = v + (" << acc << ")" << floatLit(n.f.at(0), acc == "double") << " * " << sv << ";\n";
     o << "  }\n";
     o << "  return " << round(n.dtype, conv("v", acc == ct ? n.dtype : DType::I64, ct)) << ";\n";
+  }
+
+  // histc: bin i[0] of iv[0] equal bins over [f[0], f[1]] (both 0: the input's range; equal:
+  // widened by 1 each side) counts the input elements x with floor((x - lo) / (hi - lo) *
+  // bins) == i[0], x == hi in the last bin, x outside not counted (the interpreter's rule, in
+  // f64). A loop over the whole input per bin: meant for expert-routing counts.
+  void emitHistc(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    const GNode& src = cg_.node(n.in.at(0));
+    const size_t r = src.shape.size();
+    std::string total = "1LL";
+    for (size_t k = 0; k < r; ++k) total += " * " + sx(src.shape[k]);
+    o << "  long long j[" << std::max<size_t>(r, 1) << "]; j[0] = 0;\n";
+    o << "  const long long total = " << total << ", bins = " << n.iv.at(0) << "LL;\n";
+    // The loop header over the input's elements: x is element p, j[] its row-major index.
+    std::string element = "  for (long long p = 0; p < total; ++p) {\n    { long long t = p;";
+    for (size_t k = r; k-- > 0;)
+      element += " j[" + std::to_string(k) + "] = t % " + sx(src.shape[k]) + "; t /= " + sx(src.shape[k]) + ";";
+    element += " }\n    const double x = " + conv(call(n.in[0], "j"), src.dtype, "double") + ";\n";
+    o << "  double lo = " << floatLit(n.f.at(0), true) << ", hi = " << floatLit(n.f.at(1), true) << ";\n";
+    if (n.f.at(0) == 0 && n.f.at(1) == 0) {
+      o << "  bool any = false;\n" << element;
+      o << "    if (!any || x < lo) lo = x;\n    if (!any || x > hi) hi = x;\n    any = true;\n  }\n";
+    }
+    o << "  if (lo == hi) { lo -= 1.0; hi += 1.0; }\n";
+    o << "  long long count = 0;\n" << element;
+    o << "    if (!(x >= lo && x <= hi)) continue;\n";
+    o << "    long long b = (long long)((x - lo) / (hi - lo) * (double)bins);\n";
+    o << "    if (b >= bins) b = bins - 1;\n";
+    o << "    if (b == i[0]) ++count;\n  }\n";
+    o << "  return " << round(n.dtype, conv("count", DType::I64, ct)) << ";\n";
+  }
+
+  // grouped_mm: out[i, j] = sum_k self[i, k] * mat2[g, k, j] for the group g whose rows
+  // [offs[g-1], offs[g]) hold row i; rows past the last offset are 0. Accumulated in f64,
+  // rounded to f32 and then to the output dtype, as the interpreter does.
+  void emitGroupedMm(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    const GNode& a = cg_.node(n.in.at(0));
+    const GNode& b = cg_.node(n.in.at(1));
+    const GNode& offs = cg_.node(n.in.at(2));
+    o << "  long long q[1]; long long g = 0;\n";
+    o << "  for (; g < " << sx(b.shape.at(0)) << "; ++g) { q[0] = g; if (i[0] < "
+      << conv(call(n.in[2], "q"), offs.dtype, "long long") << ") break; }\n";
+    o << "  if (g == " << sx(b.shape.at(0)) << ") return (" << ct << ")0;\n";
+    o << "  long long ia[2]; ia[0] = i[0]; long long ib[3]; ib[0] = g; ib[2] = i[1];\n";
+    o << "  double acc = 0;\n";
+    o << "  for (long long k = 0; k < " << sx(a.shape.at(1)) << "; ++k) {\n";
+    o << "    ia[1] = k; ib[1] = k;\n";
+    o << "    acc += " << conv(call(n.in[0], "ia"), a.dtype, "double") << " * "
+      << conv(call(n.in[1], "ib"), b.dtype, "double") << ";\n  }\n";
+    o << "  return " << round(n.dtype, conv("(float)acc", DType::F32, ct)) << ";\n";
   }
 
   // topk/sort along iv[0] (iv[1]: largest first, iv[2]: return the index): output position k

@@ -1019,7 +1019,7 @@ void Lowerer::lowerGenerated(Node& n) {
                t == "aten.as_strided.default" || t == "aten.diff.default" || t == "aten.repeat.default" ||
                t == "aten.repeat_interleave.self_int" || t == "aten.scatter.src" || t == "aten.scatter.value" ||
                t == "aten.scatter_add.default" || t == "aten.index_add.default" || t == "aten.pad.default" ||
-               t == "aten.index_put.default";
+               t == "aten.index_put.default" || t == "aten.histc.default" || t == "aten._grouped_mm.default";
   if (t == "aten.topk.default" || t == "aten.sort.default" || t == "aten.sort.stable") {
     // values and indices: the element of each rank (codegen's topk node)
     Value* x = tensorArg(n, "self");
@@ -1357,6 +1357,33 @@ void Lowerer::lowerGenerated(Node& n) {
     int id = gnode("scatter", "", {operand(x, n), operand(index, n), operand(values, n)}, odt, osh, o);
     cg_.node(id).iv = {0, flag(n, "accumulate", false) ? 2 : 3};
     cg_.node(id).f = {1.0};
+    define(out, id);
+    return;
+  }
+  if (t == "aten._grouped_mm.default") {
+    // MoE expert GEMMs, self [T, K] rows grouped by offs over mat2 [G, K, N]: codegen's
+    // grouped_mm node (a generated dot product per output element, f64 accumulation as the
+    // interpreter's; correct for any routing, not fast).
+    Value* a = tensorArg(n, "self");
+    Value* b = tensorArg(n, "mat2");
+    Value* offs = valArg(n, "offs");
+    if (!a || !b || !offs || offs->kind != ir::ValueKind::Tensor || valArg(n, "bias"))
+      unsupported(n, "only self [T, K], mat2 [G, K, N] and offs [G] without bias are supported");
+    if (a->type.shape.size() != 2 || b->type.shape.size() != 3 || offs->type.shape.size() != 1)
+      unsupported(n, "only self [T, K], mat2 [G, K, N] and offs [G] are supported");
+    int id = gnode("grouped_mm", "", {operand(a, n), operand(b, n), operand(offs, n)}, odt, osh, o);
+    define(out, id);
+    return;
+  }
+  if (t == "aten.histc.default") {
+    // counts per bin (MoE routing: tokens per expert): codegen's histc node
+    Value* x = tensorArg(n, "self");
+    if (!x || x->kind != ir::ValueKind::Tensor) unsupported(n, "missing input tensor");
+    int64_t bins = intArg(n, "bins", 100);
+    if (bins <= 0) unsupported(n, "bins must be positive");
+    int id = gnode("histc", "", {operand(x, n)}, odt, osh, o);
+    cg_.node(id).iv = {bins};
+    cg_.node(id).f = {num(n, "min", 0.0), num(n, "max", 0.0)};
     define(out, id);
     return;
   }

@@ -160,3 +160,50 @@ TEST_CASE("var_mean.correction over a non-trailing dim", "[ops][select]") {
   CHECK(vals(out[2]) == std::vector<double>{f32(14.0 / 3), 200});
   CHECK(vals(out[3]) == std::vector<double>{3, 20});
 }
+
+TEST_CASE("histc counts per bin: the last bin is closed, values outside are not counted", "[ops][select]") {
+  auto out = run(g1("input %1 \"ids\": i64[7]\ninput %2 \"x\": f32[4]\n",
+                    "%3: i64[4] = aten.histc.default(self=%1, bins=4, min=0, max=3)\n"
+                    "%4: f32[2] = aten.histc.default(self=%2, bins=2)\n",
+                    "output %3\noutput %4\n"),
+                 {T({7}, DType::I64, {0, 3, 3, 1, 5, -1, 1}), T({4}, DType::F32, {1, 2, 3, 4})});
+  CHECK(vals(out[0]) == std::vector<double>{1, 2, 0, 2});
+  CHECK(vals(out[1]) == std::vector<double>{2, 2});  // data range [1, 4]: bins [1, 2.5), [2.5, 4]
+}
+
+TEST_CASE("_grouped_mm: rows of group g use matrix g, rows past the last offset are 0", "[ops][linalg]") {
+  auto out = run(g1("input %1 \"a\": f32[4, 2]\ninput %2 \"w\": f32[2, 2, 1]\ninput %3 \"offs\": i32[2]\n",
+                    "%4: f32[4, 1] = aten._grouped_mm.default(self=%1, mat2=%2, offs=%3)\n", "output %4\n"),
+                 {T({4, 2}, DType::F32, {1, 2, 3, 4, 5, 6, 7, 8}), T({2, 2, 1}, DType::F32, {1, 1, 10, -1}),
+                  T({2}, DType::I32, {1, 3})});
+  CHECK(vals(out[0]) == std::vector<double>{3, 26, 44, 0});
+}
+
+TEST_CASE("convolution: grouped, padded, strided 1-D and unbatched conv1d", "[ops][linalg]") {
+  // Depthwise causal conv as Mamba writes it: groups = channels, padding = kernel - 1.
+  auto out = run(g1("input %1 \"x\": f32[1, 2, 3]\ninput %2 \"w\": f32[2, 1, 2]\ninput %3 \"b\": f32[2]\n",
+                    "%4: f32[1, 2, 4] = aten.convolution.default(input=%1, weight=%2, bias=%3, stride=[1], "
+                    "padding=[1], dilation=[1], transposed=false, output_padding=[0], groups=2)\n"
+                    "%5: f32[2, 3] = aten.view.default(self=%1, size=[2, 3])\n"
+                    "%6: f32[2, 2] = aten.conv1d.default(input=%5, weight=%2, bias=%3, stride=[2], padding=[1], "
+                    "groups=2)\n",
+                    "output %4\noutput %6\n"),
+                 {T({1, 2, 3}, DType::F32, {1, 2, 3, 4, 5, 6}), T({2, 1, 2}, DType::F32, {1, 10, 2, 20}),
+                  T({2}, DType::F32, {0.5, -0.5})});
+  // channel 0, w = [1, 10]: [0*1 + 1*10, 1 + 20, 2 + 30, 3 + 0] + 0.5
+  CHECK(vals(out[0]) == std::vector<double>{10.5, 21.5, 32.5, 3.5, 79.5, 107.5, 129.5, 11.5});
+  CHECK(vals(out[1]) == std::vector<double>{10.5, 32.5, 79.5, 129.5});
+}
+
+TEST_CASE("log_sigmoid is stable for large |x|; eye", "[ops]") {
+  auto out = run(g1("input %1 \"x\": f64[3]\n",
+                    "%2: f64[3] = aten.log_sigmoid.default(self=%1)\n"
+                    "%3: f32[2, 3] = aten.eye.m(n=2, m=3, dtype=f32)\n",
+                    "output %2\noutput %3\n"),
+                 {T({3}, DType::F64, {0, -800, 800})});
+  auto v = vals(out[0]);
+  CHECK(v[0] == Approx(-std::log(2.0)));
+  CHECK(v[1] == Approx(-800.0));
+  CHECK(v[2] == Approx(0.0).margin(1e-300));
+  CHECK(vals(out[1]) == std::vector<double>{1, 0, 0, 0, 1, 0});
+}

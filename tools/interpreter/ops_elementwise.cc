@@ -244,6 +244,7 @@ void registerElementwiseOps(OpTable& t) {
   };
   regBinary(t, "aten.bitwise_and", Promo::Same, bitwise(0));
   regBinary(t, "aten.bitwise_or", Promo::Same, bitwise(1));
+  t.alias("aten.__or__", "aten.bitwise_or");
   regBinary(t, "aten.bitwise_xor", Promo::Same, bitwise(2));
   t.alias("aten.__and__", "aten.bitwise_and");
   t.alias("aten.__or__", "aten.bitwise_or");
@@ -336,6 +337,8 @@ void registerElementwiseOps(OpTable& t) {
   regUnary(t, "aten.log2", true, [](double x, DType) { return std::log2(x); });
   regUnary(t, "aten.log10", true, [](double x, DType) { return std::log10(x); });
   regUnary(t, "aten.log1p", true, [](double x, DType) { return std::log1p(x); });
+  // log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), stable for large |x|.
+  regUnary(t, "aten.log_sigmoid", true, [](double x, DType) { return std::min(x, 0.0) - std::log1p(std::exp(-std::fabs(x))); });
   regUnary(t, "aten.sqrt", true, [](double x, DType) { return std::sqrt(x); });
   regUnary(t, "aten.rsqrt", true, [](double x, DType) { return 1.0 / std::sqrt(x); });
   regUnary(t, "aten.reciprocal", true, [](double x, DType) { return 1.0 / x; });

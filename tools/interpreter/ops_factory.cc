@@ -105,6 +105,15 @@ void registerFactoryOps(OpTable& t) {
     DType dt = factoryDType(c, scalarDType(fv));
     c.out(0, filled(c, c.ints("size", 0), dt, fv.isTensor() ? fv.t.item() : fv.number()));
   });
+  t.add("aten.eye", [](Call& c) {
+    int64_t n = c.integer("n", 0, 0), m = c.has("m", 1) ? c.integer("m", n, 1) : n;
+    if (n < 0 || m < 0) fail("eye: negative size {}x{}", n, m);
+    Tensor r = filled(c, {n, m}, factoryDType(c, defaultFloat()), 0.0);
+    std::vector<double> v = r.values();
+    for (int64_t i = 0; i < std::min(n, m); ++i) v[static_cast<size_t>(i * m + i)] = 1.0;
+    writeValues(r, v);
+    c.out(0, r);
+  });
   t.add("aten.zeros", [](Call& c) { c.out(0, filled(c, c.ints("size", 0), factoryDType(c, defaultFloat()), 0.0)); });
   t.add("aten.ones", [](Call& c) { c.out(0, filled(c, c.ints("size", 0), factoryDType(c, defaultFloat()), 1.0)); });
   t.add("aten.scalar_tensor", [](Call& c) {

@@ -179,9 +179,119 @@ std::vector<double> scaledMmValues(const Tensor& a, const Tensor& b, const Tenso
   return acc;
 }
 
+// aten._grouped_mm (MoE expert GEMMs): `self` [T, K] rows grouped by `offs` (cumulative end
+// row of each group, int32) times `mat2` [G, K, N], one expert matrix per group; rows past the
+// last offset are zero. Without offs, 3-D x 3-D is a batched product. Accumulated in f64,
+// rounded once to f32 and then to the output dtype (out_dtype, else the inputs').
+void groupedMm(Call& c) {
+  Tensor a = c.tensor("self", 0), b = c.tensor("mat2", 1);
+  std::optional<Tensor> offs = c.optTensor("offs", 2);
+  std::optional<Tensor> bias = c.optTensor("bias", 3);
+  DType od = c.dtype("out_dtype", 4).value_or(mmDType(a, b));
+  if (bias) fail("_grouped_mm: a bias is not supported");
+  if (!offs) {
+    if (a.dim() != 3 || b.dim() != 3) fail("_grouped_mm without offs needs 3-D operands, got {} and {}", a.describe(), b.describe());
+    auto [shape, v] = matmulValues(a, b);
+    for (double& x : v) x = roundF32(x);
+    c.out(0, tensorFromValues(c, 0, shape, od, v));
+    return;
+  }
+  if (a.dim() != 2 || b.dim() != 3 || offs->dim() != 1 || a.shape[1] != b.shape[1] || offs->shape[0] != b.shape[0])
+    fail("_grouped_mm: supported form is self [T, K], mat2 [G, K, N], offs [G]; got {}, {}, {}", a.describe(),
+         b.describe(), offs->describe());
+  const int64_t rows = a.shape[0], k = a.shape[1], n = b.shape[2];
+  std::vector<double> av = contiguous(a).values(), bv = contiguous(b).values(), ov = offs->values();
+  std::vector<double> out(static_cast<size_t>(rows * n), 0.0);
+  int64_t begin = 0;
+  for (int64_t g = 0; g < b.shape[0]; ++g) {
+    int64_t end = static_cast<int64_t>(ov[static_cast<size_t>(g)]);
+    if (end < begin || end > rows) fail("_grouped_mm: offs[{}] = {} is not in [{}, {}]", g, end, begin, rows);
+    const double* w = bv.data() + g * k * n;
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t q = 0; q < k; ++q) acc += av[static_cast<size_t>(i * k + q)] * w[q * n + j];
+        out[static_cast<size_t>(i * n + j)] = roundF32(acc);
+      }
+    begin = end;
+  }
+  c.out(0, tensorFromValues(c, 0, {rows, n}, od, out));
+}
+
+// aten.convolution / aten.conv1d, not transposed, any number of spatial dims: input
+// [N, C, *spatial] (conv1d also takes an unbatched [C, L]), weight [Cout, C / groups, *kernel].
+// Accumulated in f64 per output element, rounded once to f32 then to the output dtype.
+void convolutionOp(Call& c, bool aten_convolution) {
+  Tensor x = c.tensor("input", 0), w = c.tensor("weight", 1);
+  std::optional<Tensor> bias = c.optTensor("bias", 2);
+  if (aten_convolution && c.flag("transposed", false, 6)) fail("convolution: transposed convolution is not supported");
+  bool unbatched = !aten_convolution && x.dim() == w.dim() - 1;
+  if (unbatched) x = unsqueeze(x, 0);
+  const int64_t sd = w.dim() - 2;
+  if (sd < 1 || x.dim() != w.dim()) fail("convolution: input {} does not fit weight {}", x.describe(), w.describe());
+  auto perDim = [&](const char* name, int pos, int64_t def) {
+    Shape v = c.has(name, pos) ? c.ints(name, pos) : Shape{def};
+    if (v.size() == 1) v.assign(static_cast<size_t>(sd), v[0]);
+    if (static_cast<int64_t>(v.size()) != sd) fail("convolution: '{}' has {} values for {} spatial dims", name, v.size(), sd);
+    return v;
+  };
+  Shape stride = perDim("stride", 3, 1), pad = perDim("padding", 4, 0), dil = perDim("dilation", 5, 1);
+  int64_t groups = c.integer("groups", 1, aten_convolution ? 8 : 6);
+  const int64_t batch = x.shape[0], cin = x.shape[1], cout = w.shape[0];
+  if (groups <= 0 || cin % groups != 0 || cout % groups != 0 || w.shape[1] != cin / groups)
+    fail("convolution: {} input channels, weight {} and groups={} do not fit", cin, w.describe(), groups);
+  Shape out_shape{batch, cout};
+  for (int64_t d = 0; d < sd; ++d) {
+    size_t i = static_cast<size_t>(d);
+    if (stride[i] <= 0 || dil[i] <= 0 || pad[i] < 0) fail("convolution: stride, dilation must be positive, padding not negative");
+    int64_t len = x.shape[i + 2] + 2 * pad[i] - dil[i] * (w.shape[i + 2] - 1) - 1;
+    if (len < 0) fail("convolution: kernel larger than the padded input {}", x.describe());
+    out_shape.push_back(len / stride[i] + 1);
+  }
+  std::vector<double> xv = contiguous(x).values(), wv = contiguous(w).values();
+  std::vector<double> bv = bias ? contiguous(*bias).values() : std::vector<double>();
+  Shape out_strides = contiguousStrides(out_shape);
+  Shape x_strides = contiguousStrides(x.shape), w_strides = contiguousStrides(w.shape);
+  int64_t total = 1;
+  for (int64_t s : out_shape) total *= s;
+  int64_t kernel = 1;
+  for (int64_t d = 0; d < sd; ++d) kernel *= w.shape[static_cast<size_t>(d + 2)];
+  const int64_t cg = cin / groups, og = cout / groups;
+  std::vector<double> out(static_cast<size_t>(total));
+  for (int64_t o = 0; o < total; ++o) {
+    int64_t rem = o, nb = rem / out_strides[0];
+    rem %= out_strides[0];
+    int64_t oc = rem / out_strides[1];
+    rem %= out_strides[1];
+    double acc = bias ? bv[static_cast<size_t>(oc)] : 0.0;
+    int64_t g = oc / og;
+    for (int64_t ic = 0; ic < cg; ++ic)
+      for (int64_t kk = 0; kk < kernel; ++kk) {
+        int64_t xoff = nb * x_strides[0] + (g * cg + ic) * x_strides[1], kr = kk, orem = rem;
+        bool inside = true;
+        for (int64_t d = 0; d < sd && inside; ++d) {
+          size_t i = static_cast<size_t>(d);
+          int64_t kstride = w_strides[i + 2], kpos = kr / kstride, opos = orem / out_strides[i + 2];
+          kr %= kstride;
+          orem %= out_strides[i + 2];
+          int64_t pos = opos * stride[i] - pad[i] + kpos * dil[i];
+          inside = pos >= 0 && pos < x.shape[i + 2];
+          xoff += pos * x_strides[i + 2];
+        }
+        if (inside) acc += xv[static_cast<size_t>(xoff)] * wv[static_cast<size_t>(oc * w_strides[0] + ic * w_strides[1] + kk)];
+      }
+    out[static_cast<size_t>(o)] = roundF32(acc);
+  }
+  if (unbatched) out_shape.erase(out_shape.begin());
+  c.out(0, tensorFromValues(c, 0, out_shape, promoteTypes(x.dtype, w.dtype), out));
+}
+
 }  // namespace ops
 
 void registerLinalgOps(OpTable& t) {
+  t.add("aten._grouped_mm", groupedMm);
+  t.add("aten.convolution", [](Call& c) { convolutionOp(c, true); });
+  t.add("aten.conv1d", [](Call& c) { convolutionOp(c, false); });
   t.add("aten.mm", [](Call& c) {
     Tensor a = c.tensor("self", 0), b = c.tensor("mat2", 1);
     need2d(a, "mm", "self");

@@ -1,6 +1,7 @@
 // Reductions (sum, mean, amax/amin, max/min with indices, argmax/argmin, prod, any/all,
 // var/std), softmax / log_softmax and cumsum. Sums accumulate in f64 in index order and
 // round once to the result dtype.
+#include <algorithm>
 #include <cmath>
 
 #include "tools/interpreter/ops_common.h"
@@ -142,9 +143,37 @@ void varImpl(Call& c, bool want_std, bool with_mean) {
   if (with_mean) c.out(1, tensorFromValues(c, 1, shape, od, mean));
 }
 
+// aten.histc (any dtype, as on CUDA): counts of `self`'s values in `bins` equal bins over
+// [min, max] (both 0: the data's range; equal: widened by 1 each side); values outside are
+// not counted, a value equal to max goes to the last bin: floor((x - min) / (max - min) * bins).
+void histcOp(Call& c) {
+  Tensor x = c.tensor("self", 0);
+  int64_t bins = c.integer("bins", 100, 1);
+  double lo = c.number("min", 0.0, 2), hi = c.number("max", 0.0, 3);
+  if (bins <= 0) fail("histc: bins must be positive, got {}", bins);
+  std::vector<double> v = x.values();
+  if (lo == 0 && hi == 0 && !v.empty()) {
+    lo = *std::min_element(v.begin(), v.end());
+    hi = *std::max_element(v.begin(), v.end());
+  }
+  if (lo == hi) {
+    lo -= 1;
+    hi += 1;
+  }
+  if (!(lo < hi) || !std::isfinite(lo) || !std::isfinite(hi)) fail("histc: range [{}, {}] is not finite and increasing", lo, hi);
+  std::vector<double> counts(static_cast<size_t>(bins), 0.0);
+  for (double e : v) {
+    if (!(e >= lo && e <= hi)) continue;
+    auto b = static_cast<int64_t>((e - lo) / (hi - lo) * static_cast<double>(bins));
+    counts[static_cast<size_t>(std::min(b, bins - 1))] += 1;
+  }
+  c.out(0, tensorFromValues(c, 0, {bins}, x.dtype, counts));
+}
+
 }  // namespace
 
 void registerReductionOps(OpTable& t) {
+  t.add("aten.histc", histcOp);
   t.add("aten.sum", [](Call& c) {
     Tensor x = c.tensor("self", 0);
     DType od = sumDType(c, x);

@@ -358,6 +358,14 @@ void registerShapeOps(OpTable& t) {
   });
   t.add("aten.cat", [](Call& c) { c.out(0, catTensors(c, c.list("tensors", 0), c.integer("dim", 0, 1))); });
   t.alias("aten.concat", "aten.cat");
+  // A device transfer: the CPU reference has one memory, so a copy.
+  t.add("prims.device_put", [](Call& c) {
+    Tensor x = c.tensor("a", 0);
+    Tensor out = c.alloc(0, x.shape, x.dtype);
+    copyInto(out, x);
+    c.out(0, out);
+  });
+  t.alias("aten.concat", "aten.cat");
   t.alias("aten.concatenate", "aten.cat");
   t.add("aten.stack", [](Call& c) {
     std::vector<RValue> items = c.list("tensors", 0);

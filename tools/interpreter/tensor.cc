@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <cmath>
@@ -18,8 +19,8 @@ namespace fxfuse::interp {
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 
-// Bytes of tensor storage alive in this process, against a budget: three quarters of the
-// machine's memory, or FXFUSE_INTERP_MAX_BYTES. A graph whose sizes need more is refused
+// Bytes of tensor storage alive in this process, against a budget: half of the memory
+// this process may use, or FXFUSE_INTERP_MAX_BYTES. A graph whose sizes need more is refused
 // with a message before anything is allocated, instead of being killed by the kernel.
 std::atomic<int64_t> g_live_bytes{0};
 
@@ -30,9 +31,16 @@ int64_t storageBudget() {
       long long v = std::strtoll(env, &end, 10);
       if (end && *end == '\0' && v > 0) return static_cast<int64_t>(v);
     }
+    // Half of the memory this process may use: the machine's, or its cgroup's limit when
+    // lower. The other half is for copies outside tensors' storage and for other processes.
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || page <= 0) return int64_t{64} << 30;
-    return static_cast<int64_t>(pages / 4 * 3) * page;
+    int64_t memory = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{64} << 30;
+    if (std::FILE* f = std::fopen("/sys/fs/cgroup/memory.max", "r")) {
+      long long limit = 0;
+      if (std::fscanf(f, "%lld", &limit) == 1 && limit > 0 && limit < memory) memory = limit;
+      std::fclose(f);
+    }
+    return memory / 2;
   }();
   return budget;
 }
@@ -47,7 +55,7 @@ Storage::Storage(size_t n) : n_(n) {
   if (live > storageBudget()) {
     g_live_bytes.fetch_sub(need);
     fail("the interpreter needs {:.1f} GiB more for a tensor of {} elements, over its budget of {:.1f} GiB "
-         "(three quarters of this machine's memory; FXFUSE_INTERP_MAX_BYTES changes it); use smaller sizes (--bind)",
+         "(FXFUSE_INTERP_MAX_BYTES; by default half of this machine's memory); use smaller sizes (--bind)",
          need / kGiB, n, storageBudget() / kGiB);
   }
   size_t bytes = static_cast<size_t>(need);
