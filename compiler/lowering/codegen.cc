@@ -190,7 +190,7 @@ int64_t Codegen::cost(int i) const {
     if (n.op != "load" && n.op != "reduce")
       for (int a : n.in) c = std::min<int64_t>(c + rec(a), int64_t{1} << 40);
     if (n.op == "cumsum" || n.op == "scatter") c *= 64;
-    if (n.op == "topk" || n.op == "histc" || n.op == "grouped_mm") c *= 4096;
+    if (n.op == "topk" || n.op == "histc" || n.op == "grouped_mm" || n.op == "conv") c *= 4096;
     memo[k] = c;
     return c;
   };
@@ -624,6 +624,8 @@ class Emitter {
       emitHistc(o, n, ct);
     } else if (n.op == "grouped_mm") {
       emitGroupedMm(o, n, ct);
+    } else if (n.op == "conv") {
+      emitConv(o, n, ct);
     } else if (n.op == "reduce") {
       o << "  return c.r" << id << ";\n";
     } else {
@@ -719,6 +721,41 @@ class Emitter {
     o << "    ia[1] = k; ib[1] = k;\n";
     o << "    acc += " << conv(call(n.in[0], "ia"), a.dtype, "double") << " * "
       << conv(call(n.in[1], "ib"), b.dtype, "double") << ";\n  }\n";
+    o << "  return " << round(n.dtype, conv("(float)acc", DType::F32, ct)) << ";\n";
+  }
+
+  // conv: iv = {spatial dims S, groups, stride[S], padding[S], dilation[S]}; inputs x [N, C,
+  // *spatial], weight [Cout, C / groups, *kernel], optional bias [Cout]. Output element i sums
+  // x * weight over its group's input channels and the kernel window (positions outside the
+  // input are the zero padding), in f64 as the interpreter, rounded to f32 then to the dtype.
+  void emitConv(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    const GNode& x = cg_.node(n.in.at(0));
+    const GNode& w = cg_.node(n.in.at(1));
+    const size_t sd = static_cast<size_t>(n.iv.at(0)), r = sd + 2;
+    const int64_t groups = n.iv.at(1);
+    auto param = [&](size_t which, size_t d) { return std::to_string(n.iv.at(2 + which * sd + d)); };
+    const std::string cg = sx(w.shape.at(1)), og = "(" + sx(w.shape.at(0)) + " / " + std::to_string(groups) + "LL)";
+    o << "  long long ix[" << r << "]; ix[0] = i[0]; long long iw[" << r << "]; iw[0] = i[1];\n";
+    o << "  const long long g = i[1] / " << og << ";\n";
+    o << "  double acc = 0;\n";
+    o << "  for (long long c = 0; c < " << cg << "; ++c) {\n";
+    o << "    ix[1] = g * " << cg << " + c; iw[1] = c;\n";
+    for (size_t d = 0; d < sd; ++d) {
+      const std::string k = "k" + std::to_string(d), p = "p" + std::to_string(d);
+      o << "    for (long long " << k << " = 0; " << k << " < " << sx(w.shape.at(d + 2)) << "; ++" << k << ") {\n";
+      o << "      const long long " << p << " = i[" << d + 2 << "] * " << param(0, d) << "LL - " << param(1, d) << "LL + "
+        << k << " * " << param(2, d) << "LL;\n";
+      o << "      if (" << p << " < 0 || " << p << " >= " << sx(x.shape.at(d + 2)) << ") continue;\n";
+      o << "      ix[" << d + 2 << "] = " << p << "; iw[" << d + 2 << "] = " << k << ";\n";
+    }
+    o << "      acc += " << conv(call(n.in[0], "ix"), x.dtype, "double") << " * "
+      << conv(call(n.in[1], "iw"), w.dtype, "double") << ";\n";
+    for (size_t d = 0; d < sd; ++d) o << "    }\n";
+    o << "  }\n";
+    if (n.in.size() > 2) {
+      o << "  long long ib[1]; ib[0] = i[1];\n";
+      o << "  acc += " << conv(call(n.in[2], "ib"), cg_.node(n.in[2]).dtype, "double") << ";\n";
+    }
     o << "  return " << round(n.dtype, conv("(float)acc", DType::F32, ct)) << ";\n";
   }
 

@@ -591,6 +591,7 @@ class Lowerer {
   bool tryAlias(Node& n);
   void lowerGenerated(Node& n);
   bool lowerRowComposite(Node& n);
+  void lowerConvolution(Node& n, DType odt, const std::vector<SymExpr>& osh, const std::string& o, Value* out);
   int trailingSource(Node& n, Value* x, const std::set<int64_t>& dims, std::vector<SymExpr>* shape);
   void lowerMatmul(Node& n);
   void batchOperands(Node& n, int& ta, TRef& A, int& tb, TRef& B);
@@ -1019,7 +1020,8 @@ void Lowerer::lowerGenerated(Node& n) {
                t == "aten.as_strided.default" || t == "aten.diff.default" || t == "aten.repeat.default" ||
                t == "aten.repeat_interleave.self_int" || t == "aten.scatter.src" || t == "aten.scatter.value" ||
                t == "aten.scatter_add.default" || t == "aten.index_add.default" || t == "aten.pad.default" ||
-               t == "aten.index_put.default" || t == "aten.histc.default" || t == "aten._grouped_mm.default";
+               t == "aten.index_put.default" || t == "aten.histc.default" || t == "aten._grouped_mm.default" ||
+               t == "aten.convolution.default" || t == "aten.conv1d.default";
   if (t == "aten.topk.default" || t == "aten.sort.default" || t == "aten.sort.stable") {
     // values and indices: the element of each rank (codegen's topk node)
     Value* x = tensorArg(n, "self");
@@ -1375,6 +1377,10 @@ void Lowerer::lowerGenerated(Node& n) {
     define(out, id);
     return;
   }
+  if (t == "aten.convolution.default" || t == "aten.conv1d.default") {
+    lowerConvolution(n, odt, osh, o, out);
+    return;
+  }
   if (t == "aten.histc.default") {
     // counts per bin (MoE routing: tokens per expert): codegen's histc node
     Value* x = tensorArg(n, "self");
@@ -1541,6 +1547,40 @@ int Lowerer::trailingSource(Node& n, Value* x, const std::set<int64_t>& dims, st
 // row kernel of their input: layer norm (mean, centered mean of squares, rsqrt), var/var_mean
 // and Inductor's online-softmax statistics. Computed in f32 (f64 for f64 inputs), rounded
 // once to each output's dtype.
+// Convolutions (not transposed, batched, any number of spatial dims; the depthwise causal
+// conv1d of Mamba-style mixers): codegen's conv node, a generated sum over the group's input
+// channels and the kernel window per output element.
+void Lowerer::lowerConvolution(Node& n, DType odt, const std::vector<SymExpr>& osh, const std::string& o,
+                               Value* out) {
+  Value* x = tensorArg(n, "input");
+  Value* w = tensorArg(n, "weight");
+  Value* bias = valArg(n, "bias");
+  if (!x || !w) unsupported(n, "missing input or weight");
+  if (flag(n, "transposed", false)) unsupported(n, "transposed convolution");
+  const size_t r = x->type.shape.size();
+  if (r < 3 || w->type.shape.size() != r) unsupported(n, "only batched input [N, C, *spatial] is supported");
+  const size_t sd = r - 2;
+  auto perDim = [&](const char* name, int64_t def) {
+    std::vector<int64_t> v = arg(n, name) ? intList(n, name) : std::vector<int64_t>{def};
+    if (v.size() == 1) v.assign(sd, v[0]);
+    if (v.size() != sd) unsupported(n, std::string("argument '") + name + "' does not match the spatial dims");
+    return v;
+  };
+  std::vector<int64_t> stride = perDim("stride", 1), pad = perDim("padding", 0), dil = perDim("dilation", 1);
+  int64_t groups = intArg(n, "groups", 1);
+  const SymExpr& cout = w->type.shape[0];
+  if (groups <= 0 || !cout.isInt() || cout.intValue() % groups != 0) unsupported(n, "groups do not divide the channels");
+  for (size_t d = 0; d < sd; ++d)
+    if (stride[d] <= 0 || dil[d] <= 0 || pad[d] < 0) unsupported(n, "stride, dilation must be positive, padding >= 0");
+  std::vector<int> ins = {operand(x, n), operand(w, n)};
+  if (bias && bias->kind == ir::ValueKind::Tensor) ins.push_back(operand(bias, n));
+  int id = gnode("conv", "", ins, odt, osh, o);
+  std::vector<int64_t> iv = {static_cast<int64_t>(sd), groups};
+  for (const auto* v : {&stride, &pad, &dil}) iv.insert(iv.end(), v->begin(), v->end());
+  cg_.node(id).iv = iv;
+  define(out, id);
+}
+
 bool Lowerer::lowerRowComposite(Node& n) {
   const std::string& t = n.target;
   bool layer_norm = t == "aten.layer_norm.default" || t == "aten.native_layer_norm.default";

@@ -12,6 +12,8 @@
 //   aten.rms_norm, aten._fused_rms_norm                                    -> fxfuse.rms_norm
 //   aten.scaled_dot_product_attention and _flash/_efficient/_cudnn/_for_cpu -> fxfuse.attention
 //   vLLM's fused ops (_C.rms_norm_static_fp8_quant, ...)                   -> fxfuse fused ops
+//   ATen spellings of one ATen op (kAtenSpellings: concat, min/max.other, clamp_min/max
+//   with a tensor bound, flatten, expand_as, device_put)                   -> that op
 //
 // REQUIRES: functionalize (custom ops in auto_functionalized v1 form).
 // Semantics and attribute values: docs/canonical-ops.md.
@@ -65,6 +67,58 @@ class CanonicalizeOpsPass : public Pass {
     ctx.addMatch(counter);
     ctx.applied(op, c, "from " + counter);
     return c;
+  }
+
+  // One computation, two ATen spellings: the node is renamed to the spelling the lowering and
+  // the patterns know, its arguments renamed, the ones the new schema lacks dropped, and a
+  // size the new spelling needs taken from the recorded output type.
+  struct Spelling {
+    const char* from;
+    const char* to;
+    std::vector<std::pair<const char*, const char*>> renames;
+    const char* size_from_output;  // argument set to the output's shape, or nullptr
+  };
+  static const std::vector<Spelling>& atenSpellings() {
+    static const std::vector<Spelling> kAtenSpellings = {
+        {"aten.concat.default", "aten.cat.default", {}, nullptr},
+        {"aten.min.other", "aten.minimum.default", {}, nullptr},
+        {"aten.max.other", "aten.maximum.default", {}, nullptr},
+        {"aten.clamp_min.Tensor", "aten.maximum.default", {{"min", "other"}}, nullptr},
+        {"aten.clamp_max.Tensor", "aten.minimum.default", {{"max", "other"}}, nullptr},
+        {"aten.flatten.using_ints", "aten.view.default", {}, "size"},
+        {"aten.expand_as.default", "aten.expand.default", {}, "size"},
+        // A transfer between devices: one device in a plan, so the value itself.
+        {"prims.device_put.default", "aten.alias.default", {{"a", "self"}}, nullptr},
+    };
+    return kAtenSpellings;
+  }
+
+  bool respell(compiler::Rewriter& rw, ir::Node* n, PassContext& ctx) {
+    for (const Spelling& sp : atenSpellings()) {
+      if (n->target != sp.from) continue;
+      const ir::OpSchema* to = ir::OpRegistry::builtin().find(sp.to);
+      ir::Value* out = n->numOutputs() == 1 ? n->output(0) : nullptr;
+      if (!to || !out || !out->isTensor()) return false;
+      std::vector<ir::Arg> args;
+      for (ir::Arg a : n->args()) {
+        for (const auto& [from, into] : sp.renames)
+          if (a.name == from) a.name = into;
+        if (to->argIndex(a.name) >= 0) args.push_back(std::move(a));
+      }
+      if (sp.size_from_output) {
+        std::vector<ir::Attr> sizes;
+        for (const ir::SymExpr& d : out->type.shape) sizes.push_back(ir::Attr::ofSym(d));
+        args.push_back({sp.size_from_output, false, ir::Attr::ofList(std::move(sizes))});
+      }
+      std::vector<Out> outs(1);
+      outs[0].replaces = out;
+      ir::Node* c = rw.create(sp.to, std::move(args), outs, n, {n}, n->name);
+      rw.replaceOutputs(c, outs);
+      rw.eraseDead({n});
+      ctx.applied(sp.to, c, "from " + std::string(sp.from));
+      return true;
+    }
+    return false;
   }
 
   static bool anyUsed(const std::vector<Out>& outs) {
@@ -260,6 +314,7 @@ class CanonicalizeOpsPass : public Pass {
   }
 
   bool builtin(compiler::Rewriter& rw, ir::Node* n, PassContext& ctx) {
+    if (respell(rw, n, ctx)) return true;
     const std::string& t = n->target;
     if (t == "vllm.all_reduce.default") {
       std::vector<Out> outs(1);
