@@ -738,8 +738,8 @@ class Emitter {
     o << "  long long ix[" << r << "]; ix[0] = i[0]; long long iw[" << r << "]; iw[0] = i[1];\n";
     o << "  const long long g = i[1] / " << og << ";\n";
     o << "  double acc = 0;\n";
-    o << "  for (long long c = 0; c < " << cg << "; ++c) {\n";
-    o << "    ix[1] = g * " << cg << " + c; iw[1] = c;\n";
+    o << "  for (long long ch = 0; ch < " << cg << "; ++ch) {\n";  // `c` is the kernel's context
+    o << "    ix[1] = g * " << cg << " + ch; iw[1] = ch;\n";
     for (size_t d = 0; d < sd; ++d) {
       const std::string k = "k" + std::to_string(d), p = "p" + std::to_string(d);
       o << "    for (long long " << k << " = 0; " << k << " < " << sx(w.shape.at(d + 2)) << "; ++" << k << ") {\n";

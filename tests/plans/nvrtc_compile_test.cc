@@ -3,6 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,7 +26,37 @@ fxfuse::plan::v1::Plan lowerFile(const std::string& path) {
   return fxfuse::lowering::lowerModule(*m, lo);
 }
 
+// Every plan golden of tests/plans except the refusal tests (marked `// PARITY: refused`).
+std::vector<std::string> planGoldens() {
+  std::set<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("tests/plans")) {
+    if (e.path().extension() != ".fxg") continue;
+    std::ifstream in(e.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    if (text.str().find("\n// PARITY: refused") == std::string::npos) out.insert(e.path().string());
+  }
+  return {out.begin(), out.end()};
+}
+
 }  // namespace
+
+TEST_CASE("every plan golden's generated kernels compile with NVRTC for sm_90a") {
+  std::vector<std::string> files = planGoldens();
+  REQUIRE(files.size() > 15);
+  size_t compiled = 0;
+  for (const auto& f : files) {
+    INFO(f);
+    auto plan = lowerFile(f);
+    for (const auto& k : plan.kernels()) {
+      INFO(k.name());
+      auto ck = fxfuse::runtime::compileKernel(k.source(), k.name(), "sm_90a", /*use_cache=*/false);
+      CHECK(ck.cubin.size() > 100);
+      ++compiled;
+    }
+  }
+  CHECK(compiled > 20);
+}
 
 TEST_CASE("generated kernels compile with NVRTC for sm_90a") {
   std::vector<std::string> files = {

@@ -556,6 +556,9 @@ class _GraphConverter:
     def __init__(self, ctx, gm, name, with_meta=True, input_specs=None, output_specs=None,
                  scalar_values=None):
         self.ctx = ctx
+        if scalar_values is not None and not isinstance(scalar_values, dict):
+            raise TypeError("scalar_values must map placeholder indices to values, got %s"
+                            % type(scalar_values).__name__)
         self.scalar_values = scalar_values or {}  # placeholder index -> recorded value
         self.placeholder_index = 0
         self.gm = gm

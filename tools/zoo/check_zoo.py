@@ -4,7 +4,8 @@ expectations committed next to it. docs/zoo.md.
 
     check_zoo.py --fxfuse bazel-bin/fxfuse --dir tests/data/zoo [--expect FILE] [--update-expectations]
 
-Graphs: files under --dir ending in .pt2, .fxg.json, .fxg.json.gz or .fxg (and --suffix ...).
+Graphs: files under --dir ending in .pt2, .fxg.json, .fxg.json.gz or .fxg (and --suffix ...),
+or in --dir's graphs.tar.xz (the committed zoo), unpacked to a temporary directory first.
 Commands per graph (--commands; default the CI set): inspect (`inspect --json`), compile
 (`compile -q`), plan (`compile --emit=plan -o TMP`), verify (`verify -q`), explain (`explain`),
 cpu_vs_torch (`run --cpu-only --input input_ids=... --save-outputs`: the CPU interpreter on the
@@ -293,8 +294,33 @@ def parse_args(argv=None):
     return args
 
 
+PACKED = "graphs.tar.xz"
+
+
+def unpack_graphs(directory, into):
+    """A committed zoo keeps its graphs in one xz tarball (<dir>/graphs.tar.xz, members
+    <arch>/<arch>.<form>; it is a third of the unpacked size): unpacks it under `into` and
+    returns that directory, or `directory` itself when there is no tarball."""
+    packed = os.path.join(directory, PACKED)
+    if not os.path.isfile(packed):
+        return directory
+    import tarfile
+    with tarfile.open(packed, "r:xz") as tf:
+        for m in tf.getmembers():
+            if not (m.isfile() or m.isdir()) or m.name.startswith(("/", "..")) or "/../" in m.name:
+                raise ValueError("%s: unexpected member %r" % (packed, m.name))
+        tf.extractall(into)
+    return into
+
+
 def main(argv=None):
     args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="zoo_graphs_") as unpacked:
+        args.dir = unpack_graphs(args.dir, unpacked)
+        return check(args)
+
+
+def check(args):
     graphs = find_graphs(args.dir, DEFAULT_SUFFIXES + tuple(args.suffix))
     if not graphs:
         print("check_zoo: %s: no graphs found" % args.dir, file=sys.stderr)

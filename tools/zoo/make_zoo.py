@@ -439,6 +439,26 @@ def compact_zoo(zoo):
     return saved
 
 
+def pack_graphs(zoo, name="graphs.tar.xz"):
+    """Moves every architecture directory of `zoo` into one xz tarball `zoo/name` (sorted
+    members, zero times and owners: the same zoo packs to the same bytes), the form the
+    repository keeps (tools/zoo/check_zoo.py unpacks it). Returns the tarball's size."""
+    import lzma
+    dirs = sorted(d for d in os.listdir(zoo) if os.path.isdir(os.path.join(zoo, d)))
+    out = os.path.join(zoo, name)
+    with tarfile.open(out + ".tmp", "w:xz", preset=9 | lzma.PRESET_EXTREME) as tf:
+        for d in dirs:
+            for fn in sorted(os.listdir(os.path.join(zoo, d))):
+                info = tf.gettarinfo(os.path.join(zoo, d, fn), arcname=d + "/" + fn)
+                info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, 0, "", "", 0o644
+                with open(os.path.join(zoo, d, fn), "rb") as f:
+                    tf.addfile(info, f)
+    os.replace(out + ".tmp", out)
+    for d in dirs:
+        shutil.rmtree(os.path.join(zoo, d))
+    return os.path.getsize(out)
+
+
 def pt2_weight_bytes(path):
     payload, _ = pt2_weight_members(path)
     with zipfile.ZipFile(path) as z:
@@ -574,9 +594,11 @@ class Worker:
         del ep
         kw = scalar_record_kwarg(fe, self.args.scalar_kwarg)
         self.res["scalar_record_kwarg"] = kw
-        self.form("post_grad", self.post_grad, "post_grad", {kw: False} if kw else {})
+        # The exporter records lifted scalars from Dynamo's example inputs unless given a map
+        # ({} records none); `scalar_values` is {placeholder index: value}, not a flag.
+        self.form("post_grad", self.post_grad, "post_grad", {kw: {}} if kw else {})
         if kw:
-            self.form("post_grad_scalars", self.post_grad, "post_grad.scalars", {kw: True})
+            self.form("post_grad_scalars", self.post_grad, "post_grad.scalars", {})
         else:
             self.res["forms"]["post_grad_scalars"] = {
                 "status": "skipped: fxfuse_export has no option to record lifted scalar values (looked for %s)"

@@ -110,8 +110,12 @@ def silu_and_mul(input, up=None):
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, layout="bhsd",
               layer_name=""):
     if layout == "bhsd":
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
-                                              scale=scale, enable_gqa=enable_gqa)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                                             scale=scale, enable_gqa=enable_gqa)
+        # [B, H, S, D] laid out as [B, S, H, D] in memory, as the flash, efficient and cuDNN
+        # kernels return it: exported graphs view `out.transpose(1, 2)` as [B, S, H * D]
+        # without a copy, which only that layout allows.
+        return out.transpose(1, 2).contiguous().transpose(1, 2) if out.dim() == 4 else out
     if layout != "vllm":
         raise ValueError(f"fxfuse.attention: unknown layout '{layout}'")
     # vLLM's unified attention, reference semantics: one prefill sequence, empty KV cache.
