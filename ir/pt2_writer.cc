@@ -411,19 +411,22 @@ class GraphWriter {
   json outputRef(const Value* v) const { return v ? ref(v) : json{{"as_none", true}}; }
 
   // Arguments in schema order: positional up to the first omitted argument.
-  json schemaInputs(const Node& n, const OpSchema& s) {
+  // `from` maps a schema argument to the node argument it is read from when the names differ.
+  json schemaInputs(const Node& n, const OpSchema& s, const std::map<std::string, std::string>& from = {}) {
     json inputs = json::array();
     bool positional = true;
     std::set<std::string> seen;
     for (const auto& sa : s.args) {
       const Attr* a = nullptr;
+      auto f = from.find(sa.name);
+      const std::string& want = f == from.end() ? sa.name : f->second;
       for (const auto& arg : n.args())
-        if (arg.name == sa.name) a = &arg.value;
+        if (arg.name == want) a = &arg.value;
       if (!a) {
         positional = false;
         continue;
       }
-      seen.insert(sa.name);
+      seen.insert(want);
       bool pos = positional && !sa.kwarg_only;
       inputs.push_back({{"name", sa.name}, {"arg", argJson(*a, &sa)}, {"kind", pos ? kArgPositional : kArgKeyword}});
     }
@@ -513,12 +516,33 @@ class GraphWriter {
     return outs;
   }
 
+  // Whether torch can view the input of this aten.view as the output's shape without a copy:
+  // a contiguous input always can; otherwise only when the output keeps the input's shape.
+  static bool viewable(const Node& n) {
+    const Value* self = n.input("self");
+    const Value* out = n.output(0);
+    if (!self || !out || !self->isTensor()) return true;
+    if (self->type.stride == TensorType::contiguousStrides(self->type.shape)) return true;
+    return self->type.shape == out->type.shape;
+  }
+
   void emitNode(const Node& n) {
     for (size_t i = 0; i < n.numOutputs(); ++i)
       if (n.output(i)) define(n.output(i));
     if (ctx_.opts.vllm_op_names && emitVllm(n)) return;
     const OpSchema* s = n.kind == NodeKind::Op || n.kind == NodeKind::Fxfuse ? ctx_.schema(n.target) : nullptr;
-    json inputs = s ? schemaInputs(n, *s) : rawInputs(n);
+    std::string target = serializedTarget(n);
+    std::map<std::string, std::string> from;
+    if (n.target == "aten.view.default" && !viewable(n)) {
+      // fxfuse's passes reason about values, so a view may now read a value whose strides
+      // torch cannot view (a copy the passes removed as a no-op); reshape copies there.
+      s = ctx_.schema("aten.reshape.default");
+      target = "torch.ops.aten.reshape.default";
+      from = {{"shape", "size"}};
+    }
+    json inputs = s ? schemaInputs(n, *s, from) : rawInputs(n);
+    json metadata = metadataOf(n);
+    if (!from.empty()) metadata["fxfuse_view_as_reshape"] = "true";  // counted by tests/pt2
     // A single-result node carries its result's name (as torch writes it); a node of several
     // results gets a name of its own: torch names the call node after it and each result's
     // getitem after the result, so sharing one would define a name twice.
@@ -526,13 +550,13 @@ class GraphWriter {
     bool single = n.numOutputs() == 1 && !list_return && n.output(0) && names_.count(n.output(0));
     std::string name = single ? names_.at(n.output(0)) : fresh(n.name.empty() ? n.target : n.name);
     if (n.kind == NodeKind::SymPy) {
-      pushNode(serializedTarget(n), inputs, json::array({outputRef(n.output(0))}), metadataOf(n), name, false);
+      pushNode(target, inputs, json::array({outputRef(n.output(0))}), metadata, name, false);
       return;
     }
     if (n.kind == NodeKind::Hop) {
       json outs = json::array();
       for (size_t i = 0; i < n.numOutputs(); ++i) outs.push_back(outputRef(n.output(i)));
-      pushNode(serializedTarget(n), inputs, outs, metadataOf(n), name, true);
+      pushNode(target, inputs, outs, metadata, name, true);
       return;
     }
     // fxfuse ops return their natural dtype; a narrower IR dtype gets one exact rounding after.
@@ -554,12 +578,12 @@ class GraphWriter {
       }
     }
     if (!slot_names.empty() && !slot_names[0].empty()) name = slot_names[0];  // the cast takes the IR name
-    pushNode(serializedTarget(n), inputs, schemaOutputs(n, s, slot_names), metadataOf(n), name, false);
+    pushNode(target, inputs, schemaOutputs(n, s, slot_names), metadata, name, false);
     for (const auto& [i, tmp] : casts) {
       const Value* v = n.output(i);
       json in = json::array({{{"name", "self"}, {"arg", {{"as_tensor", {{"name", tmp}}}}}, {"kind", kArgPositional}},
                              {{"name", "dtype"}, {"arg", {{"as_scalar_type", exportDType(v->type.dtype, ctx_.out)}}}, {"kind", kArgKeyword}}});
-      pushNode("torch.ops.aten._to_copy.default", in, json::array({ref(v)}), metadataOf(n), names_.at(v), false);
+      pushNode("torch.ops.aten._to_copy.default", in, json::array({ref(v)}), metadata, names_.at(v), false);
     }
   }
 

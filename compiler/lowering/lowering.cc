@@ -1112,6 +1112,14 @@ void Lowerer::lowerGenerated(Node& n) {
     define(out, gnode("where", "", {m, v, a}, odt, osh, o));
     return;
   }
+  if (t == "aten.clamp.Tensor" || t == "aten.clamp_min.Tensor" || t == "aten.clamp_max.Tensor") {
+    // Tensor bounds: maximum with min, then minimum with max (NaN propagates, as torch's).
+    int v = operand(valArg(n, "self"), n);
+    if (Value* lo = valArg(n, "min")) v = gBin("max", v, operand(lo, n), odt, osh, o);
+    if (Value* hi = valArg(n, "max")) v = gBin("min", v, operand(hi, n), odt, osh, o);
+    define(out, v);
+    return;
+  }
   if (t == "aten.clamp.default" || t == "aten.clamp_min.default" || t == "aten.clamp_max.default") {
     int a = operand(valArg(n, "self"), n);
     int id = gnode("clamp", "", {a}, odt, osh, o);

@@ -12,8 +12,8 @@
 //   aten.rms_norm, aten._fused_rms_norm                                    -> fxfuse.rms_norm
 //   aten.scaled_dot_product_attention and _flash/_efficient/_cudnn/_for_cpu -> fxfuse.attention
 //   vLLM's fused ops (_C.rms_norm_static_fp8_quant, ...)                   -> fxfuse fused ops
-//   ATen spellings of one ATen op (kAtenSpellings: concat, min/max.other, clamp_min/max
-//   with a tensor bound, flatten, expand_as, device_put)                   -> that op
+//   ATen spellings of one ATen op (kAtenSpellings: concat, min/max.other, flatten,
+//   expand_as, device_put)                                                 -> that op
 //
 // REQUIRES: functionalize (custom ops in auto_functionalized v1 form).
 // Semantics and attribute values: docs/canonical-ops.md.
@@ -83,8 +83,6 @@ class CanonicalizeOpsPass : public Pass {
         {"aten.concat.default", "aten.cat.default", {}, nullptr},
         {"aten.min.other", "aten.minimum.default", {}, nullptr},
         {"aten.max.other", "aten.maximum.default", {}, nullptr},
-        {"aten.clamp_min.Tensor", "aten.maximum.default", {{"min", "other"}}, nullptr},
-        {"aten.clamp_max.Tensor", "aten.minimum.default", {{"max", "other"}}, nullptr},
         {"aten.flatten.using_ints", "aten.view.default", {}, "size"},
         {"aten.expand_as.default", "aten.expand.default", {}, "size"},
         // A transfer between devices: one device in a plan, so the value itself.
