@@ -363,6 +363,9 @@ class Emitter {
         else if (f == "sign") e = "(" + t + ")(((" + x + ") > 0) - ((" + x + ") < 0))";
         else if (f == "square") e = "((" + x + ") * (" + x + "))";
         else if (f == "log1p") e = fn("log1pf", "log1p");
+        else if (f == "log_sigmoid")  // min(x, 0) - log1p(exp(-|x|)), stable for large |x|
+          e = d ? "(fmin(" + x + ", 0.0) - log1p(exp(-fabs(" + x + "))))"
+                : "(fminf(" + x + ", 0.0f) - log1pf(expf(-fabsf(" + x + "))))";
         else if (f == "expm1") e = fn("expm1f", "expm1");
         else if (f == "exp2") e = fn("exp2f", "exp2");
         else if (f == "log2") e = fn("log2f", "log2");

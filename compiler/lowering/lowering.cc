@@ -892,7 +892,7 @@ void Lowerer::lowerGenerated(Node& n) {
       {"aten.silu.default", "silu"}, {"aten.relu.default", "relu"}, {"aten.logical_not.default", "not"},
       {"aten.bitwise_not.default", "bnot"}, {"aten.floor.default", "floor"}, {"aten.ceil.default", "ceil"},
       {"aten.round.default", "round"}, {"aten.sign.default", "sign"}, {"aten.square.default", "square"},
-      {"aten.log1p.default", "log1p"}, {"aten.expm1.default", "expm1"}, {"aten.exp2.default", "exp2"},
+      {"aten.log1p.default", "log1p"}, {"aten.log_sigmoid.default", "log_sigmoid"}, {"aten.expm1.default", "expm1"}, {"aten.exp2.default", "exp2"},
       {"aten.log2.default", "log2"}, {"aten.log10.default", "log10"}, {"aten.trunc.default", "trunc"},
       {"aten.tan.default", "tan"}, {"aten.atan.default", "atan"}, {"aten.sinh.default", "sinh"},
       {"aten.cosh.default", "cosh"}, {"aten.softplus.default", "softplus"}, {"aten.isnan.default", "isnan"},

@@ -207,3 +207,13 @@ TEST_CASE("log_sigmoid is stable for large |x|; eye", "[ops]") {
   CHECK(v[2] == Approx(0.0).margin(1e-300));
   CHECK(vals(out[1]) == std::vector<double>{1, 0, 0, 0, 1, 0});
 }
+
+TEST_CASE("torch.sym_sum adds a list of SymInts (Mamba-style chunked scans size buffers with it)", "[ops][symbols]") {
+  auto out = run(g1("input %1 \"x\": f32[4]\n",
+                    "%2: Sym(4) = aten.sym_size.int(self=%1, dim=0)\n"
+                    "%3: Sym(11) = torch.sym_sum(args=[%2, %2, 3])\n"
+                    "%4: f32[11] = aten.zeros.default(size=[%3], dtype=f32)\n",
+                    "output %4\n"),
+                 {T({4}, DType::F32, {1, 2, 3, 4})});
+  CHECK(out[0].t.shape == Shape{11});
+}

@@ -796,6 +796,16 @@ RValue symOp(const std::string& op, const std::vector<RValue>& a) {
   if (op == "sym_max") { need(2); return intOr(std::max(num(0), num(1)), bothInt()); }
   if (op == "sym_min") { need(2); return intOr(std::min(num(0), num(1)), bothInt()); }
   if (op == "sym_ite") { need(3); return num(0) != 0 ? a[1] : a[2]; }
+  if (op == "sym_sum") {  // torch.sym_sum([a, b, ...]): one list argument (or the values themselves)
+    const std::vector<RValue>& xs = a.size() == 1 && a[0].kind == RValue::Kind::List ? a[0].list : a;
+    double total = 0;
+    bool all_int = true;
+    for (const RValue& x : xs) {
+      total += symNumber(x);
+      all_int = all_int && isIntLike(x);
+    }
+    return intOr(total, all_int);
+  }
   fail("symbolic op '{}' is not supported", op);
 }
 
