@@ -2521,6 +2521,7 @@ void Lowerer::lowerNode(Node& n) {
   if (t == "aten.empty.memory_format" || t == "aten.empty_strided.default" || t == "aten.empty_like.default" ||
       t == "aten.empty_permuted.default") {
     Value* out = n.output(0);
+    if (!out || n.numOutputs() != 1) unsupported(n, "an empty tensor op must have exactly one output");
     mat_[out] = freshFor(out);
     return;
   }
