@@ -2078,6 +2078,7 @@ bool Lowerer::lowerFxfuseLibrary(Node& n) {
     if (!rowStride(xt)) tx = copyTo(tx, n.name);
   }
   const TRef X = trefs_[static_cast<size_t>(tx)];
+  if (X.shape.empty()) unsupported(n, "the input is 0-d: it has no hidden dim to normalize");
   SymExpr H = X.shape.back();
   SymExpr T = floorDiv(numelOf(X.shape), H);
   if (H.isInt() && H.intValue() == 0) return false;
