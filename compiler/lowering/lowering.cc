@@ -234,6 +234,16 @@ class Lowerer {
     if (d < 0 || d >= std::max<int64_t>(r, 1)) unsupported(n, "dimension out of range");
     return d;
   }
+  // A slice is lowered with its declared output size; where start, step and sizes are known,
+  // that many elements must fit in the input dim, else the plan would read outside the tensor.
+  void checkSliceFits(const Node& n, const SymExpr& start, const SymExpr& step, const SymExpr& in_dim,
+                      const SymExpr& out_dim) {
+    if (!start.isInt() || !step.isInt() || !in_dim.isInt() || !out_dim.isInt()) return;
+    int64_t s = start.intValue(), k = step.intValue(), d = in_dim.intValue(), o = out_dim.intValue();
+    if (o <= 0 || s < 0) return;
+    if (k <= 0 || s >= d || o - 1 > (d - 1 - s) / k)
+      unsupported(n, fmt::format("{} elements from {} by step {} do not fit a dim of size {}", o, s, k, d));
+  }
   int64_t hint(const SymExpr& e) {
     std::set<std::string> syms;
     e.collectSymbols(syms);
@@ -814,6 +824,7 @@ bool Lowerer::tryAlias(Node& n) {
     if (start.isInt() && start.intValue() < 0) start = start + src.shape[static_cast<size_t>(d)];
     if (start.isInt() && start.intValue() < 0) start = I(0);
     SymExpr step = sizeArg(n, "step").value_or(I(1));
+    checkSliceFits(n, start, step, src.shape[static_cast<size_t>(d)], out->type.shape[static_cast<size_t>(d)]);
     sh[static_cast<size_t>(d)] = out->type.shape[static_cast<size_t>(d)];
     st[static_cast<size_t>(d)] = st[static_cast<size_t>(d)] * step;
     make(out, sh, st, src.offset + start * src.stride[static_cast<size_t>(d)]);
@@ -1204,9 +1215,12 @@ void Lowerer::lowerGenerated(Node& n) {
     int64_t d = normDim(n, intArg(n, "dim", 0), r);
     SymExpr start = sizeArg(n, "start").value_or(I(0));
     if (start.isInt() && start.intValue() < 0) start = start + x->type.shape[static_cast<size_t>(d)];
+    SymExpr step = sizeArg(n, "step").value_or(I(1));
+    if (static_cast<size_t>(d) < std::min(r, osh.size()))
+      checkSliceFits(n, start, step, x->type.shape[static_cast<size_t>(d)], osh[static_cast<size_t>(d)]);
     int id = gnode("remap", "slice", {operand(x, n)}, odt, osh, o);
     cg_.node(id).iv = {d};
-    cg_.node(id).sv = {start, sizeArg(n, "step").value_or(I(1))};
+    cg_.node(id).sv = {start, step};
     define(out, id);
     return;
   }
@@ -2139,6 +2153,7 @@ bool Lowerer::lowerFxfuseLibrary(Node& n) {
     if (!rowStride(xt)) tx = copyTo(tx, n.name);
   }
   const TRef X = trefs_[static_cast<size_t>(tx)];
+  if (X.shape.empty()) unsupported(n, "the input is 0-d: it has no hidden dim to normalize");
   SymExpr H = X.shape.back();
   SymExpr T = floorDiv(numelOf(X.shape), H);
   if (H.isInt() && H.intValue() == 0) return false;
@@ -2596,6 +2611,7 @@ void Lowerer::lowerNode(Node& n) {
   if (t == "aten.empty.memory_format" || t == "aten.empty_strided.default" || t == "aten.empty_like.default" ||
       t == "aten.empty_permuted.default") {
     Value* out = n.output(0);
+    if (!out || n.numOutputs() != 1) unsupported(n, "an empty tensor op must have exactly one output");
     mat_[out] = freshFor(out);
     return;
   }

@@ -148,12 +148,14 @@ class AllReduceRmsNormFusion : public Pass {
     if (fused_add && !compiler::onlyUsedBy(a, norm)) return "the all-reduce result has other users besides the norm";
     auto h = compiler::lastDim(a);
     if (!h) return "hidden size is not static";
+    if (*h <= 0) return fmt::format("hidden size {} is not positive", *h);
     if (*h % 8 != 0) return fmt::format("hidden size {} is not a multiple of 8 (16-byte vectors)", *h);
-    // Size cap: T * H * element size <= cap.
+    // Size cap: T * H * element size <= cap (divided in two steps: H * element size may overflow).
     int64_t elem = ir::dtypeBytes(a->type.dtype);
+    if (elem <= 0) return "the all-reduce dtype has no byte size";
     auto cap_it = opts.allreduce_max_bytes.find(ws);
     int64_t cap = cap_it == opts.allreduce_max_bytes.end() ? 0 : cap_it->second;
-    int64_t max_tokens = cap / (*h * elem);
+    int64_t max_tokens = cap / elem / *h;
     if (max_tokens <= 0) return fmt::format("size cap {} bytes is smaller than one token", cap);
     ir::SymExpr tokens = ir::SymExpr::integer(1);
     for (size_t i = 0; i + 1 < a->type.rank(); ++i) tokens = tokens * a->type.shape[i];
