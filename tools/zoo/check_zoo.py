@@ -171,21 +171,19 @@ def run_one(fxfuse, command, path, tmpdir, timeout, rel):
     return res
 
 
-def share_interpreter_memory(jobs):
-    """Each of `jobs` concurrent fxfuse processes gets an equal share of half the machine's
-    memory for interpreter tensors (FXFUSE_INTERP_MAX_BYTES), so that a graph too large to
-    interpret is refused with a message instead of several being killed together."""
-    if "FXFUSE_INTERP_MAX_BYTES" in os.environ:
-        return
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return
-    os.environ["FXFUSE_INTERP_MAX_BYTES"] = str(memory // 2 // max(1, jobs))
+INTERP_MAX_BYTES = 2 << 30
+
+
+def limit_interpreter_memory():
+    """Every fxfuse process gets the same interpreter budget (FXFUSE_INTERP_MAX_BYTES, 2 GiB
+    unless the caller set one), whatever the machine and --jobs: a graph too large to
+    interpret is refused with a message, the same on every machine, instead of several
+    processes being killed together."""
+    os.environ.setdefault("FXFUSE_INTERP_MAX_BYTES", str(INTERP_MAX_BYTES))
 
 
 def run_all(args, graphs):
-    share_interpreter_memory(args.jobs)
+    limit_interpreter_memory()
     results = {g: {} for g in graphs}
     jobs = [(g, c) for g in graphs for c in args.commands]
     with tempfile.TemporaryDirectory() as tmp:
