@@ -345,7 +345,7 @@ class FunctionalizePass : public Pass {
     size_t nret = returnSlots(*s);
     std::vector<int> base_of_mut(muts.size(), -1);
     std::vector<BaseView> views(muts.size());
-    std::vector<ir::Arg> pending;  // mutable arguments: the base, or a slice node made below
+    std::vector<std::pair<size_t, size_t>> sliced;  // (position in nargs, mutable index k) of sliced arguments
     for (const auto& sa : s->args) {
       if (!sa.is_mutable) {
         if (const ir::Attr* a = kw(sa.name)) nargs.push_back(ir::Arg{sa.name, true, *a});
@@ -375,20 +375,23 @@ class FunctionalizePass : public Pass {
           return false;
         }
       base_of_mut[k] = static_cast<int>(*idx);
-      ir::Attr arg = base;
-      if (!views[k].whole) {  // the argument is base[..., start:end]
-        std::vector<compiler::Rewriter::Out> vo(1);
-        vo[0].type = sliceType(*base.value, views[k]);
-        ir::Node* sl = rw.create("aten.slice.Tensor",
-                                 {compiler::Rewriter::named("self", base), compiler::Rewriter::named("dim", ir::Attr::ofInt(views[k].dim)),
-                                  compiler::Rewriter::named("start", ir::Attr::ofSym(views[k].start)),
-                                  compiler::Rewriter::named("end", ir::Attr::ofSym(views[k].end)),
-                                  compiler::Rewriter::named("step", ir::Attr::ofInt(1))},
-                                 vo, n, {n}, sa.name + "_view");
-        pos_[sl] = pos_.at(n);
-        arg = ir::Attr::ofValue(sl->output(0));
-      }
-      nargs.push_back(ir::Arg{sa.name, true, arg});
+      if (!views[k].whole) sliced.push_back({nargs.size(), k});  // the argument is base[..., start:end]
+      nargs.push_back(ir::Arg{sa.name, true, base});
+    }
+    // The slices are made only now that every mutable argument is accepted: a refusal above
+    // leaves the graph unchanged (the pass reports no change).
+    for (const auto& [pos, k] : sliced) {
+      const ir::Attr& base = bases->list[base_of_mut[k]];
+      std::vector<compiler::Rewriter::Out> vo(1);
+      vo[0].type = sliceType(*base.value, views[k]);
+      ir::Node* sl = rw.create("aten.slice.Tensor",
+                               {compiler::Rewriter::named("self", base), compiler::Rewriter::named("dim", ir::Attr::ofInt(views[k].dim)),
+                                compiler::Rewriter::named("start", ir::Attr::ofSym(views[k].start)),
+                                compiler::Rewriter::named("end", ir::Attr::ofSym(views[k].end)),
+                                compiler::Rewriter::named("step", ir::Attr::ofInt(1))},
+                               vo, n, {n}, nargs[pos].name + "_view");
+      pos_[sl] = pos_.at(n);
+      nargs[pos].value = ir::Attr::ofValue(sl->output(0));
     }
     std::vector<compiler::Rewriter::Out> outs(nret + muts.size());
     for (size_t r = 0; r < nret && r < n->numOutputs(); ++r) outs[r].replaces = n->output(r);
