@@ -1395,6 +1395,10 @@ void Lowerer::lowerGenerated(Node& n) {
       unsupported(n, "only self [T, K], mat2 [G, K, N] and offs [G] without bias are supported");
     if (a->type.shape.size() != 2 || b->type.shape.size() != 3 || offs->type.shape.size() != 1)
       unsupported(n, "only self [T, K], mat2 [G, K, N] and offs [G] are supported");
+    // The generated kernel reads within these shapes only when they agree.
+    if (a->type.shape[1] != b->type.shape[1] || offs->type.shape[0] != b->type.shape[0] ||
+        osh != std::vector<SymExpr>{a->type.shape[0], b->type.shape[2]})
+      unsupported(n, "self, mat2, offs and the output shape do not agree");
     int id = gnode("grouped_mm", "", {operand(a, n), operand(b, n), operand(offs, n)}, odt, osh, o);
     define(out, id);
     return;
@@ -1592,6 +1596,12 @@ void Lowerer::lowerConvolution(Node& n, DType odt, const std::vector<SymExpr>& o
   int64_t groups = intArg(n, "groups", 1);
   const SymExpr& cout = w->type.shape[0];
   if (groups <= 0 || !cout.isInt() || cout.intValue() % groups != 0) unsupported(n, "groups do not divide the channels");
+  // The generated kernel reads within x, weight and bias only when these agree.
+  if (x->type.shape[1] != w->type.shape[1] * I(groups) || osh.size() != r || osh[0] != x->type.shape[0] ||
+      osh[1] != cout)
+    unsupported(n, "input channels, weight, groups and the output shape do not agree");
+  if (bias && bias->kind == ir::ValueKind::Tensor && bias->type.shape != std::vector<SymExpr>{cout})
+    unsupported(n, "bias must be [out channels]");
   for (size_t d = 0; d < sd; ++d)
     if (stride[d] <= 0 || dil[d] <= 0 || pad[d] < 0) unsupported(n, "stride, dilation must be positive, padding >= 0");
   std::vector<int> ins = {operand(x, n), operand(w, n)};
