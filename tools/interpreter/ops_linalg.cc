@@ -201,6 +201,7 @@ void groupedMm(Call& c) {
          b.describe(), offs->describe());
   const int64_t rows = a.shape[0], k = a.shape[1], n = b.shape[2];
   std::vector<double> av = contiguous(a).values(), bv = contiguous(b).values(), ov = offs->values();
+  Tensor r = c.alloc(0, {rows, n}, od);  // within the interpreter's memory budget, or refused
   std::vector<double> out(static_cast<size_t>(rows * n), 0.0);
   int64_t begin = 0;
   for (int64_t g = 0; g < b.shape[0]; ++g) {
@@ -215,7 +216,8 @@ void groupedMm(Call& c) {
       }
     begin = end;
   }
-  c.out(0, tensorFromValues(c, 0, {rows, n}, od, out));
+  writeValues(r, out);
+  c.out(0, r);
 }
 
 // aten.convolution / aten.conv1d, not transposed, any number of spatial dims: input
@@ -248,12 +250,15 @@ void convolutionOp(Call& c, bool aten_convolution) {
     if (len < 0) fail("convolution: kernel larger than the padded input {}", x.describe());
     out_shape.push_back(len / stride[i] + 1);
   }
+  Shape result_shape = out_shape;
+  if (unbatched) result_shape.erase(result_shape.begin());
+  // Within the interpreter's memory budget, or refused (also when the size overflows).
+  Tensor result = c.alloc(0, result_shape, promoteTypes(x.dtype, w.dtype));
   std::vector<double> xv = contiguous(x).values(), wv = contiguous(w).values();
   std::vector<double> bv = bias ? contiguous(*bias).values() : std::vector<double>();
   Shape out_strides = contiguousStrides(out_shape);
   Shape x_strides = contiguousStrides(x.shape), w_strides = contiguousStrides(w.shape);
-  int64_t total = 1;
-  for (int64_t s : out_shape) total *= s;
+  const int64_t total = result.numel();
   int64_t kernel = 1;
   for (int64_t d = 0; d < sd; ++d) kernel *= w.shape[static_cast<size_t>(d + 2)];
   const int64_t cg = cin / groups, og = cout / groups;
@@ -282,8 +287,8 @@ void convolutionOp(Call& c, bool aten_convolution) {
       }
     out[static_cast<size_t>(o)] = roundF32(acc);
   }
-  if (unbatched) out_shape.erase(out_shape.begin());
-  c.out(0, tensorFromValues(c, 0, out_shape, promoteTypes(x.dtype, w.dtype), out));
+  writeValues(result, out);
+  c.out(0, result);
 }
 
 }  // namespace ops

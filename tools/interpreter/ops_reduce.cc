@@ -161,13 +161,15 @@ void histcOp(Call& c) {
     hi += 1;
   }
   if (!(lo < hi) || !std::isfinite(lo) || !std::isfinite(hi)) fail("histc: range [{}, {}] is not finite and increasing", lo, hi);
+  Tensor r = c.alloc(0, {bins}, x.dtype);  // within the interpreter's memory budget, or refused
   std::vector<double> counts(static_cast<size_t>(bins), 0.0);
   for (double e : v) {
     if (!(e >= lo && e <= hi)) continue;
     auto b = static_cast<int64_t>((e - lo) / (hi - lo) * static_cast<double>(bins));
     counts[static_cast<size_t>(std::min(b, bins - 1))] += 1;
   }
-  c.out(0, tensorFromValues(c, 0, {bins}, x.dtype, counts));
+  writeValues(r, counts);
+  c.out(0, r);
 }
 
 }  // namespace
