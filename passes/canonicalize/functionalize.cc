@@ -6,13 +6,17 @@
 //     (several arguments may be disjoint slices of one base: the scatters are chained)
 //   op(x!, ...)  (direct call; later uses read x)                         -> x' = auto_functionalized(op, x=x, ...)[k]
 //   aten.add_.Tensor(self!, other)                                        -> aten.add.Tensor(self, other)
+//   a mutation of a view v = view_k(..view_1(r)) whose storage is read later through another
+//   alias: r' = scatter_1(r, ..scatter_k(view_{k-1}, v')) (select_scatter / slice_scatter, or
+//   a reshape back for views that keep every element); later readers of r read r', older
+//   views of r read later are made again on r'
 //
 // After this pass the graph has no mutation: later readers of a mutated value read the new
 // value, and auto_functionalized v1 (outputs: the op's returns — one null slot for `-> ()`
 // — then the new value of each mutable argument in schema order) is the only form of a
 // mutating custom op. Cases that cannot be expressed exactly (mutation of a graph input,
-// of a partial view whose base is read later, of a list argument) are left alone and
-// recorded.
+// of a view other than select/slice/reshape whose storage is read later, of a list argument)
+// are left alone and recorded.
 #include <functional>
 #include <map>
 #include <unordered_map>
@@ -104,28 +108,76 @@ class FunctionalizePass : public Pass {
     }
   }
 
-  // Can the mutation of `v` by node `at` be expressed as "later readers read the new value"?
-  // Returns an empty string when yes; fills *base_fix with a (view node, base) pair when the
-  // base of a full reshape view is read later.
-  std::string checkMutable(const ir::Value* v, const ir::Node* at, const ir::Node** view_of_base) {
-    *view_of_base = nullptr;
-    if (v->isGraphInput()) return fmt::format("mutates graph input '{}'", v->name);
-    const ir::Node* p = v->producer();
-    if (p && isViewLike(p->target)) {
-      ir::Value* base = compiler::valueArg(*p, "self");
-      if (!base) return "mutates a view of an unknown base";
-      if (laterUsers(base, at).empty() && base->graphOutputUses() == 0) return {};
-      if (!isFullReshape(*p)) return fmt::format("mutates a partial view ({}) whose base is read later", p->target);
-      if (base->isGraphInput()) return fmt::format("mutates a view of graph input '{}'", base->name);
-      *view_of_base = p;
+  // The view nodes between a mutated value and the storage it writes: v = view_k(...view_1(root)),
+  // innermost first; empty when v is not a view.
+  static std::vector<const ir::Node*> viewChain(const ir::Value* v) {
+    std::vector<const ir::Node*> chain;
+    for (const ir::Node* p = v->producer(); p && isViewLike(p->target);) {
+      chain.push_back(p);
+      v = compiler::valueArg(*p, "self");
+      if (!v) break;
+      p = v->producer();
     }
+    return chain;
+  }
+
+  // A view whose new base can be written back from the view's new value.
+  static bool isInvertibleView(const ir::Node& n) {
+    return isFullReshape(n) || n.target == "aten.select.int" || n.target == "aten.slice.Tensor" ||
+           n.target == "aten.unsqueeze.default" || n.target == "aten.squeeze.dim" || n.target == "aten.squeeze.dims" ||
+           n.target == "aten.squeeze.default";
+  }
+
+  // Every value sharing storage with `root` through view nodes (root included).
+  static std::vector<ir::Value*> aliasesOf(ir::Value* root) {
+    std::vector<ir::Value*> out{root};
+    for (size_t i = 0; i < out.size(); ++i)
+      for (ir::Node* u : compiler::usersOf(out[i]))
+        if (isViewLike(u->target) && compiler::valueArg(*u, "self") == out[i])
+          for (ir::Value* o : u->outputs())
+            if (o) out.push_back(o);
+    return out;
+  }
+
+  // Is `v` read after node `at` (by a later node or as a graph output)?
+  bool readLater(const ir::Value* v, const ir::Node* at) { return !laterUsers(v, at).empty() || v->graphOutputUses() > 0; }
+
+  // How a mutation of `v` is written back: nothing more than "later readers of v read the new
+  // value" (rebuild = false), or the storage's root is rebuilt from v's new value through
+  // `chain` (v's views, innermost first; empty when v is the root) and every other alias of
+  // the root that is read later is re-derived from the new root.
+  struct WriteBack {
+    bool rebuild = false;
+    std::vector<const ir::Node*> chain;
+    ir::Value* root = nullptr;
+  };
+
+  // Can the mutation of `v` by node `at` be expressed functionally? Returns an empty string
+  // when yes, with *wb saying how.
+  std::string checkMutable(ir::Value* v, const ir::Node* at, WriteBack* wb) {
+    *wb = WriteBack{};
+    if (v->isGraphInput()) return fmt::format("mutates graph input '{}'", v->name);
+    std::vector<const ir::Node*> views = viewChain(v);
+    ir::Value* root = views.empty() ? v : compiler::valueArg(*views.back(), "self");
+    if (!root) return "mutates a view of an unknown base";
+    bool seen_elsewhere = false;
+    for (ir::Value* a : aliasesOf(root))
+      if (a != v && readLater(a, at)) seen_elsewhere = true;
+    if (!seen_elsewhere) return {};
+    if (root->isGraphInput()) return fmt::format("mutates a view of graph input '{}'", root->name);
+    for (const ir::Node* p : views)
+      if (!isInvertibleView(*p) || p->numOutputs() != 1)
+        return fmt::format("mutates a view ({}) whose base is read later", p->target);
+    wb->rebuild = true;
+    wb->chain = std::move(views);
+    wb->root = root;
     return {};
   }
 
   bool functionalizeCall(ir::Graph& g, compiler::Rewriter& rw, ir::Node* n, const ir::OpSchema& s, PassContext& ctx) {
     std::vector<int> muts = s.mutableArgs();
     // Collect the mutated values and check each.
-    std::vector<const ir::Node*> view_fix(muts.size(), nullptr);
+    std::vector<WriteBack> write_back(muts.size());
     for (size_t k = 0; k < muts.size(); ++k) {
       const ir::SchemaArg& sa = s.args[muts[k]];
       if (sa.is_list) {
@@ -135,14 +187,17 @@ class FunctionalizePass : public Pass {
       const ir::Attr* a = argOf(*n, sa.name);
       if (!a || a->isNone()) continue;
       if (!a->isValue()) return false;
-      std::string why = checkMutable(a->value, n, &view_fix[k]);
+      std::string why = checkMutable(a->value, n, &write_back[k]);
+      for (size_t j = 0; j < k && why.empty(); ++j)
+        if (write_back[k].rebuild && write_back[j].rebuild && write_back[j].root == write_back[k].root)
+          why = "two mutable arguments write one storage that is read later";
       if (!why.empty()) {
         ctx.rejected("functionalize", n->name, why);
         return false;
       }
     }
     bool is_aten = n->target.rfind("aten.", 0) == 0;
-    if (is_aten) return functionalizeAtenInplace(g, rw, n, s, muts, view_fix, ctx);
+    if (is_aten) return functionalizeAtenInplace(g, rw, n, s, muts, write_back, ctx);
 
     // Custom op -> auto_functionalized v1 with every argument by schema name.
     std::vector<ir::Arg> args;
@@ -171,7 +226,7 @@ class FunctionalizePass : public Pass {
       if (!v) continue;
       ir::Value* nv = af->output(nret + k);
       nv->name = v->name.empty() ? "" : v->name + "_new";
-      redirectBaseAndValue(g, rw, v, nv, view_fix[k], af);
+      writeBack(g, rw, v, nv, write_back[k], af);
     }
     std::string nm = n->name;
     g.erase(n);
@@ -181,32 +236,101 @@ class FunctionalizePass : public Pass {
     return true;
   }
 
-  void redirectBaseAndValue(ir::Graph& g, compiler::Rewriter& rw, ir::Value* v, ir::Value* nv,
-                            const ir::Node* view_fix, ir::Node* at) {
+  // After `at` wrote `nv` as the new value of `v`: later readers of v read nv and, when the
+  // storage is read through other aliases, the root is rebuilt and those aliases re-derived:
+  //
+  //   r = f(..)  ─ select ─ slice ─ v ─ copy_(v, src)        root' = select_scatter(r, s', ..)
+  //   r ─ later readers                       ==>   s' = slice_scatter(select(r), nv, ..)
+  //                                                   later readers of r read root'; an older
+  //                                                   view of r read later is re-made on root'
+  void writeBack(ir::Graph& g, compiler::Rewriter& rw, ir::Value* v, ir::Value* nv, const WriteBack& wb,
+                 ir::Node* at) {
+    std::vector<ir::Value*> aliases = wb.rebuild ? aliasesOf(wb.root) : std::vector<ir::Value*>{};
     redirectLater(v, nv, at);
-    if (!view_fix) return;
-    ir::Value* base = compiler::valueArg(*view_fix, "self");
-    // base' = reshape(v', base.shape)
-    std::vector<ir::Attr> dims;
-    for (const auto& d : base->type.shape) dims.push_back(ir::Attr::ofSym(d));
+    if (!wb.rebuild) return;
+    ir::Node* next = nodeAfter(g, at);
+    ir::Value* cur = nv;
+    for (const ir::Node* view : wb.chain) cur = invertView(rw, *view, cur, next, at);
+    std::unordered_map<const ir::Value*, ir::Value*> remade{{wb.root, cur}};
+    for (ir::Value* alias : aliases) {
+      if (alias == v || !readLater(alias, at)) continue;
+      const ir::Node* p = alias->producer();
+      if (alias != wb.root && (!p || pos_.at(p) > pos_.at(at))) continue;  // made later: reads a re-made parent
+      redirectLater(alias, remake(rw, alias, remade, next, at), at);
+    }
+  }
+
+  static ir::TensorType freshType(const ir::TensorType& t) {
+    ir::TensorType out = t;
+    out.stride = ir::TensorType::contiguousStrides(t.shape);
+    out.storage_offset = ir::SymExpr::integer(0);
+    return out;
+  }
+
+  ir::Node* nodeAfter(ir::Graph& g, const ir::Node* at) {
+    for (auto it = g.nodes().begin(); it != g.nodes().end(); ++it)
+      if (it->get() == at) return ++it == g.nodes().end() ? nullptr : it->get();
+    return nullptr;
+  }
+
+  ir::Node* createAfter(compiler::Rewriter& rw, const std::string& target, std::vector<ir::Arg> args,
+                        const ir::TensorType& type, ir::Node* next, ir::Node* at, const std::string& hint) {
     std::vector<compiler::Rewriter::Out> outs(1);
-    outs[0].type = base->type;
-    ir::Node* r = rw.create("aten.reshape.default",
-                            {ir::Arg{"self", false, ir::Attr::ofValue(nv)},
-                             ir::Arg{"shape", false, ir::Attr::ofList(std::move(dims))}},
-                            outs, nullptr, {}, "reshape");
-    // Place right after `at`.
-    auto it = at->graph()->nodes().begin();
-    for (; it != at->graph()->nodes().end(); ++it)
-      if (it->get() == at) break;
-    ++it;
-    g.moveBefore(r, it == g.nodes().end() ? nullptr : it->get());
-    pos_[r] = pos_.at(at);
-    redirectLater(base, r->output(0), at);
+    outs[0].type = type;
+    ir::Node* n = rw.create(target, std::move(args), outs, next, {at}, hint);
+    pos_[n] = pos_.at(at);
+    return n;
+  }
+
+  // The new value of view's input, given the view's new value `nv`.
+  ir::Value* invertView(compiler::Rewriter& rw, const ir::Node& view, ir::Value* nv, ir::Node* next, ir::Node* at) {
+    ir::Value* in = compiler::valueArg(view, "self");
+    auto copyArg = [&](const char* name) -> std::vector<ir::Arg> {
+      const ir::Attr* a = argOf(view, name);
+      return a ? std::vector<ir::Arg>{compiler::Rewriter::named(name, *a)} : std::vector<ir::Arg>{};
+    };
+    std::vector<ir::Arg> args{compiler::Rewriter::named("self", ir::Attr::ofValue(in)),
+                              compiler::Rewriter::named("src", ir::Attr::ofValue(nv))};
+    if (view.target == "aten.select.int" || view.target == "aten.slice.Tensor") {
+      bool select = view.target == "aten.select.int";
+      for (const char* k : select ? std::vector<const char*>{"dim", "index"}
+                                  : std::vector<const char*>{"dim", "start", "end", "step"})
+        for (auto& a : copyArg(k)) args.push_back(std::move(a));
+      return createAfter(rw, select ? "aten.select_scatter.default" : "aten.slice_scatter.default", std::move(args),
+                         freshType(in->type), next, at, select ? "select_scatter" : "slice_scatter")
+          ->output(0);
+    }
+    // A view that keeps every element (reshape, unsqueeze, squeeze): reshape back.
+    std::vector<ir::Attr> dims;
+    for (const auto& d : in->type.shape) dims.push_back(ir::Attr::ofSym(d));
+    return createAfter(rw, "aten.reshape.default",
+                       {compiler::Rewriter::named("self", ir::Attr::ofValue(nv)),
+                        compiler::Rewriter::named("shape", ir::Attr::ofList(std::move(dims)))},
+                       freshType(in->type), next, at, "reshape")
+        ->output(0);
+  }
+
+  // `alias` (a view of the rebuilt root) made again on the new root: its view chain cloned.
+  ir::Value* remake(compiler::Rewriter& rw, ir::Value* alias, std::unordered_map<const ir::Value*, ir::Value*>& remade,
+                    ir::Node* next, ir::Node* at) {
+    if (auto it = remade.find(alias); it != remade.end()) return it->second;
+    ir::Node* p = alias->producer();
+    ir::Value* parent = remake(rw, compiler::valueArg(*p, "self"), remade, next, at);
+    std::vector<ir::Arg> args = p->args();
+    for (auto& a : args)
+      if (a.value.isValue() && a.value.value == compiler::valueArg(*p, "self")) a.value = ir::Attr::ofValue(parent);
+    std::vector<compiler::Rewriter::Out> outs(p->numOutputs());
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (p->output(i)) outs[i].type = p->output(i)->type;
+    ir::Node* c = rw.create(p->target, std::move(args), outs, next, {at}, p->name);
+    pos_[c] = pos_.at(at);
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (p->output(i)) remade[p->output(i)] = c->output(i);
+    return remade.at(alias);
   }
 
   bool functionalizeAtenInplace(ir::Graph& g, compiler::Rewriter& rw, ir::Node* n, const ir::OpSchema& s,
-                                const std::vector<int>& muts, const std::vector<const ir::Node*>& view_fix,
+                                const std::vector<int>& muts, const std::vector<WriteBack>& write_back,
                                 PassContext& ctx) {
     // aten.add_.Tensor -> aten.add.Tensor; aten.copy_.default -> aten.copy.default.
     if (muts.size() != 1 || s.args[muts[0]].name != "self") {
@@ -237,7 +361,7 @@ class FunctionalizePass : public Pass {
     ir::Node* f = rw.create(functional, std::move(args), outs, n, {n}, n->name);
     pos_[f] = pos_.at(n);
     rw.replaceOutputs(f, outs);
-    redirectBaseAndValue(g, rw, self, f->output(0), view_fix[0], f);
+    writeBack(g, rw, self, f->output(0), write_back[0], f);
     std::string nm = n->name;
     g.erase(n);
     f->name = nm;
