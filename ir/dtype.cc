@@ -1,6 +1,7 @@
 #include "ir/dtype.h"
 
 #include <array>
+#include <cstring>
 
 namespace fxfuse::ir {
 namespace {
@@ -111,6 +112,34 @@ bool isIntegral(DType t, bool include_bool) {
       return include_bool;
     default:
       return false;
+  }
+}
+
+std::optional<double> scalarFromBytes(DType t, std::string_view bytes) {
+  if (dtypeBytes(t) == 0 || bytes.size() != static_cast<size_t>(dtypeBytes(t))) return std::nullopt;
+  auto as = [&](auto zero) {
+    decltype(zero) v;
+    std::memcpy(&v, bytes.data(), sizeof v);
+    return static_cast<double>(v);
+  };
+  switch (t) {
+    case DType::Bool: return bytes[0] != 0 ? 1.0 : 0.0;
+    case DType::U8: return as(uint8_t{});
+    case DType::I8: return as(int8_t{});
+    case DType::I16: return as(int16_t{});
+    case DType::I32: return as(int32_t{});
+    case DType::I64: return as(int64_t{});
+    case DType::F32: return as(float{});
+    case DType::F64: return as(double{});
+    case DType::BF16: {
+      uint32_t bits = static_cast<uint32_t>(static_cast<uint8_t>(bytes[0])) |
+                      static_cast<uint32_t>(static_cast<uint8_t>(bytes[1])) << 8;
+      bits <<= 16;
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      return f;
+    }
+    default: return std::nullopt;
   }
 }
 

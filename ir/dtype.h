@@ -27,5 +27,9 @@ bool isFloating(DType t);
 bool isFp8(DType t);
 bool isHalf16(DType t);  // f16 or bf16: the "D16" activation types
 bool isIntegral(DType t, bool include_bool);
+// The value of one little-endian element of type `t` stored in `bytes` (a 0-d tensor's
+// payload); nullopt for a payload of the wrong size or a type without an exact decoding
+// here (f16, FP8, complex).
+std::optional<double> scalarFromBytes(DType t, std::string_view bytes);
 
 }  // namespace fxfuse::ir

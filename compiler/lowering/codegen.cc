@@ -382,6 +382,7 @@ class Emitter {
         }
         else if (f == "isnan") e = "((" + x + ") != (" + x + "))";
         else if (f == "isinf") e = "isinf(" + x + ")";
+        else if (f == "finite_or_zero") e = "(isinf(" + x + ") ? (" + t + ")0 : (" + x + "))";
         else fail("codegen: unknown unary op {}", f);
         o << "  return " << round(n.dtype, conv(e, n.dtype == DType::Bool ? in(0).dtype : n.dtype, ct)) << ";\n";
       }
@@ -523,6 +524,8 @@ class Emitter {
       o << "  return " << round(n.dtype, "(" + ct + ")(" + floatLit(n.f.at(0), true) + " + " + floatLit(n.f.at(1), true) +
                                              " * (double)i[" + std::to_string(n.iv.at(0)) + "])")
         << ";\n";
+    } else if (n.op == "eye") {
+      o << "  return i[0] == i[1] ? (" << ct << ")1 : (" << ct << ")0;\n";
     } else if (n.op == "gather") {
       const GNode& src = in(0);
       const GNode& idx = in(1);
@@ -580,6 +583,15 @@ class Emitter {
       for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
       o << " j[" << d << "] = p / " << sx(n.sv[2]) << ";\n";
       o << "    return " << conv(call(n.in[1], "j"), in(1).dtype, ct) << ";\n  }\n";
+      o << "  return " << conv(call(n.in[0], "i"), in(0).dtype, ct) << ";\n";
+    } else if (n.op == "select_scatter") {
+      size_t d = static_cast<size_t>(n.iv.at(0));
+      size_t r = n.shape.size();
+      o << "  if (i[" << d << "] == " << sx(n.sv.at(0)) << ") {\n";
+      o << "    long long j[" << std::max<size_t>(r - 1, 1) << "]; j[0] = 0;";
+      for (size_t k = 0, q = 0; k < r; ++k)
+        if (k != d) o << " j[" << q++ << "] = i[" << k << "];";
+      o << "\n    return " << conv(call(n.in[1], "j"), in(1).dtype, ct) << ";\n  }\n";
       o << "  return " << conv(call(n.in[0], "i"), in(0).dtype, ct) << ";\n";
     } else if (n.op == "cumsum") {
       size_t d = static_cast<size_t>(n.iv.at(0));

@@ -961,7 +961,8 @@ void Lowerer::lowerGenerated(Node& n) {
   // Reductions and softmax need a row group.
   bool is_red = t == "aten.sum.dim_IntList" || t == "aten.mean.dim" || t == "aten.amax.default" ||
                 t == "aten.amin.default" || t == "aten.sum.default" || t == "aten.mean.default" ||
-                t == "aten.max.default" || t == "aten.min.default" || t == "aten.max.dim" || t == "aten.min.dim";
+                t == "aten.max.default" || t == "aten.min.default" || t == "aten.max.dim" || t == "aten.min.dim" ||
+                t == "aten.logsumexp.default";
   bool is_softmax = t == "aten.softmax.int" || t == "aten._softmax.default" || t == "aten.log_softmax.int" ||
                     t == "aten._log_softmax.default";
   if (is_red || is_softmax) {
@@ -1005,6 +1006,24 @@ void Lowerer::lowerGenerated(Node& n) {
       define(out, gCast(res, odt, osh, o));
       return;
     }
+    if (t == "aten.logsumexp.default") {
+      // m + log(sum(exp(x - m))) with m the row maximum, taken as 0 when infinite (a row of
+      // -inf gives -inf, not NaN), in f32 (f64 for f64 input) as torch computes it
+      DType ct = cg_.node(xin).dtype == DType::F64 ? DType::F64 : DType::F32;
+      auto rs = rowShape(dsh, k);
+      int xf = gCast(xin, ct, dsh, o);
+      int mx = gReduce("max", xf, k, ct, rs, o);
+      int m0 = gUnary("finite_or_zero", mx, ct, rs, o);
+      int sh = gBin("sub", xf, m0, ct, dsh, o);
+      int e = gUnary("exp", sh, ct, dsh, o);
+      int sm = gReduce("sum", e, k, ct, rs, o);
+      int res = gBin("add", gUnary("log", sm, ct, rs, o), m0, ct, rs, o);
+      int cast = gCast(res, odt, rs, o);
+      for (int id : {xf, mx, m0, sh, e, sm, res}) member(id);
+      if (cast != res) member(cast);
+      define(out, gnode("remap", "reshape", {cast}, odt, osh, o));
+      return;
+    }
     std::string kind = (t.find("sum") != std::string::npos) ? "sum" : (t.find("mean") != std::string::npos) ? "mean"
                        : (t.find("max") != std::string::npos) ? "max" : "min";
     int src = xin;
@@ -1025,8 +1044,8 @@ void Lowerer::lowerGenerated(Node& n) {
                t == "aten.expand.default" || t == "aten.cat.default" || t == "aten.stack.default" ||
                t == "aten.constant_pad_nd.default" || t == "aten.index.Tensor" || t == "aten._unsafe_index.Tensor" ||
                t == "aten.index_select.default" || t == "aten.gather.default" || t == "aten.embedding.default" ||
-               t == "aten.slice_scatter.default" || t == "aten.cumsum.default" || t == "aten.triu.default" ||
-               t == "aten.tril.default" || t == "aten.split.Tensor" || t == "aten.split_with_sizes.default" ||
+               t == "aten.slice_scatter.default" || t == "aten.select_scatter.default" ||
+               t == "aten.cumsum.default" || t == "aten.triu.default" || t == "aten.tril.default" || t == "aten.split.Tensor" || t == "aten.split_with_sizes.default" ||
                t == "aten.chunk.default" || t == "aten.unbind.int" || t == "aten.contiguous.default" ||
                t == "aten.as_strided.default" || t == "aten.diff.default" || t == "aten.repeat.default" ||
                t == "aten.repeat_interleave.self_int" || t == "aten.scatter.src" || t == "aten.scatter.value" ||
@@ -1077,7 +1096,7 @@ void Lowerer::lowerGenerated(Node& n) {
     return;
   }
   if (auto b = binary.find(t); b != binary.end()) {
-    int a = operand(valArg(n, "self"), n);
+    int a = scalarOrTensor(n, "self");
     int c = scalarOrTensor(n, t.find("pow") != std::string::npos ? "exponent" : "other");
     std::string f = b->second;
     DType ct = odt;
@@ -1101,7 +1120,7 @@ void Lowerer::lowerGenerated(Node& n) {
   }
   if (t == "aten.add.Tensor" || t == "aten.add.Scalar" || t == "aten.sub.Tensor" || t == "aten.sub.Scalar" ||
       t == "aten.rsub.Scalar" || t == "aten.rsub.Tensor") {
-    int a = operand(valArg(n, "self"), n);
+    int a = scalarOrTensor(n, "self");  // core ATen exports write `1 - x` as sub.Tensor(self=1, other=x)
     int c = scalarOrTensor(n, "other");
     double alpha = num(n, "alpha", 1.0);
     if (alpha != 1.0) c = gBin("mul", c, constNum(alpha, DType::F64), odt, cg_.node(c).shape, o), member(c);
@@ -1181,6 +1200,12 @@ void Lowerer::lowerGenerated(Node& n) {
     cg_.node(id).f = {start, step};
     cg_.node(id).iv = {0};
     define(out, id);
+    return;
+  }
+  if (t == "aten.eye.default" || t == "aten.eye.m") {
+    // ones on the main diagonal of an [n, m] matrix
+    if (osh.size() != 2) unsupported(n, "eye must produce a matrix");
+    define(out, gnode("eye", "", {}, odt, osh, o));
     return;
   }
   if (t == "aten.view.default" || t == "aten.reshape.default" || t == "aten._unsafe_view.default" ||
@@ -1486,6 +1511,24 @@ void Lowerer::lowerGenerated(Node& n) {
     define(out, id);
     return;
   }
+  if (t == "aten.select_scatter.default") {
+    // out = self with out[.., index, ..] (along dim) = src
+    Value* x = tensorArg(n, "self");
+    Value* src = tensorArg(n, "src");
+    if (!x || !src) unsupported(n, "a tensor argument is missing");
+    size_t r = x->type.shape.size();
+    if (r == 0 || src->type.shape.size() + 1 != r) unsupported(n, "src must have one dimension fewer than self");
+    int64_t d = normDim(n, intArg(n, "dim", 0), r);
+    SymExpr idx = requiredSize(n, "index");
+    if (idx.isInt() && idx.intValue() < 0) idx = idx + x->type.shape[static_cast<size_t>(d)];
+    if (idx.isInt() && (idx.intValue() < 0 || idx.intValue() >= hint(x->type.shape[static_cast<size_t>(d)])))
+      unsupported(n, "index out of range of the dimension");
+    int id = gnode("select_scatter", "", {operand(x, n), operand(src, n)}, odt, osh, o);
+    cg_.node(id).iv = {d};
+    cg_.node(id).sv = {idx};
+    define(out, id);
+    return;
+  }
   if (t == "aten.cumsum.default") {
     Value* x = tensorArg(n, "self");
     int id = gnode("cumsum", "", {operand(x, n)}, odt, osh, o);
@@ -1719,10 +1762,26 @@ void Lowerer::batchOperands(Node& n, int& ta, TRef& A, int& tb, TRef& B) {
     else if (isOne(la[k])) L[k] = lb[k];
     else unsupported(n, "matmul batch dims do not broadcast");
   }
+  // An operand broadcast in some batch dims but not all: materialized at the full batch shape
+  // (a stride-0 view of it copied), so that one batch stride walks every matrix.
+  auto expandToBatch = [&](int& tr, TRef& x, const std::vector<SymExpr>& lx) {
+    size_t nl = x.shape.size() - 2, pad = r - nl;
+    TRef v = x;
+    v.shape = L;
+    v.stride.assign(r, I(0));
+    for (size_t k = pad; k < r; ++k)
+      if (!(isOne(lx[k]) && !isOne(L[k]))) v.stride[k] = x.stride[k - pad];
+    v.shape.insert(v.shape.end(), x.shape.end() - 2, x.shape.end());
+    v.stride.insert(v.stride.end(), x.stride.end() - 2, x.stride.end());
+    v.name += ".bcast";
+    tr = copyTo(newTRef(v), n.name);
+    x = trefs_[static_cast<size_t>(tr)];
+  };
   auto collapse = [&](int& tr, TRef& x, const std::vector<SymExpr>& lx) {
-    size_t nl = x.shape.size() - 2;
     bool ones = true;
     for (const auto& d : lx) ones = ones && isOne(d);
+    if (!ones && lx != L) expandToBatch(tr, x, lx);
+    size_t nl = x.shape.size() - 2;
     std::vector<SymExpr> rows(x.shape.end() - 2, x.shape.end()), rst(x.stride.end() - 2, x.stride.end());
     if (ones) {
       x.shape = {numelOf(L), rows[0], rows[1]};
@@ -1730,7 +1789,6 @@ void Lowerer::batchOperands(Node& n, int& ta, TRef& A, int& tb, TRef& B) {
       tr = newTRef(x);
       return;
     }
-    if (lx != L) unsupported(n, "matmul with partially broadcast batch dims");
     bool ok = true;
     for (size_t k = 0; k + 1 < nl; ++k)
       if (!isOne(x.shape[k]) && x.stride[k] != x.stride[k + 1] * x.shape[k + 1]) ok = false;
@@ -1758,10 +1816,11 @@ void Lowerer::lowerMatmul(Node& n) {
   if (t == "aten.mm.default" || t == "aten.bmm.default" || t == "aten.matmul.default") {
     a = valArg(n, "self");
     b = valArg(n, t == "aten.matmul.default" ? "other" : "mat2");
-  } else if (t == "aten.addmm.default") {
+  } else if (t == "aten.addmm.default" || t == "aten.baddbmm.default") {
+    bool batched = t == "aten.baddbmm.default";
     bias = valArg(n, "self");
-    a = valArg(n, "mat1");
-    b = valArg(n, "mat2");
+    a = valArg(n, batched ? "batch1" : "mat1");
+    b = valArg(n, batched ? "batch2" : "mat2");
     alpha = num(n, "alpha", 1);
     beta = num(n, "beta", 1);
   } else if (t == "aten.linear.default") {
@@ -2674,7 +2733,8 @@ void Lowerer::lowerNode(Node& n) {
       t == "aten._scaled_dot_product_efficient_attention.default" ||
       t == "aten._scaled_dot_product_cudnn_attention.default" || t == "vllm.unified_attention.default")
     return lowerAttention(n);
-  if (t == "aten.mm.default" || t == "aten.addmm.default" || t == "aten.bmm.default" || t == "aten.linear.default" ||
+  if (t == "aten.mm.default" || t == "aten.addmm.default" || t == "aten.bmm.default" || t == "aten.baddbmm.default" ||
+      t == "aten.linear.default" ||
       t == "aten._scaled_mm.default" || t == "aten.matmul.default")
     return lowerMatmul(n);
   if (t == "vllm.all_reduce.default" || t == "_c10d_functional.all_reduce.default") {

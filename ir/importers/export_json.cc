@@ -863,6 +863,22 @@ void readTensorConfig(ZipReader& zip, const std::string& path, const std::string
   }
 }
 
+// A 0-d CPU constant the archive stores (a lifted tensor constant such as a `torch.tensor(True)`
+// attribute) is a lifted scalar whose value is known: it is recorded as the input's value.
+void recordConstantScalars(ZipReader& zip, Module& m) {
+  if (m.graphs().empty()) return;
+  for (const auto& in : m.entry().inputs()) {
+    if (in.kind != InputKind::ConstantTensor && in.kind != InputKind::Buffer) continue;
+    if (!in.value || in.value->scalar_value || !in.value->isTensor() || in.value->type.rank() != 0 ||
+        in.value->type.device.type != "cpu")
+      continue;
+    for (const WeightInfo& w : m.weights) {
+      if (w.fqn != in.target || w.member.empty() || w.type.rank() != 0) continue;
+      if (auto v = scalarFromBytes(w.type.dtype, zip.read(w.member))) in.value->scalar_value = *v;
+    }
+  }
+}
+
 std::unique_ptr<Module> importExportArchive(const std::string& bytes, const std::string& path) {
   ZipReader zip(bytes, path);
   // PT2 archive (torch >= 2.8): <root>/models/<name>.json, prefer "model".
@@ -896,6 +912,7 @@ std::unique_ptr<Module> importExportArchive(const std::string& bytes, const std:
     stem = stem.substr(0, stem.size() - 5);
     readTensorConfig(zip, path, root + "/data/weights/", stem + "_weights_config.json", *m);
     readTensorConfig(zip, path, root + "/data/constants/", stem + "_constants_config.json", *m);
+    recordConstantScalars(zip, *m);
   }
   return m;
 }
