@@ -24,6 +24,7 @@
 #include "ir/io.h"
 #include "ir/op_schema.h"
 #include "ir/status.h"
+#include "ir/torch_save.h"
 
 namespace fxfuse::ir {
 
@@ -1016,6 +1017,13 @@ std::string pt2ArchiveBytes(const Module& m, const std::string& out_path, const 
   zip.add(root + "/models/" + stem + ".json", program);
   for (const auto& [rel, data] : carried)
     if (rel.rfind("data/", 0) == 0) zip.add(root + "/" + rel, data);
+  // torch.export.load requires sample inputs; a graph that came without them gets zeros.
+  std::string sample = "data/sample_inputs/" + stem + ".pt";
+  if (!carried.count(sample) && !m.graphs().empty()) {
+    ZipWriter inner(out_path);
+    for (const auto& [rel, data] : zeroSampleInputRecords(m.entry(), m.symbols, out_path)) inner.add("archive/" + rel, data);
+    zip.add(root + "/" + sample, inner.finish());
+  }
   member(".data/version", "6\n");
   zip.add(root + "/.data/serialization_id", serializationId(program));
   return zip.finish();

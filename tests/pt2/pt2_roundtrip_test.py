@@ -14,11 +14,17 @@ For each input:
     `auto_functionalized` call of a vLLM op (fused-op count conserved), other ops as in B
     plus the `empty` buffers and `sym_size` reads the vLLM calls need;
   * B compiles again to the same op counts as A (fused ops are stable);
-  * for archive inputs, every data/ member (weights, constants) is carried over byte for byte.
+  * for archive inputs, every data/ member (weights, constants) is carried over byte for byte;
+  * B and C have `data/sample_inputs/model.pt` (torch.export.load requires it): a torch.save
+    archive whose pickle, read with only the globals torch's weights-only loader allows,
+    is `((one entry per user input...), {})`, each tensor with its input's rank and a storage
+    record that exists.
 """
 import collections
+import io
 import json
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -65,6 +71,58 @@ def views_as_reshape(path):
                and n["metadata"].get("fxfuse_view_as_reshape") == "true")
 
 
+SAFE_GLOBALS = {("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor_v3"),
+                ("collections", "OrderedDict"), ("torch", "UntypedStorage")}
+
+
+def sample_inputs_problems(path):
+    """What is wrong with the archive's sample inputs (empty when they are well-formed)."""
+    with zipfile.ZipFile(path) as z:
+        names = [n for n in z.namelist() if n.endswith("/data/sample_inputs/model.pt")]
+        if not names:
+            return ["no data/sample_inputs/model.pt"]
+        inner = zipfile.ZipFile(io.BytesIO(z.read(names[0])))
+    records = {n.split("/", 1)[1]: inner.read(n) for n in inner.namelist()}
+    if "data.pkl" not in records or "version" not in records:
+        return [f"sample inputs: no data.pkl or version record ({sorted(records)})"]
+
+    class Tensor:
+        def __init__(self, storage, offset, size, stride, *rest):
+            self.storage, self.size, self.stride = storage, size, stride
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module, name):
+            ok = (module, name) in SAFE_GLOBALS or (module == "torch" and (name.endswith("Storage")
+                                                                          or name.startswith("float8_")))
+            if not ok:
+                raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+            if name.startswith("_rebuild_tensor"):
+                return Tensor
+            return lambda *a: name if module == "collections" else name
+
+        def persistent_load(self, pid):
+            if pid[0] != "storage" or f"data/{pid[2]}" not in records:
+                raise pickle.UnpicklingError(f"storage {pid} has no record")
+            return pid
+
+    try:
+        args, kwargs = Reader(io.BytesIO(records["data.pkl"])).load()
+    except Exception as e:  # noqa: BLE001 - any malformation is the finding
+        return [f"sample inputs: {type(e).__name__}: {e}"]
+    graph = program(path)["graph_module"]["graph"]
+    specs = program(path)["graph_module"]["signature"]["input_specs"]
+    users = [s["user_input"]["arg"] for s in specs if "user_input" in s]
+    if kwargs != {} or len(args) != len(users):
+        return [f"sample inputs: {len(args)} args and {kwargs} for {len(users)} user inputs"]
+    problems = []
+    for a, u in zip(args, users):
+        if "as_tensor" in u:
+            rank = len(graph["tensor_values"][u["as_tensor"]["name"]]["sizes"])
+            if not isinstance(a, Tensor) or len(a.size) != rank:
+                problems.append(f"sample input for {u['as_tensor']['name']}: not a rank-{rank} tensor")
+    return problems
+
+
 def check(fxfuse, checker, src, tmp):
     base = os.path.join(tmp, os.path.basename(src).replace(".", "_"))
     a, b, c, d = base + ".fxg", base + ".pt2", base + ".vllm.pt2", base + ".again.fxg"
@@ -107,10 +165,13 @@ def check(fxfuse, checker, src, tmp):
     if again != want_again:
         problems.append(f"recompiling the .pt2 changes op counts: {dict(again - want_again)} extra, "
                         f"{dict(want_again - again)} missing")
+    for path in (b, c):
+        problems += [f"{os.path.basename(path)}: {p}" for p in sample_inputs_problems(path)]
     if zipfile.is_zipfile(src):
         orig = data_members(src)
         for path in (b, c):
-            if data_members(path) != orig:
+            written = data_members(path)
+            if any(written.get(k) != v for k, v in orig.items()):
                 problems.append(f"{os.path.basename(path)}: data/ members not carried over unchanged")
     return problems, sum(want.values()), fused_a, af
 

@@ -144,6 +144,10 @@ CORE_SIZES = [
       "inner_hidden_size", "mlp_dim"), 128),
     (("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx",
       "max_sequence_length", "max_seq_length"), 128),
+    # Chunked SSM scans (Mamba-2 mixers) pad the sequence to a chunk and materialize
+    # [chunk, chunk, heads, state] products: 2^31 elements at the default 256 with falcon_h1's
+    # default heads and state, which a config that keeps only the core sizes still has.
+    (("chunk_size", "mamba_chunk_size"), 16),
 ]
 EXTRA_SIZES = [
     (("moe_intermediate_size", "expert_intermediate_size", "moe_ffn_hidden_size"), 32),
