@@ -1017,6 +1017,12 @@ std::string pt2ArchiveBytes(const Module& m, const std::string& out_path, const 
   zip.add(root + "/models/" + stem + ".json", program);
   for (const auto& [rel, data] : carried)
     if (rel.rfind("data/", 0) == 0) zip.add(root + "/" + rel, data);
+  // torch.export.load requires both tensor configs; a graph that came without an archive has
+  // no weights or constants to list.
+  for (const char* kind : {"weights", "constants"}) {
+    std::string cfg = fmt::format("data/{}/{}_{}_config.json", kind, stem, kind);
+    if (!carried.count(cfg)) zip.add(root + "/" + cfg, "{\"config\": {}}");
+  }
   // torch.export.load requires sample inputs; a graph that came without them gets zeros.
   std::string sample = "data/sample_inputs/" + stem + ".pt";
   if (!carried.count(sample) && !m.graphs().empty()) {

@@ -86,7 +86,7 @@ bool isIdentityTarget(const std::string& t) {
   static const std::set<std::string> s = {
       "aten.alias.default", "aten.detach.default", "aten.clone.default", "aten.lift_fresh_copy.default",
       "aten.contiguous.default", "aten.to.device", "aten.dropout.default", "_c10d_functional.wait_tensor.default",
-      "aten.copy.default", "aten.detach_.default", "aten.positive.default",
+      "aten.detach_.default", "aten.positive.default",
   };
   return s.count(t) > 0;
 }
@@ -1041,7 +1041,8 @@ void Lowerer::lowerGenerated(Node& n) {
                t == "aten.permute.default" || t == "aten.transpose.int" || t == "aten.t.default" ||
                t == "aten.slice.Tensor" || t == "aten.select.int" || t == "aten.unsqueeze.default" ||
                t == "aten.squeeze.dim" || t == "aten.squeeze.dims" || t == "aten.squeeze.default" ||
-               t == "aten.expand.default" || t == "aten.cat.default" || t == "aten.stack.default" ||
+               t == "aten.expand.default" || t == "aten.copy.default" || t == "aten.cat.default" ||
+               t == "aten.stack.default" ||
                t == "aten.constant_pad_nd.default" || t == "aten.index.Tensor" || t == "aten._unsafe_index.Tensor" ||
                t == "aten.index_select.default" || t == "aten.gather.default" || t == "aten.embedding.default" ||
                t == "aten.slice_scatter.default" || t == "aten.select_scatter.default" ||
@@ -1200,6 +1201,19 @@ void Lowerer::lowerGenerated(Node& n) {
     cg_.node(id).f = {start, step};
     cg_.node(id).iv = {0};
     define(out, id);
+    return;
+  }
+  if (t == "aten.copy.default") {
+    // functional copy_: src's values broadcast to self's shape in self's dtype (self is only
+    // the destination's metadata)
+    Value* src = tensorArg(n, "src");
+    if (!src) unsupported(n, "a tensor argument is missing");
+    int v = gnode("remap", "expand", {operand(src, n)}, src->type.dtype, osh, o);
+    if (src->type.dtype != odt) {
+      member(v);
+      v = gnode("cast", "", {v}, odt, osh, o);
+    }
+    define(out, v);
     return;
   }
   if (t == "aten.eye.default" || t == "aten.eye.m") {

@@ -154,6 +154,15 @@ RoleInfo roleOf(const Interpreter& in, const ir::GraphInput& gi) {
       if (t.rfind("_C.rotary_embedding", 0) == 0 && argIs("cos_sin_cache", 4)) {
         return {Role::Cache, 0, 0, "rotary cache of " + u->name};
       }
+      // Selections pass their input's values through: a table of ids (a hash-routing buffer
+      // read at the token ids) is bounded by where those values are used as an index.
+      bool selects = t.rfind("aten.index.", 0) == 0 || t.rfind("aten._unsafe_index.", 0) == 0 ||
+                     t.rfind("aten.index_select", 0) == 0 || t.rfind("aten.gather", 0) == 0;
+      if (selects && u->input("self", 0) == cur) {
+        for (const ir::Value* o : u->outputs())
+          if (o) work.push_back(o);
+        continue;
+      }
       bool dim_index = t.rfind("aten.index_select", 0) == 0 || t.rfind("aten.gather", 0) == 0 ||
                        t.rfind("aten.scatter", 0) == 0 || t.rfind("aten.index_add", 0) == 0;
       if (dim_index && argIs("index", 2)) {
