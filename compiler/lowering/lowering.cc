@@ -890,6 +890,9 @@ void Lowerer::lowerGenerated(Node& n) {
   Value* out = n.output(0);
   for (Value* v : n.outputs())
     if (!out && v) out = v;  // multi-output views with an unused first output
+  if ((t == "aten.item.default" || t == "aten._local_scalar_dense.default") && out && out->kind == ir::ValueKind::SymInt)
+    unsupported(n, "a data-dependent size (a tensor's value read back to size later tensors): launch plans need "
+                   "every size before the first launch");
   if (!out || out->kind != ir::ValueKind::Tensor) unsupported(n, "no tensor output");
   const DType odt = out->type.dtype;
   const auto& osh = out->type.shape;

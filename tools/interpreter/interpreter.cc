@@ -392,10 +392,22 @@ void Interpreter::bindSymbols() {
   const ir::Graph& g = *entry_;
   std::set<std::string> syms;
   for (const auto& [name, info] : module_.symbols.all()) syms.insert(name);
+  std::set<std::string> of_inputs;
   for (const auto& in : g.inputs()) {
-    for (const auto& d : in.value->type.shape) d.collectSymbols(syms);
-    if (in.value->sym) in.value->sym->collectSymbols(syms);
+    for (const auto& d : in.value->type.shape) d.collectSymbols(of_inputs);
+    if (in.value->sym) in.value->sym->collectSymbols(of_inputs);
   }
+  syms.insert(of_inputs.begin(), of_inputs.end());
+  // Data-dependent sizes (u0 = item() of a routing count, the row count of nonzero) are bound
+  // by the node that computes them (checkOutput), never beforehand.
+  for (const auto& np : g.nodes())
+    for (const ir::Value* o : np->outputs()) {
+      if (!o) continue;
+      if (o->sym && isBareSymbol(*o->sym) && !of_inputs.count(o->sym->name())) syms.erase(o->sym->name());
+      if (o->isTensor())
+        for (const auto& d : o->type.shape)
+          if (isBareSymbol(d) && !of_inputs.count(d.name()) && d.name().rfind("u", 0) == 0) syms.erase(d.name());
+    }
   for (const auto& [name, v] : options_.bind) {
     if (!syms.count(name)) {
       std::string all;
@@ -470,7 +482,7 @@ void Interpreter::bindSymbols() {
   }
   solveShapeEquations(eqs, &ranges);
   for (const auto& [name, r] : ranges)
-    if (!env_.count(name)) {
+    if (!env_.count(name) && syms.count(name)) {
       env_[name] = r.first;
       env_source_[name] = fmt::format("smallest value the shape equations allow ([{}, {}])", r.first, r.second);
     }
