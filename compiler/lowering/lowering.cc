@@ -965,7 +965,7 @@ void Lowerer::lowerGenerated(Node& n) {
   bool is_red = t == "aten.sum.dim_IntList" || t == "aten.mean.dim" || t == "aten.amax.default" ||
                 t == "aten.amin.default" || t == "aten.sum.default" || t == "aten.mean.default" ||
                 t == "aten.max.default" || t == "aten.min.default" || t == "aten.max.dim" || t == "aten.min.dim" ||
-                t == "aten.logsumexp.default";
+                t == "aten.logsumexp.default" || t == "aten.linalg_vector_norm.default";
   bool is_softmax = t == "aten.softmax.int" || t == "aten._softmax.default" || t == "aten.log_softmax.int" ||
                     t == "aten._log_softmax.default";
   if (is_red || is_softmax) {
@@ -1007,6 +1007,21 @@ void Lowerer::lowerGenerated(Node& n) {
       int res = log ? gBin("sub", sh, gUnary("log", s, ct, rs, o), ct, ish, o) : gBin("div", e, s, ct, ish, o);
       for (int id : {xf, mx, sh, e, s}) member(id);
       define(out, gCast(res, odt, osh, o));
+      return;
+    }
+    if (t == "aten.linalg_vector_norm.default") {
+      // the 2-norm: sqrt(sum(x^2)) in f32 (f64 for f64 input), rounded once
+      if (num(n, "ord", 2.0) != 2.0) unsupported(n, "vector norms other than ord=2");
+      DType ct = cg_.node(xin).dtype == DType::F64 ? DType::F64 : DType::F32;
+      auto rs = rowShape(dsh, k);
+      int xf = gCast(xin, ct, dsh, o);
+      int sq = gUnary("square", xf, ct, dsh, o);
+      int sm = gReduce("sum", sq, k, ct, rs, o);
+      int res = gUnary("sqrt", sm, ct, rs, o);
+      int cast = gCast(res, odt, rs, o);
+      for (int id : {xf, sq, sm, res}) member(id);
+      if (cast != res) member(cast);
+      define(out, gnode("remap", "reshape", {cast}, odt, osh, o));
       return;
     }
     if (t == "aten.logsumexp.default") {

@@ -84,6 +84,8 @@ class CanonicalizeOpsPass : public Pass {
         {"aten.min.other", "aten.minimum.default", {}, nullptr},
         {"aten.max.other", "aten.maximum.default", {}, nullptr},
         {"aten.flatten.using_ints", "aten.view.default", {}, "size"},
+        {"aten.unflatten.int", "aten.view.default", {}, "size"},
+        {"aten.reshape_as.default", "aten.reshape.default", {}, "shape"},
         {"aten.expand_as.default", "aten.expand.default", {}, "size"},
         // A transfer between devices: one device in a plan, so the value itself.
         {"prims.device_put.default", "aten.alias.default", {{"a", "self"}}, nullptr},

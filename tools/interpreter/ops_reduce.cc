@@ -215,6 +215,28 @@ void registerReductionOps(OpTable& t) {
       }));
     };
   };
+  // ||x||_ord over dims, accumulated in double and rounded once to the output dtype.
+  t.add("aten.linalg_vector_norm", [](Call& c) {
+    Tensor x = c.tensor("self", 0);
+    double ord = c.number("ord", 2.0, 1);
+    std::optional<Shape> d = c.optInts("dim", 2);
+    bool keepdim = c.flag("keepdim", false, 3);
+    DType od = c.dtype("dtype", 4).value_or(x.dtype);
+    if (category(od) != Category::Float) fail("linalg_vector_norm of a {} tensor (torch requires floating point)", ir::dtypeName(od));
+    c.out(0, reduce(c, x, reductionDims(x, d), keepdim, od, [ord](const double* p, int64_t k) {
+      double acc = std::isinf(ord) && ord < 0 ? std::numeric_limits<double>::infinity() : 0.0;
+      for (int64_t j = 0; j < k; ++j) {
+        double a = std::fabs(p[j]);
+        if (std::isinf(ord)) acc = ord > 0 ? std::max(acc, a) : std::min(acc, a);
+        else if (ord == 0) acc += a != 0 ? 1.0 : 0.0;
+        else if (ord == 1) acc += a;
+        else if (ord == 2) acc += a * a;
+        else acc += std::pow(a, ord);
+      }
+      if (std::isinf(ord) || ord == 0 || ord == 1) return acc;
+      return ord == 2 ? std::sqrt(acc) : std::pow(acc, 1.0 / ord);
+    }));
+  });
   t.add("aten.amax", amaxmin(true));
   t.add("aten.amin", amaxmin(false));
   auto maxmin = [](bool want_max) {
@@ -224,7 +246,9 @@ void registerReductionOps(OpTable& t) {
         // max.other / min.other: elementwise.
         Tensor a = c.tensor("self", 0);
         Tensor b = other->t;
-        DType common = promoteTypes(a.dtype, b.dtype);
+        // torch's result type: a 0-d tensor of the same category does not promote (XGLM's
+        // max(bf16 scores, f32 scalar tensor) stays bf16)
+        DType common = resultType({c.find("self", 0), other});
         Tensor r = c.alloc(0, broadcastShapes(a.shape, b.shape), common);
         mapInto<2>(r, {Operand{&a, 0}, Operand{&b, 0}}, common, [want_max](const std::array<double, 2>& v) {
           if (std::isnan(v[0]) || std::isnan(v[1])) return kNaN;

@@ -275,6 +275,7 @@ void registerShapeOps(OpTable& t) {
   });
   t.add("aten.expand", [](Call& c) { c.out(0, expand(c.tensor("self", 0), c.ints("size", 1))); });
   t.add("aten.expand_as", [](Call& c) { c.out(0, expand(c.tensor("self", 0), c.tensor("other", 1).shape)); });
+  t.add("aten.reshape_as", [](Call& c) { c.out(0, reshape(c.tensor("self", 0), c.tensor("other", 1).shape)); });
   t.add("aten.unsqueeze", [](Call& c) { c.out(0, unsqueeze(c.tensor("self", 0), c.integer("dim", 0, 1))); });
   t.add("aten.squeeze", [](Call& c) {
     Tensor x = c.tensor("self", 0);
