@@ -10,9 +10,11 @@
 
 #include <cstdint>
 
+#include "kernels/types.h"
+
 namespace fxfuse::kernels::device {
 
-inline constexpr float kFp8Max = 448.0f;
+inline constexpr float kFp8Max = kFp8E4m3Max;  // kernels/types.h is the home
 
 template <typename T>
 struct D16;

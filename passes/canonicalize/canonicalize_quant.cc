@@ -39,11 +39,11 @@ bool matchDynamicScale(ir::Value* s, DynScale* out, std::string* why) {
   ir::Value* absmax = nullptr;
   ir::Node *cmin = nullptr, *dv = nullptr;
   auto pat = m::OneOf({m::Op("aten.clamp_min.default",
-                             {{"self", m::Op("aten.div.Tensor", {{"self", m::Any(&absmax)}, {"other", m::Const(448.0)}})
+                             {{"self", m::Op("aten.div.Tensor", {{"self", m::Any(&absmax)}, {"other", m::Const(compiler::kFp8Max)}})
                                            .node(&dv)},
                               {"min", m::Const(compiler::kFp8MinScale)}}),
                        m::Op("aten.clamp.default",
-                             {{"self", m::Op("aten.div.Tensor", {{"self", m::Any(&absmax)}, {"other", m::Const(448.0)}})
+                             {{"self", m::Op("aten.div.Tensor", {{"self", m::Any(&absmax)}, {"other", m::Const(compiler::kFp8Max)}})
                                            .node(&dv)},
                               {"min", m::Const(compiler::kFp8MinScale)}})})
                  .node(&cmin);

@@ -9,6 +9,7 @@
 
 #include "ir/graph.h"
 #include "ir/op_schema.h"
+#include "kernels/types.h"
 
 namespace fxfuse::compiler {
 
@@ -63,7 +64,7 @@ inline std::string fxfuseTarget(std::string_view short_name) {
 // Short name of an fxfuse op target, or empty.
 std::string fxfuseName(const std::string& target);
 
-constexpr double kFp8Max = 448.0;
-constexpr double kFp8MinScale = 1.0 / (448.0 * 512.0);
+constexpr double kFp8Max = kernels::kFp8E4m3Max;  // kernels/types.h is the home of both
+constexpr double kFp8MinScale = kernels::kFp8MinScale;
 
 }  // namespace fxfuse::compiler

@@ -10,12 +10,13 @@
 #include <optional>
 #include <vector>
 
+#include "kernels/types.h"
 #include "tools/interpreter/interpreter.h"
 
 namespace fxfuse::interp::ops {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kFp8Max = 448.0;
+constexpr double kFp8Max = kernels::kFp8E4m3Max;  // kernels/types.h is the home
 // 1 / (448 * 512) as written in graphs; used as f32.
 constexpr double kMinScale = 4.359654017857143e-06;
 

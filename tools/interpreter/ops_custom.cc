@@ -302,7 +302,7 @@ void registerVllmOps(OpTable& t) {
     s.group_size = c.integer("group_size", 128, 3);
     s.min_abs = c.number("eps", 1e-10, 4);
     s.min_scale = 0;
-    s.fp8_max = c.number("fp8_max", 448.0, 6);
+    s.fp8_max = c.number("fp8_max", kFp8Max, 6);
     s.ue8m0 = c.flag("scale_ue8m0", false, 7);
     s.divide = true;
     s.fp8 = oq.dtype;

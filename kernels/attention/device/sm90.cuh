@@ -11,6 +11,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/types.h"
+
 namespace fxfuse::attention::device {
 
 __device__ __forceinline__ uint32_t smemAddr(const void* p) {
@@ -156,7 +158,7 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
 // attention + quant contract, docs/attention.md): x * (1/scale), clamped to ±448, NaN kept; no
 // D16 rounding of x first.
 __device__ __forceinline__ float fp8Clamp(float x, float inv_scale) {
-  float y = fminf(fmaxf(x * inv_scale, -448.0f), 448.0f);
+  float y = fminf(fmaxf(x * inv_scale, -kernels::kFp8E4m3Max), kernels::kFp8E4m3Max);
   return x != x ? x : y;
 }
 
