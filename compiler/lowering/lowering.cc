@@ -11,6 +11,7 @@
 #include "ir/lifted_scalar.h"
 #include "ir/op_schema.h"
 #include "kernels/attention/attention.h"
+#include "kernels/types.h"
 #include "ir/proto_io.h"
 #include "ir/status.h"
 
@@ -238,8 +239,10 @@ class Lowerer {
   // that many elements must fit in the input dim, else the plan would read outside the tensor.
   void checkSliceFits(const Node& n, const SymExpr& start, const SymExpr& step, const SymExpr& in_dim,
                       const SymExpr& out_dim) {
-    if (!start.isInt() || !step.isInt() || !in_dim.isInt() || !out_dim.isInt()) return;
-    int64_t s = start.intValue(), k = step.intValue(), d = in_dim.intValue(), o = out_dim.intValue();
+    // Symbolic sizes are checked at the symbols' hints: a slice consistent for every binding
+    // is consistent there, and a start past the dim (INT64_MAX) makes a view no kernel may read.
+    int64_t s = start.isInt() ? start.intValue() : hint(start), k = step.isInt() ? step.intValue() : hint(step);
+    int64_t d = in_dim.isInt() ? in_dim.intValue() : hint(in_dim), o = out_dim.isInt() ? out_dim.intValue() : hint(out_dim);
     if (o <= 0 || s < 0) return;
     if (k <= 0 || s >= d || o - 1 > (d - 1 - s) / k)
       unsupported(n, fmt::format("{} elements from {} by step {} do not fit a dim of size {}", o, s, k, d));
@@ -1413,8 +1416,24 @@ void Lowerer::lowerGenerated(Node& n) {
       unsupported(n, "index tensor of an unexpected rank");
     if (t == "aten.scatter.src" || t == "aten.scatter.value")
       if (const Attr* red = arg(n, "reduce"); red) unsupported(n, "scatter with a reduce mode");
-    int src = t == "aten.scatter.value" ? scalarOrTensor(n, "value")
-                                        : operand(valArg(n, index_add ? "source" : "src"), n);
+    // The generated kernel reads src at index's coordinates and self's other dims: index may
+    // not be larger than either (torch's rule), else the kernel would read out of bounds.
+    auto notLarger = [&](const SymExpr& a, const SymExpr& b) {
+      return a == b || (a.isInt() && b.isInt() && a.intValue() <= b.intValue());
+    };
+    Value* srcv = t == "aten.scatter.value" ? nullptr : valArg(n, index_add ? "source" : "src");
+    if (!index_add) {
+      for (size_t k = 0; k < r; ++k) {
+        const SymExpr& ik = index->type.shape[k];
+        if (srcv && (srcv->type.shape.size() != r || !notLarger(ik, srcv->type.shape[k])))
+          unsupported(n, "index is larger than src");
+        if (static_cast<int64_t>(k) != d && !notLarger(ik, x->type.shape[k]))
+          unsupported(n, "index is larger than self outside the scatter dim");
+      }
+    } else if (!srcv || srcv->type.shape.size() != r || !notLarger(index->type.shape[0], srcv->type.shape[d])) {
+      unsupported(n, "index_add source does not match the index");
+    }
+    int src = t == "aten.scatter.value" ? scalarOrTensor(n, "value") : operand(srcv, n);
     int id = gnode("scatter", "", {operand(x, n), operand(index, n), src}, odt, osh, o);
     cg_.node(id).iv = {d, index_add ? 2 : t == "aten.scatter_add.default" ? 1 : 0};
     cg_.node(id).f = {num(n, "alpha", 1.0)};
@@ -2520,7 +2539,7 @@ void Lowerer::lowerFxfuseGenerated(Node& n) {
     int scaled = divide ? bin("div", vf, s, f32, sh)
                         : bin("mul", vf, un("reciprocal", s, f32, ssh), f32, sh);
     int cl = gnode("clamp", "", {scaled}, f32, sh, o);
-    cg_.node(cl).f = {-448.0, 448.0};
+    cg_.node(cl).f = {-kernels::kFp8E4m3Max, kernels::kFp8E4m3Max};
     cg_.node(cl).iv = {1, 1};
     member(cl);
     return cvt(cl, DType::F8E4M3FN, sh);
@@ -2531,12 +2550,12 @@ void Lowerer::lowerFxfuseGenerated(Node& n) {
     member(a);
     if (Value* ub = valArg(n, "scale_ub")) a = bin("min", a, cvt(operand(ub, n), f32, ub->type.shape), f32, rs);
     a = bin("max", a, constNum(num(n, "min_abs", 0.0), f32), f32, rs);
-    int s = bin("max", bin("div", a, constNum(448.0, f32), f32, rs),
+    int s = bin("max", bin("div", a, constNum(kernels::kFp8E4m3Max, f32), f32, rs),
                 constNum(num(n, "min_scale", 4.359654017857143e-06), f32), f32, rs);
     bool divide = flag(n, "divide", false);
     int scaled = divide ? bin("div", vf, s, f32, sh) : bin("mul", vf, un("reciprocal", s, f32, rs), f32, sh);
     int cl = gnode("clamp", "", {scaled}, f32, sh, o);
-    cg_.node(cl).f = {-448.0, 448.0};
+    cg_.node(cl).f = {-kernels::kFp8E4m3Max, kernels::kFp8E4m3Max};
     cg_.node(cl).iv = {1, 1};
     member(cl);
     if (q_out) define(q_out, gCast(cl, q_out->type.dtype, sh, o));
@@ -2630,7 +2649,7 @@ void Lowerer::lowerFxfuseGenerated(Node& n) {
       int s = cvt(operand(scale_v, n), f32, scale_v->type.shape);
       int sc = bin("mul", cvt(r, f32, hs), un("reciprocal", s, f32, scale_v->type.shape), f32, hs);
       int cl = gnode("clamp", "", {sc}, f32, hs, o);
-      cg_.node(cl).f = {-448.0, 448.0};
+      cg_.node(cl).f = {-kernels::kFp8E4m3Max, kernels::kFp8E4m3Max};
       cg_.node(cl).iv = {1, 1};
       member(cl);
       if (out0) define(out0, gCast(cl, out0->type.dtype, hs, o));

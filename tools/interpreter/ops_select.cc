@@ -111,6 +111,13 @@ void scatterImpl(Call& c, bool add) {
   double value = 0;
   if (srcv->isTensor()) src = srcv->t;
   else value = c.number(c.find("src", 3) ? "src" : "value", 0.0, 3);
+  // torch's bounds: index no larger than src in any dim, nor than self outside `dim`
+  for (int64_t d = 0; d < index.dim(); ++d) {
+    if (src && (src->dim() != index.dim() || index.shape[d] > src->shape[d]))
+      fail("scatter: index {} is larger than src {}", index.describe(), src->describe());
+    if (x.dim() > 0 && d != dim && index.shape[d] > x.shape[d])
+      fail("scatter: index {} is larger than self {} outside dim {}", index.describe(), x.describe(), dim);
+  }
   bool mul = reduce == "multiply" || reduce == "prod";
   add = add || reduce == "add" || reduce == "sum";
   eachIndex(index.shape, [&](const Shape& ix) {
