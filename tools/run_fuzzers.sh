@@ -141,10 +141,19 @@ for t in "${TARGETS[@]}"; do
     ((secs < 60)) && secs=60
     dict=(-dict="$ROOT/tests/fuzz/fxg.dict")
   fi
+  # In fork mode (-fork=1 -ignore_crashes=1) libFuzzer exits 0 after findings: the
+  # reproducers it writes decide then.
+  before=$(ls "$ARTIFACTS" 2>/dev/null | grep -c "^$t-" || true)
   "$BUILD/fuzz_$t" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
     -artifact_prefix="$ARTIFACTS/$t-" -print_final_stats=1 "${dict[@]}" ${FXFUSE_FUZZ_EXTRA:-} "$work" "$seeds" \
     >"$log" 2>&1
   rc=$?
+  after=$(ls "$ARTIFACTS" 2>/dev/null | grep -c "^$t-" || true)
+  if [[ $rc -eq 0 && $after -gt $before ]]; then
+    rc=1
+    echo "fuzz $t: $((after - before)) new reproducer(s) in $ARTIFACTS:"
+    ls -t "$ARTIFACTS" | grep "^$t-" | head -$((after - before)) | sed "s|^|  tools/run_fuzzers.sh --repro $t $ARTIFACTS/|"
+  fi
   runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || true)
   if [[ $rc -eq 0 ]]; then
     echo "fuzz $t: ok (${runs:-?} inputs in ${secs}s)"
