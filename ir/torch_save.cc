@@ -3,7 +3,7 @@
 // A tensor is pickled as torch does it: `torch._utils._rebuild_tensor_v2(storage, offset,
 // size, stride, requires_grad, OrderedDict())` with the storage a persistent id
 // ('storage', torch.<Type>Storage, key, location, numel); dtypes without a legacy storage
-// class (FP8) use `_rebuild_tensor_v3(..., dtype)` over a torch.UntypedStorage of bytes.
+// class (FP8) use `_rebuild_tensor_v3(..., dtype)` over a torch.storage.UntypedStorage of bytes.
 #include "ir/torch_save.h"
 
 #include <algorithm>
@@ -122,7 +122,10 @@ std::vector<std::pair<std::string, std::string>> zeroSampleInputRecords(const Gr
     p.mark();
     p.mark();  // persistent id of the storage
     p.string("storage");
-    p.global("torch", storage.empty() ? "UntypedStorage" : storage);
+    // torch pickles the untyped storage class by its module, torch.storage (the weights-only
+    // loader refuses the torch.UntypedStorage spelling)
+    if (storage.empty()) p.global("torch.storage", "UntypedStorage");
+    else p.global("torch", storage);
     p.string(std::to_string(key));
     p.string("cpu");
     p.integer(1);  // elements (bytes for an untyped storage: FP8 has one byte per element)

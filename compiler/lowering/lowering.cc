@@ -2123,6 +2123,7 @@ void Lowerer::lowerAttention(Node& n) {
     const auto& ks = trefs_[static_cast<size_t>(tk)].shape;
     const auto& qs = trefs_[static_cast<size_t>(tq)].shape;
     if (ks.size() != 3) unsupported(n, "vLLM key must be [T, Hk, E]");
+    if (qs.size() != 2 && qs.size() != 3) unsupported(n, "vLLM query must be [T, H, E] or [T, H*E]");
     hk = ks[1];
     SymExpr e = ks[2];
     hq = qs.size() == 3 ? qs[1] : floorDiv(qs[1], e);

@@ -72,7 +72,7 @@ def views_as_reshape(path):
 
 
 SAFE_GLOBALS = {("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor_v3"),
-                ("collections", "OrderedDict"), ("torch", "UntypedStorage")}
+                ("collections", "OrderedDict"), ("torch.storage", "UntypedStorage")}
 
 
 def sample_inputs_problems(path):
@@ -92,8 +92,10 @@ def sample_inputs_problems(path):
 
     class Reader(pickle.Unpickler):
         def find_class(self, module, name):
-            ok = (module, name) in SAFE_GLOBALS or (module == "torch" and (name.endswith("Storage")
-                                                                          or name.startswith("float8_")))
+            # legacy typed storages (torch.BFloat16Storage); torch.UntypedStorage is not allowed
+            # under that name (the class pickles as torch.storage.UntypedStorage)
+            legacy = module == "torch" and name.endswith("Storage") and name != "UntypedStorage"
+            ok = (module, name) in SAFE_GLOBALS or legacy or (module == "torch" and name.startswith("float8_"))
             if not ok:
                 raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
             if name.startswith("_rebuild_tensor"):

@@ -41,9 +41,11 @@ FP8_DTYPES = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float
 
 
 def originals(zoo):
+    """tests/ archives, then tests/' FX text dumps, then the zoo: a time budget cuts the zoo."""
     files = sorted(f for f in glob.glob(os.path.join(REPO, "tests", "**", "*.pt2"), recursive=True)
                    if "/fuzz/" not in f and "legacy" not in os.path.basename(f))
-    if zoo and os.path.isdir(zoo):  # after tests/, so a time budget cuts the zoo first
+    files += fx_text_fixtures()
+    if zoo and os.path.isdir(zoo):
         files += sorted(glob.glob(os.path.join(zoo, "**", "*.pt2"), recursive=True))
     return files
 
@@ -231,7 +233,7 @@ def main():
     start = time.time()
     print(f"{'original':52} {'fxfuse form':12} {'vllm form':12} detail", flush=True)
     failed = not_applicable = 0
-    for src in originals(a.zoo) + fx_text_fixtures():
+    for src in originals(a.zoo):
         if a.deadline_s and time.time() - start > a.deadline_s:
             r = {"original": os.path.relpath(src, REPO), "status": "SKIP", "detail": "time budget"}
         else:
