@@ -218,8 +218,9 @@ class GraphWriter {
       std::set<std::string> syms;
       e.collectSymbols(syms);
       std::map<std::string, int64_t> env;
-      for (const auto& s : syms)
-        if (const SymbolInfo* info = ctx_.m.symbols.find(s); info && info->hint) env[s] = *info->hint;
+      // torch's deserializer needs a hint for every backed symbol; a graph without one (an FX
+      // text dump) gets exampleSize's.
+      for (const auto& s : syms) env[s] = exampleSize(ctx_.m.symbols.find(s));
       if (auto v = e.evaluate(env)) expr["hint"] = {{"as_int", *v}};
     }
     return {{"as_expr", expr}};

@@ -989,4 +989,12 @@ bool SymbolTable::knownNotEqual(const SymExpr& a, const SymExpr& b) const {
   return (r.lo && *r.lo > 0) || (r.hi && *r.hi < 0);
 }
 
+int64_t exampleSize(const SymbolInfo* info) {
+  if (info && info->hint) return *info->hint;
+  int64_t v = 16;
+  if (info && info->min && v < *info->min) v = *info->min;
+  if (info && info->max && v > *info->max) v = *info->max;
+  return v;
+}
+
 }  // namespace fxfuse::ir

@@ -88,6 +88,10 @@ struct SymbolInfo {
   std::string source;
 };
 
+// A value for a symbol where one size must be picked without a binding (hints of written
+// archives, sample inputs): its hint, else 16 (verify's default size) clamped to its range.
+int64_t exampleSize(const SymbolInfo* info);
+
 class SymbolTable {
  public:
   SymbolInfo& getOrAdd(const std::string& name);

@@ -82,12 +82,7 @@ int64_t hinted(const SymExpr& e, const SymbolTable& symbols, const std::string& 
   std::set<std::string> syms;
   e.collectSymbols(syms);
   std::map<std::string, int64_t> env;
-  for (const auto& s : syms) {
-    const SymbolInfo* info = symbols.find(s);
-    if (info && info->hint) env[s] = *info->hint;
-    else if (info && info->min) env[s] = std::max<int64_t>(*info->min, 2);
-    else env[s] = 2;
-  }
+  for (const auto& s : syms) env[s] = exampleSize(symbols.find(s));
   auto v = e.evaluate(env);
   if (!v || *v < 0) fail("{}: sample inputs: size {} has no value at the symbols' hints", where, e.str());
   return *v;
