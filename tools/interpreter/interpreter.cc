@@ -771,10 +771,28 @@ RValue symOp(const std::string& op, const std::vector<RValue>& a) {
   };
   auto num = [&](size_t i) { return symNumber(a[i]); };
   auto bothInt = [&] { return isIntLike(a[0]) && isIntLike(a[1]); };
-  auto intOr = [&](double v, bool as_int) { return as_int ? RValue::ofInt(static_cast<int64_t>(v)) : RValue::ofFloat(v); };
-  if (op == "add") { need(2); return intOr(num(0) + num(1), bothInt()); }
-  if (op == "sub") { need(2); return intOr(num(0) - num(1), bothInt()); }
-  if (op == "mul") { need(2); return intOr(num(0) * num(1), bothInt()); }
+  // An integer result must fit int64 (a graph's symbolic arithmetic can overflow it: refused,
+  // never converted out of range).
+  auto toInt = [&](double v) {
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+      fail("symbolic {}: the integer result {} does not fit int64", op, v);
+    return static_cast<int64_t>(v);
+  };
+  auto intOr = [&](double v, bool as_int) { return as_int ? RValue::ofInt(toInt(v)) : RValue::ofFloat(v); };
+  // Integer add/sub/mul exactly (doubles lose integers above 2^53).
+  auto exact = [&](bool (*f)(int64_t, int64_t, int64_t*)) {
+    int64_t r;
+    auto intOf = [](const RValue& x) { return x.kind == RValue::Kind::Int ? x.i : x.b ? 1 : 0; };
+    if (f(intOf(a[0]), intOf(a[1]), &r))
+      fail("symbolic {}: the integer result overflows int64", op);
+    return RValue::ofInt(r);
+  };
+  auto add = [](int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, y, r); };
+  auto sub = [](int64_t x, int64_t y, int64_t* r) { return __builtin_sub_overflow(x, y, r); };
+  auto mul = [](int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); };
+  if (op == "add") { need(2); return bothInt() ? exact(add) : intOr(num(0) + num(1), false); }
+  if (op == "sub") { need(2); return bothInt() ? exact(sub) : intOr(num(0) - num(1), false); }
+  if (op == "mul") { need(2); return bothInt() ? exact(mul) : intOr(num(0) * num(1), false); }
   if (op == "floordiv") {
     need(2);
     if (num(1) == 0) fail("floordiv by zero");
@@ -800,9 +818,9 @@ RValue symOp(const std::string& op, const std::vector<RValue>& a) {
   if (op == "and_") { need(2); return RValue::ofBool(num(0) != 0 && num(1) != 0); }
   if (op == "or_") { need(2); return RValue::ofBool(num(0) != 0 || num(1) != 0); }
   if (op == "not_" || op == "sym_not") { need(1); return RValue::ofBool(num(0) == 0); }
-  if (op == "trunc" || op == "sym_int") { need(1); return RValue::ofInt(static_cast<int64_t>(std::trunc(num(0)))); }
-  if (op == "floor") { need(1); return RValue::ofInt(static_cast<int64_t>(std::floor(num(0)))); }
-  if (op == "ceil") { need(1); return RValue::ofInt(static_cast<int64_t>(std::ceil(num(0)))); }
+  if (op == "trunc" || op == "sym_int") { need(1); return RValue::ofInt(toInt(std::trunc(num(0)))); }
+  if (op == "floor") { need(1); return RValue::ofInt(toInt(std::floor(num(0)))); }
+  if (op == "ceil") { need(1); return RValue::ofInt(toInt(std::ceil(num(0)))); }
   if (op == "sqrt" || op == "sym_sqrt") { need(1); return RValue::ofFloat(std::sqrt(num(0))); }
   if (op == "sym_float") { need(1); return RValue::ofFloat(num(0)); }
   if (op == "sym_max") { need(2); return intOr(std::max(num(0), num(1)), bothInt()); }
