@@ -1067,7 +1067,8 @@ void Lowerer::lowerGenerated(Node& n) {
                t == "aten.constant_pad_nd.default" || t == "aten.index.Tensor" || t == "aten._unsafe_index.Tensor" ||
                t == "aten.index_select.default" || t == "aten.gather.default" || t == "aten.embedding.default" ||
                t == "aten.slice_scatter.default" || t == "aten.select_scatter.default" ||
-               t == "aten.cumsum.default" || t == "aten.triu.default" || t == "aten.tril.default" || t == "aten.split.Tensor" || t == "aten.split_with_sizes.default" ||
+               t == "aten.cumsum.default" || t == "aten.triu.default" || t == "aten.tril.default" ||
+               t == "aten.split.Tensor" || t == "aten.split_with_sizes.default" ||
                t == "aten.chunk.default" || t == "aten.unbind.int" || t == "aten.contiguous.default" ||
                t == "aten.as_strided.default" || t == "aten.diff.default" || t == "aten.repeat.default" ||
                t == "aten.repeat_interleave.self_int" || t == "aten.scatter.src" || t == "aten.scatter.value" ||
