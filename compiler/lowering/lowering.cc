@@ -247,6 +247,18 @@ class Lowerer {
     if (k <= 0 || s >= d || o - 1 > (d - 1 - s) / k)
       unsupported(n, fmt::format("{} elements from {} by step {} do not fit a dim of size {}", o, s, k, d));
   }
+  // `from` broadcasts to `to` (right-aligned, each dim equal or 1): a generated kernel reading
+  // `from` at `to`'s coordinates stays inside it.
+  void checkBroadcastsTo(const Node& n, const std::vector<SymExpr>& from, const std::vector<SymExpr>& to,
+                         const std::string& what) {
+    bool ok = from.size() <= to.size();
+    for (size_t k = 0; ok && k < from.size(); ++k) {
+      const SymExpr& f = from[from.size() - 1 - k];
+      const SymExpr& t = to[to.size() - 1 - k];
+      ok = isOne(f) || f == t || hint(f) == hint(t);  // symbolic spellings differ: compare at hints
+    }
+    if (!ok) unsupported(n, what + " does not broadcast to the output's shape");
+  }
   int64_t hint(const SymExpr& e) {
     std::set<std::string> syms;
     e.collectSymbols(syms);
@@ -1230,6 +1242,7 @@ void Lowerer::lowerGenerated(Node& n) {
     // the destination's metadata)
     Value* src = tensorArg(n, "src");
     if (!src) unsupported(n, "a tensor argument is missing");
+    checkBroadcastsTo(n, src->type.shape, osh, "src");
     int v = gnode("remap", "expand", {operand(src, n)}, src->type.dtype, osh, o);
     if (src->type.dtype != odt) {
       member(v);
@@ -1571,6 +1584,11 @@ void Lowerer::lowerGenerated(Node& n) {
     size_t r = x->type.shape.size();
     if (r == 0 || src->type.shape.size() + 1 != r) unsupported(n, "src must have one dimension fewer than self");
     int64_t d = normDim(n, intArg(n, "dim", 0), r);
+    std::vector<SymExpr> row = x->type.shape;
+    row.erase(row.begin() + d);
+    bool same = src->type.shape.size() == row.size();  // read at row coordinates: equal at the hints
+    for (size_t k = 0; same && k < row.size(); ++k) same = src->type.shape[k] == row[k] || hint(src->type.shape[k]) == hint(row[k]);
+    if (!same) unsupported(n, "src's shape is not self's without dim");
     SymExpr idx = requiredSize(n, "index");
     if (idx.isInt() && idx.intValue() < 0) idx = idx + x->type.shape[static_cast<size_t>(d)];
     if (idx.isInt() && (idx.intValue() < 0 || idx.intValue() >= hint(x->type.shape[static_cast<size_t>(d)])))
