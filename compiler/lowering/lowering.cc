@@ -557,14 +557,16 @@ class Lowerer {
     grp_ = Group();
     std::vector<std::pair<int, int>> outs;
     std::vector<std::pair<const Value*, int>> stored;
-    for (const auto& [v, gn] : gr.values) {
+    // In value-id order, not the map's pointer order: buffer numbering, the kernel's output
+    // order and so its source and hash must not depend on heap addresses.
+    std::vector<std::pair<const Value*, int>> values(gr.values.begin(), gr.values.end());
+    std::sort(values.begin(), values.end(), [](const auto& a, const auto& b) { return a.first->id < b.first->id; });
+    for (const auto& [v, gn] : values) {
       if (!usedOutside(v, gr)) continue;
       int t = freshFor(v);
       outs.push_back({gn, t});
       stored.push_back({v, t});
     }
-    // Stable order: by value id then name.
-    std::sort(stored.begin(), stored.end(), [](auto& a, auto& b) { return a.first->id < b.first->id; });
     std::sort(outs.begin(), outs.end(), [&](auto& a, auto& b) { return a.second < b.second; });
     std::vector<std::pair<int, int>> main, extra;
     for (auto& ot : outs) {
@@ -2903,6 +2905,7 @@ void Lowerer::finish() {
 }
 
 pb::Plan Lowerer::run(LowerStats* stats) {
+  g_.renumber();  // dense value ids: the order generated kernels store their outputs in
   plan_.set_plan_major(1);
   plan_.set_plan_minor(0);
   plan_.set_producer("fxfuse 0.1");
