@@ -1,4 +1,5 @@
-// Factories of every fxfuse pass (the registry in all_passes.cc lists them in one table).
+// Factories of the canonicalization and cleanup passes. The fusion passes register
+// themselves (passes/fuse/pattern.h); passes/pipeline/registry.cc lists them all.
 // See docs/passes.md for what each pass requires and guarantees.
 #pragma once
 
@@ -19,9 +20,5 @@ std::unique_ptr<Pass> createCanonicalizeActivationPass();
 std::unique_ptr<Pass> createDcePass();
 std::unique_ptr<Pass> createCsePass();
 std::unique_ptr<Pass> createCleanupPass();
-std::unique_ptr<Pass> createAllReduceRmsNormFusionPass();
-std::unique_ptr<Pass> createRmsNormQuantFusionPass();
-std::unique_ptr<Pass> createSiluMulQuantFusionPass();
-std::unique_ptr<Pass> createAttentionQuantFusionPass();
 
 }  // namespace fxfuse::passes

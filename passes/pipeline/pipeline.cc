@@ -8,11 +8,12 @@
 
 #include "ir/fxg.h"
 #include "ir/io.h"
-#include "ir/output_set.h"
 #include "ir/lifted_scalar.h"
 #include "ir/op_table.h"
+#include "ir/output_set.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
+#include "passes/fuse/pattern.h"
 #include "passes/pipeline/registry.h"
 #include "passes/toolkit/op_util.h"
 
@@ -24,13 +25,20 @@ std::map<int, int64_t> CompileOptions::defaultAllReduceMaxBytes() {
 }
 
 const std::vector<std::string>& defaultPipeline() {
-  static const std::vector<std::string> kDefault = {
-      "functionalize",         "noop-elimination",         "canonicalize-ops",
-      "canonicalize-norm",     "canonicalize-quant",       "canonicalize-activation",
-      "dce",                   "cse",                      "allreduce-rmsnorm-fusion",
-      "rmsnorm-quant-fusion",  "silu-mul-quant-fusion",    "attention-quant-fusion",
-      "cleanup",
-  };
+  // Canonicalize, then every fusion pass in priority order, then cleanup.
+  static const std::vector<std::string> kDefault = [] {
+    std::vector<std::string> names = {"functionalize",
+                                      "noop-elimination",
+                                      "canonicalize-ops",
+                                      "canonicalize-norm",
+                                      "canonicalize-quant",
+                                      "canonicalize-activation",
+                                      "dce",
+                                      "cse"};
+    for (const auto& spec : passes::fuse::fusionPasses()) names.push_back(spec.name);
+    names.push_back("cleanup");
+    return names;
+  }();
   return kDefault;
 }
 
@@ -58,9 +66,7 @@ bool isFusionPass(const std::string& name) {
 std::map<std::string, int64_t> countCanonicalOps(const ir::Graph& g) {
   return countOps(g, ir::FxfuseOpKind::Canonical);
 }
-std::map<std::string, int64_t> countFusedOps(const ir::Graph& g) {
-  return countOps(g, ir::FxfuseOpKind::Fused);
-}
+std::map<std::string, int64_t> countFusedOps(const ir::Graph& g) { return countOps(g, ir::FxfuseOpKind::Fused); }
 
 CompileResult compileModule(ir::Module& m, const CompileOptions& opts) {
   using Clock = std::chrono::steady_clock;

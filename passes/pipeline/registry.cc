@@ -1,6 +1,8 @@
-// The pass registry: every pass by name, in one table (docs/passes.md mirrors it).
+// The pass registry: every pass by name — the canonicalization and cleanup passes of this
+// table, then the self-registered fusion passes by priority (docs/passes.md mirrors it).
 #include "passes/pipeline/registry.h"
 
+#include "passes/fuse/pattern.h"
 #include "passes/passes.h"
 
 namespace fxfuse::compiler {
@@ -9,18 +11,22 @@ const std::vector<PassInfo>& allPasses() {
   static const std::vector<PassInfo>* kPasses = [] {
     auto* v = new std::vector<PassInfo>();
     std::unique_ptr<Pass> (*factories[])() = {
-        passes::createFunctionalizePass,         passes::createNoopEliminationPass,
-        passes::createCanonicalizeOpsPass,       passes::createCanonicalizeNormPass,
-        passes::createCanonicalizeQuantPass,     passes::createCanonicalizeActivationPass,
-        passes::createDcePass,                   passes::createCsePass,
-        passes::createCleanupPass,               passes::createAllReduceRmsNormFusionPass,
-        passes::createRmsNormQuantFusionPass,    passes::createSiluMulQuantFusionPass,
-        passes::createAttentionQuantFusionPass,
+        passes::createFunctionalizePass,
+        passes::createNoopEliminationPass,
+        passes::createCanonicalizeOpsPass,
+        passes::createCanonicalizeNormPass,
+        passes::createCanonicalizeQuantPass,
+        passes::createCanonicalizeActivationPass,
+        passes::createDcePass,
+        passes::createCsePass,
+        passes::createCleanupPass,
     };
     for (auto f : factories) {
       auto p = f();
       v->push_back(PassInfo{std::string(p->name()), std::string(p->summary()), f});
     }
+    for (const auto& spec : passes::fuse::fusionPasses())
+      v->push_back(PassInfo{spec.name, spec.summary, [&spec] { return passes::fuse::createFusionPass(spec); }});
     return v;
   }();
   return *kPasses;

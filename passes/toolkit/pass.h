@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -89,7 +90,7 @@ class Pass {
 struct PassInfo {
   std::string name;
   std::string summary;
-  std::unique_ptr<Pass> (*create)();
+  std::function<std::unique_ptr<Pass>()> create;
 };
 
 
