@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks that two fxfuse binaries give the same CPU results on every graph in tests/: the
-# output of `compile --report` (timings removed) and of `verify`, graph by graph. Used to show
+# output of `compile --report` (timings removed), the launch plan (`--emit=plan-text`, or the
+# refusal) and `verify`, graph by graph. Used to show
 # that a refactoring changed no behaviour.
 #
 #   tools/compare_cpu_results.sh OLD_FXFUSE NEW_FXFUSE [GRAPH...]
@@ -32,6 +33,9 @@ run_one() {  # run_one BIN TAG GRAPH
   local bin=$1 tag=$2 g=$3
   "$bin" compile "$g" -q -o "$tmp/$tag.fxg" --report="$tmp/$tag.report.json" > "$tmp/$tag.compile.out" 2>&1
   echo "exit $?" >> "$tmp/$tag.compile.out"
+  "$bin" compile "$g" -q --emit=plan-text -o "$tmp/$tag.plan" > "$tmp/$tag.plan.out" 2>&1
+  echo "exit $?" >> "$tmp/$tag.plan.out"
+  [[ -f "$tmp/$tag.plan" ]] || echo "<no plan>" > "$tmp/$tag.plan"
   strip_timings < "$tmp/$tag.report.json" > "$tmp/$tag.report" 2>/dev/null || echo "<no report>" > "$tmp/$tag.report"
   timeout "$timeout_s" "$bin" verify "$g" > "$tmp/$tag.verify" 2>&1
   echo "exit $?" >> "$tmp/$tag.verify"
@@ -42,7 +46,7 @@ for g in "${graphs[@]}"; do
   rm -f "$tmp"/old.* "$tmp"/new.*
   run_one "$old" old "$g"; run_one "$new" new "$g"
   bad=""
-  for k in compile.out fxg report verify; do
+  for k in compile.out fxg report plan plan.out verify; do
     cmp -s "$tmp/old.$k" "$tmp/new.$k" || bad+=" $k"
   done
   if grep -q '^exit 124$' "$tmp/old.verify" && grep -q '^exit 124$' "$tmp/new.verify"; then timeouts=$((timeouts + 1)); fi

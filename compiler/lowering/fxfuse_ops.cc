@@ -1,0 +1,460 @@
+// Canonical and fused fxfuse ops lowered to kernels of kernels/ or to generated kernels.
+#include "compiler/lowering/lowerer.h"
+
+namespace fxfuse::lowering::detail {
+
+// ---------------------------------------------------------------------------------- fxfuse ops
+
+// The residual the kernels update in place: the input's own buffer when this node is its only
+// reader (donated), else a fresh buffer the residual is copied into first.
+int Lowerer::inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr>& shape, DType dt, Value* res_out) {
+  int tri = mat(residual, n);
+  // (freshTensor below may move trefs_: decide everything about `tri` before it)
+  const TRef& ri = trefs_[static_cast<size_t>(tri)];
+  const Buf& rb = bufs_[static_cast<size_t>(ri.buffer)];
+  const bool dense_same_shape = isContiguous(ri) && ri.shape == shape;
+  bool donate = rb.kind == pb::ARENA && rb.trefs == 1 && residual->numUses() == 1 &&
+                residual->graphOutputUses() == 0 && dense_same_shape;
+  if (donate) return tri;
+  int tres = freshTensor(dt, shape, res_out ? res_out->name : residual->name + ".updated");
+  if (dense_same_shape) {
+    pb::Step* cs = addStep({n.name}, "copy residual (updated in place by the next kernel)");
+    auto* c = cs->mutable_copy();
+    c->set_src(tri);
+    c->set_dst(tres);
+    ir::symExprToProto(numelOf(shape) * I(ir::dtypeBytes(dt)), c->mutable_bytes());
+    touch(tri, stepIndex());
+    touch(tres, stepIndex());
+    stats_.copies++;
+  } else {
+    int ld = loadOf(tri);
+    int cp = gnode("cast", "", {ld}, dt, shape, n.name);
+    emitKernel({cp}, shape, 0, {{cp, tres}});
+  }
+  return tres;
+}
+
+bool Lowerer::lowerFxfuseLibrary(Node& n) {
+  if (!opts_.library_kernels) return false;
+  const std::string name = n.target.substr(7, n.target.size() - 7 - 8);  // fxfuse.<name>.default
+  auto d16 = [](DType t) { return t == DType::BF16 || t == DType::F16; };
+  Value* x = valArg(n, "input");
+  if (!x) return false;
+  const DType xd = x->type.dtype;
+  if (!d16(xd)) return false;
+  Value* w = valArg(n, "weight");
+  if (w && w->type.dtype != xd) return false;
+  if (auto nd = dtypeArg(n, "norm_dtype"); nd && *nd != xd) return false;
+  Value* residual = valArg(n, "residual");
+  if (residual && residual->type.dtype != xd) return false;
+  Value* up = valArg(n, "up");
+  if (up) return false;
+  std::string kind = str(n, "kind", "static_tensor");
+  if (flag(n, "scale_ue8m0", false)) return false;
+  if (flag(n, "column_major_scales", false)) return false;
+  if (kind == "dynamic_tensor" && name == "rms_norm_quant") return false;
+  bool is_rn = name == "rms_norm", is_far = name == "fused_add_rms_norm", is_q = name == "quant_fp8",
+       is_sm = name == "silu_and_mul" || name == "silu_and_mul_quant",
+       is_rnq = name == "rms_norm_quant" || name == "fused_add_rms_norm_quant";
+  if (!(is_rn || is_far || is_q || is_sm || is_rnq)) return false;
+  Value* out0 = n.output(0);
+  if (!out0) return true;
+  if (is_rn || is_far) {
+    if (out0->type.dtype != xd) return false;
+  }
+  if (is_sm && name == "silu_and_mul" && out0->type.dtype != xd) return false;
+  if (is_far && n.output(1) && n.output(1)->type.dtype != xd) return false;
+
+  int tx = mat(x, n);
+  {
+    const TRef& xt = trefs_[static_cast<size_t>(tx)];
+    if (!rowStride(xt)) tx = copyTo(tx, n.name);
+  }
+  const TRef X = trefs_[static_cast<size_t>(tx)];
+  if (X.shape.empty()) unsupported(n, "the input is 0-d: it has no hidden dim to normalize");
+  SymExpr H = X.shape.back();
+  SymExpr T = floorDiv(numelOf(X.shape), H);
+  if (H.isInt() && H.intValue() == 0) return false;
+  SymExpr xrs = *rowStride(X);
+  int tw = w ? mat(w, n) : -1;
+  if (tw >= 0 && !isContiguous(trefs_[static_cast<size_t>(tw)])) tw = copyTo(tw, n.name);
+  // Scale tensors.
+  Value* scale = valArg(n, is_sm && name == "silu_and_mul_quant" ? "scale" : "scale");
+  int tsc = scale ? mat(scale, n) : -1;
+  Value* ub = valArg(n, "scale_ub");
+  int tub = ub ? mat(ub, n) : -1;
+  closeGroup();
+
+  int tres = -1;
+  Value* res_out = nullptr;
+  if (residual) {
+    res_out = n.output(1);
+    tres = inPlaceResidual(n, residual, X.shape, xd, res_out);
+  }
+  auto scaleSpec = [&](pb::KernelLaunch* k, const std::string& kind_s, Value* scale_out_v) {
+    std::string sk = kind_s == "static_tensor" ? "static_per_tensor" : kind_s == "dynamic_token" ? "dynamic_per_token"
+                     : kind_s == "dynamic_tensor" ? "dynamic_per_tensor" : kind_s == "dynamic_group" ? "dynamic_per_group" : "";
+    if (sk.empty()) unsupported(n, "unknown quant kind '" + kind_s + "'");
+    argS(k, "scale_kind", sk);
+    if (kind_s == "static_tensor") {
+      if (tsc < 0) unsupported(n, "static quant without a scale");
+      argT(k, "scale", tsc);
+    } else {
+      int tso;
+      if (scale_out_v) {
+        tso = freshFor(scale_out_v);
+        mat_[scale_out_v] = tso;
+      } else {
+        std::vector<SymExpr> ss = kind_s == "dynamic_token" ? std::vector<SymExpr>{T}
+                                  : kind_s == "dynamic_tensor" ? std::vector<SymExpr>{I(1)}
+                                  : std::vector<SymExpr>{T, floorDiv(H, I(intArg(n, "group_size", 128)))};
+        tso = freshTensor(DType::F32, ss, n.name + ".scale");
+      }
+      argT(k, "scale", tso);
+    }
+    if (kind_s == "dynamic_group") argI(k, "group_size", I(intArg(n, "group_size", 0)));
+    if (tub >= 0) argT(k, "scale_ub", tub);
+    argS(k, "scale_application", flag(n, "divide", false) ? "divide" : "multiply_by_reciprocal");
+    argF(k, "min_abs", num(n, "min_abs", 0.0));
+    argF(k, "min_scale", num(n, "min_scale", 4.359654017857143e-06));
+  };
+  auto common = [&](pb::KernelLaunch* k) {
+    argI(k, "num_tokens", T);
+    argI(k, "hidden_size", H);
+    argD(k, "dtype", xd);
+    argT(k, "input", tx);
+    argI(k, "input_row_stride", xrs);
+  };
+  if (is_sm) {
+    SymExpr d = floorDiv(H, I(2));
+    pb::Step* st = addStep({n.name}, name);
+    auto* k = st->mutable_kernel();
+    k->set_kernel("lib.silu_and_mul");
+    argI(k, "num_tokens", T);
+    argI(k, "hidden_size", d);
+    argD(k, "dtype", xd);
+    argT(k, "input", tx);
+    argI(k, "input_row_stride", xrs);
+    int to = freshFor(out0);
+    argD(k, "output_dtype", out0->type.dtype);
+    argT(k, "output", to);
+    argI(k, "output_row_stride", d);
+    if (name == "silu_and_mul_quant") {
+      argT(k, "scale", tsc);
+      argS(k, "scale_application", "multiply_by_reciprocal");
+    }
+    mat_[out0] = to;
+    stats_.library++;
+    return true;
+  }
+  pb::Step* st = addStep({n.name}, name);
+  auto* k = st->mutable_kernel();
+  if (is_rn || is_far) {
+    k->set_kernel("lib.rms_norm");
+    common(k);
+    if (tw >= 0) {
+      argT(k, "weight", tw);
+      argD(k, "weight_dtype", xd);
+    }
+    int to = freshFor(out0);
+    argT(k, "output", to);
+    argI(k, "output_row_stride", H);
+    if (is_far) {
+      argT(k, "residual", tres);
+      argI(k, "residual_row_stride", H);
+      argS(k, "residual_variance", flag(n, "variance_of_rounded_sum", false) ? "rounded_sum" : "unrounded_sum");
+      if (res_out) mat_[res_out] = tres;
+    }
+    argScalar(k, n, "epsilon", 1e-6);
+    mat_[out0] = to;
+  } else if (is_q) {
+    k->set_kernel("lib.quant_fp8");
+    common(k);
+    int to = freshFor(out0);
+    argT(k, "output", to);
+    argI(k, "output_row_stride", H);
+    scaleSpec(k, kind, n.output(1));
+    mat_[out0] = to;
+  } else {
+    bool far = name == "fused_add_rms_norm_quant";
+    k->set_kernel("lib.rms_norm_quant_fp8");
+    common(k);
+    if (tw >= 0) {
+      argT(k, "weight", tw);
+      argD(k, "weight_dtype", xd);
+    }
+    if (far) {
+      argT(k, "residual", tres);
+      argI(k, "residual_row_stride", H);
+      argS(k, "residual_variance", flag(n, "variance_of_rounded_sum", true) ? "rounded_sum" : "unrounded_sum");
+      if (res_out) mat_[res_out] = tres;
+    }
+    argScalar(k, n, "epsilon", 1e-6);
+    int to = freshFor(out0);
+    argT(k, "output", to);
+    argI(k, "output_row_stride", H);
+    scaleSpec(k, kind, n.output(far ? 2 : 1));
+    mat_[out0] = to;
+  }
+  stats_.library++;
+  return true;
+}
+
+// fxfuse.all_reduce_rms_norm[_quant] -> one FusedAllReduceNorm step (kernels/all_reduce_rms_norm.h
+// at run time, or its NCCL fallback):
+//
+//   input ─ all_reduce ─ a ─(+ residual)─ z ─ rms_norm(weight) ─ n ─ quant_fp8(scale) ─ q
+//                                         └─ residual (in place)  └─ norm_out            └─ quant_out
+//
+// Returns false when the kernels' contract does not cover the node (dtypes other than one
+// 16-bit type throughout, an FP8 output other than e4m3fn).
+bool Lowerer::lowerFusedAllReduceNorm(Node& n) {
+  if (!opts_.library_kernels) return false;
+  const bool quant = n.target == "fxfuse.all_reduce_rms_norm_quant.default";
+  Value* x = valArg(n, "input");
+  if (!x || x->type.shape.empty()) return false;
+  const DType xd = x->type.dtype;
+  if (xd != DType::BF16 && xd != DType::F16) return false;
+  Value* w = valArg(n, "weight");
+  Value* residual = valArg(n, "residual");
+  Value* scale = valArg(n, "scale");
+  if (w && w->type.dtype != xd) return false;
+  if (residual && residual->type.dtype != xd) return false;
+  if (auto nd = dtypeArg(n, "norm_dtype"); nd && *nd != xd) return false;
+  Value* out0 = n.output(0);
+  Value* res_out = n.output(1);
+  if (out0 && out0->type.dtype != (quant ? DType::F8E4M3FN : xd)) return false;
+  if (res_out && res_out->type.dtype != xd) return false;
+  if (quant && (!scale || scale->type.dtype != DType::F32)) return false;
+
+  int tx = contiguous(mat(x, n), n.name);
+  const std::vector<SymExpr> shape = trefs_[static_cast<size_t>(tx)].shape;
+  const SymExpr H = shape.back();
+  const SymExpr T = floorDiv(numelOf(shape), H);
+  int tw = w ? contiguous(mat(w, n), n.name) : -1;
+  int tsc = quant ? mat(scale, n) : -1;
+  closeGroup();
+  int tres = residual ? inPlaceResidual(n, residual, shape, xd, res_out) : -1;
+
+  // Workspace capacity: the token count's largest value, capped by the fusion's size limit.
+  int64_t cap = intArg(n, "max_token_num", 0);
+  auto range = m_.symbols.range(T);
+  int64_t max_tokens = T.isInt() ? T.intValue() : range.hi.value_or(cap > 0 ? cap : 8192);
+  if (cap > 0) max_tokens = std::min(max_tokens, cap);
+
+  pb::Step* st = addStep({n.name}, quant ? "fused all-reduce + rms_norm + fp8 quant" : "fused all-reduce + rms_norm");
+  auto* f = st->mutable_fused_all_reduce_norm();
+  auto use = [&](int t) {
+    if (t >= 0) touch(t, stepIndex());
+    return t;
+  };
+  f->set_input(use(tx));
+  f->set_residual(use(tres));
+  f->set_weight(use(tw));
+  f->set_scale(use(tsc));
+  f->set_allreduce_out(-1);
+  f->set_norm_out(-1);
+  f->set_quant_out(-1);
+  if (out0 && out0->numUses() + out0->graphOutputUses() > 0) {
+    int to = use(freshFor(out0));
+    if (quant) f->set_quant_out(to);
+    else f->set_norm_out(to);
+    mat_[out0] = to;
+  } else if (!quant) {
+    f->set_norm_out(use(freshTensor(xd, shape, n.name + ".norm")));  // the kernels need one output
+  } else {
+    f->set_quant_out(use(freshTensor(DType::F8E4M3FN, shape, n.name + ".q")));
+  }
+  if (residual) {
+    if (res_out) mat_[res_out] = tres;
+  } else if (res_out && res_out->numUses() + res_out->graphOutputUses() > 0) {
+    int ta = use(freshFor(res_out));
+    f->set_allreduce_out(ta);
+    mat_[res_out] = ta;
+  }
+  f->set_epsilon(num(n, "epsilon", 1e-6));
+  f->set_dtype(toPlanDType(xd));
+  ir::symExprToProto(T, f->mutable_num_tokens());
+  ir::symExprToProto(H, f->mutable_hidden_size());
+  f->set_max_tokens(max_tokens);
+  f->set_residual_variance(flag(n, "variance_of_rounded_sum", false) || !residual ? "rounded_sum" : "unrounded_sum");
+  f->set_scale_application(flag(n, "divide", false) ? "divide" : "multiply_by_reciprocal");
+  f->set_group(str(n, "group_name", ""));
+  stats_.collectives++;
+  return true;
+}
+
+// The same ops through generated code (any dtype, layout and weight dtype).
+void Lowerer::lowerFxfuseGenerated(Node& n) {
+  const std::string name = n.target.substr(7, n.target.size() - 7 - 8);
+  const std::string& o = n.name;
+  const DType f32 = DType::F32;
+  Value* x = valArg(n, "input");
+  if (!x) unsupported(n, "missing input");
+  const auto& sh = x->type.shape;
+  if (sh.empty()) unsupported(n, "rank-0 input");
+  auto rs = rowShape(sh);
+  std::string kind = str(n, "kind", "static_tensor");
+  bool needs_row = name != "silu_and_mul" && name != "silu_and_mul_quant" &&
+                   !(name == "quant_fp8" && kind == "static_tensor");
+  if (kind == "dynamic_group" || kind == "dynamic_tensor")
+    unsupported(n, "group and per-tensor dynamic quantization need the kernels library (dtype/layout not covered)");
+  if (name.rfind("all_reduce", 0) == 0 && opts_.world_size > 1)
+    unsupported(n, "fused all-reduce at world size > 1 needs an NCCL step first (not lowered through generated code)");
+  prepareGroup(n, {sh, needs_row ? 1 : 0}, false);
+  int xin = operand(x, n);
+  auto cvt = [&](int a, DType t, const std::vector<SymExpr>& s) {
+    int r = gCast(a, t, s, o);
+    if (r != a) member(r);
+    return r;
+  };
+  auto bin = [&](const std::string& f, int a, int b, DType t, const std::vector<SymExpr>& s) {
+    int r = gBin(f, a, b, t, s, o);
+    member(r);
+    return r;
+  };
+  auto un = [&](const std::string& f, int a, DType t, const std::vector<SymExpr>& s) {
+    int r = gUnary(f, a, t, s, o);
+    member(r);
+    return r;
+  };
+  // n = rms_norm of v (fp32), rounded to N, times weight rounded to O.
+  auto norm = [&](int v, DType ndt, DType odt, Value* w) {
+    int sq = bin("mul", v, v, f32, sh);
+    int mean = gReduce("mean", sq, 1, f32, rs, o);
+    member(mean);
+    int eps = constNum(static_cast<double>(static_cast<float>(num(n, "epsilon", 1e-6))), f32);
+    int inv = un("rsqrt", bin("add", mean, eps, f32, rs), f32, rs);
+    int nn = cvt(bin("mul", v, inv, f32, sh), ndt, sh);
+    if (!w) return cvt(nn, odt, sh);
+    int wv = cvt(operand(w, n), f32, w->type.shape);
+    return cvt(bin("mul", cvt(nn, f32, sh), wv, f32, sh), odt, sh);
+  };
+  auto quant = [&](int v, Value* scale_v, bool divide) {
+    int s = cvt(operand(scale_v, n), f32, scale_v->type.shape);
+    std::vector<SymExpr> ssh = scale_v->type.shape;
+    int vf = cvt(v, f32, sh);
+    int scaled = divide ? bin("div", vf, s, f32, sh)
+                        : bin("mul", vf, un("reciprocal", s, f32, ssh), f32, sh);
+    int cl = gnode("clamp", "", {scaled}, f32, sh, o);
+    cg_.node(cl).f = {-kernels::kFp8E4m3Max, kernels::kFp8E4m3Max};
+    cg_.node(cl).iv = {1, 1};
+    member(cl);
+    return cvt(cl, DType::F8E4M3FN, sh);
+  };
+  auto dynQuant = [&](int v, Value* q_out, Value* scale_out) {
+    int vf = cvt(v, f32, sh);
+    int a = gReduce("max", un("abs", vf, f32, sh), 1, f32, rs, o);
+    member(a);
+    if (Value* ub = valArg(n, "scale_ub")) a = bin("min", a, cvt(operand(ub, n), f32, ub->type.shape), f32, rs);
+    a = bin("max", a, constNum(num(n, "min_abs", 0.0), f32), f32, rs);
+    int s = bin("max", bin("div", a, constNum(kernels::kFp8E4m3Max, f32), f32, rs),
+                constNum(num(n, "min_scale", 4.359654017857143e-06), f32), f32, rs);
+    bool divide = flag(n, "divide", false);
+    int scaled = divide ? bin("div", vf, s, f32, sh) : bin("mul", vf, un("reciprocal", s, f32, rs), f32, sh);
+    int cl = gnode("clamp", "", {scaled}, f32, sh, o);
+    cg_.node(cl).f = {-kernels::kFp8E4m3Max, kernels::kFp8E4m3Max};
+    cg_.node(cl).iv = {1, 1};
+    member(cl);
+    if (q_out) define(q_out, gCast(cl, q_out->type.dtype, sh, o));
+    if (scale_out) {
+      int so = gnode("remap", "reshape", {s}, f32, scale_out->type.shape, o);
+      define(scale_out, so);
+    }
+  };
+  Value* out0 = n.output(0);
+  auto ndtOf = [&](DType def) { return dtypeArg(n, "norm_dtype").value_or(def); };
+  if (name == "rms_norm" || name == "rms_norm_quant") {
+    Value* w = valArg(n, "weight");
+    DType odt = name == "rms_norm" ? (out0 ? out0->type.dtype : x->type.dtype)
+                                   : (ir::isHalf16(x->type.dtype) ? x->type.dtype : ndtOf(x->type.dtype));
+    int v = cvt(xin, f32, sh);
+    int nn = norm(v, ndtOf(x->type.dtype), odt, w);
+    if (name == "rms_norm") {
+      if (out0) define(out0, nn);
+    } else if (kind == "static_tensor") {
+      if (out0) define(out0, quant(nn, valArg(n, "scale"), flag(n, "divide", false)));
+    } else {
+      dynQuant(nn, out0, n.output(1));
+    }
+    return;
+  }
+  if (name == "fused_add_rms_norm" || name == "fused_add_rms_norm_quant" || name == "all_reduce_rms_norm" ||
+      name == "all_reduce_rms_norm_quant") {
+    Value* res = valArg(n, "residual");
+    Value* w = valArg(n, "weight");
+    bool far_q = name == "fused_add_rms_norm_quant", ar_q = name == "all_reduce_rms_norm_quant";
+    Value* res_out = n.output(1);
+    if (!res) {  // all_reduce_rms_norm without residual: rms_norm(a); residual_out = a
+      DType odt = out0 ? out0->type.dtype : x->type.dtype;
+      int nn = norm(cvt(xin, f32, sh), ndtOf(x->type.dtype), ar_q ? x->type.dtype : odt, w);
+      if (out0) define(out0, ar_q ? quant(nn, valArg(n, "scale"), flag(n, "divide", false)) : nn);
+      if (res_out) define(res_out, cvt(xin, res_out->type.dtype, sh));
+      return;
+    }
+    DType rdt = res_out ? res_out->type.dtype : res->type.dtype;
+    int s = bin("add", cvt(xin, f32, sh), cvt(operand(res, n), f32, res->type.shape), f32, sh);
+    int ro = cvt(s, rdt, sh);
+    bool vors = flag(n, "variance_of_rounded_sum", far_q);
+    int v = vors ? cvt(ro, f32, sh) : s;
+    DType ndt = ndtOf(res->type.dtype);
+    DType odt = (far_q || ar_q) ? (ir::isHalf16(x->type.dtype) ? x->type.dtype : ndt) : (out0 ? out0->type.dtype : ndt);
+    int nn = norm(v, ndt, odt, w);
+    if (res_out) define(res_out, ro);
+    if (!far_q && !ar_q) {
+      if (out0) define(out0, nn);
+    } else if (ar_q || kind == "static_tensor") {
+      if (out0) define(out0, quant(nn, valArg(n, "scale"), flag(n, "divide", false)));
+    } else {
+      dynQuant(nn, out0, n.output(2));
+    }
+    return;
+  }
+  if (name == "quant_fp8") {
+    if (kind == "static_tensor") {
+      if (out0) define(out0, quant(xin, valArg(n, "scale"), flag(n, "divide", false)));
+    } else {
+      dynQuant(xin, out0, n.output(1));
+    }
+    return;
+  }
+  if (name == "silu_and_mul" || name == "silu_and_mul_quant") {
+    Value* up = valArg(n, "up");
+    int g = xin, u;
+    std::vector<SymExpr> hs = sh;
+    if (!up) {
+      SymExpr d = floorDiv(sh.back(), I(2));
+      hs.back() = d;
+      g = gnode("remap", "slice", {xin}, x->type.dtype, hs, o);
+      cg_.node(g).iv = {static_cast<int64_t>(sh.size()) - 1};
+      cg_.node(g).sv = {I(0), I(1)};
+      u = gnode("remap", "slice", {xin}, x->type.dtype, hs, o);
+      cg_.node(u).iv = {static_cast<int64_t>(sh.size()) - 1};
+      cg_.node(u).sv = {d, I(1)};
+      member(g);
+      member(u);
+    } else {
+      u = operand(up, n);
+    }
+    DType G = cg_.node(g).dtype;
+    DType odt = name == "silu_and_mul" ? (out0 ? out0->type.dtype : G) : G;
+    int h = cvt(un("silu", cvt(g, f32, hs), f32, hs), G, hs);
+    int r = cvt(bin("mul", cvt(h, f32, hs), cvt(u, f32, hs), f32, hs), odt, hs);
+    if (name == "silu_and_mul") {
+      if (out0) define(out0, r);
+    } else {
+      Value* scale_v = valArg(n, "scale");
+      int s = cvt(operand(scale_v, n), f32, scale_v->type.shape);
+      int sc = bin("mul", cvt(r, f32, hs), un("reciprocal", s, f32, scale_v->type.shape), f32, hs);
+      int cl = gnode("clamp", "", {sc}, f32, hs, o);
+      cg_.node(cl).f = {-kernels::kFp8E4m3Max, kernels::kFp8E4m3Max};
+      cg_.node(cl).iv = {1, 1};
+      member(cl);
+      if (out0) define(out0, gCast(cl, out0->type.dtype, hs, o));
+    }
+    return;
+  }
+  unsupported(n, "no lowering for this fxfuse op");
+}
+
+}  // namespace fxfuse::lowering::detail
