@@ -155,6 +155,8 @@ for t in "${TARGETS[@]}"; do
     ls -t "$ARTIFACTS" | grep "^$t-" | head -$((after - before)) | sed "s|^|  tools/run_fuzzers.sh --repro $t $ARTIFACTS/|"
   fi
   runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || true)
+  # fork mode prints no stat:: lines: the last status line's count
+  [[ -n $runs ]] || runs=$(grep -oE '^#[0-9]+' "$log" | tail -n 1 | tr -d '#' || true)
   if [[ $rc -eq 0 ]]; then
     echo "fuzz $t: ok (${runs:-?} inputs in ${secs}s)"
   else
