@@ -62,6 +62,7 @@ class DeviceBuffer {
   void Upload(const std::vector<T>& host) {
     REQUIRE(host.size() * sizeof(T) <= bytes_);
     FXFUSE_CUDA_REQUIRE(cudaMemcpy(get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());  // see Poison()
   }
   template <typename T>
   std::vector<T> Download(size_t count) const {
@@ -70,8 +71,14 @@ class DeviceBuffer {
     FXFUSE_CUDA_REQUIRE(cudaMemcpy(host.data(), get(), count * sizeof(T), cudaMemcpyDeviceToHost));
     return host;
   }
-  // 0xFF bytes: NaN in bf16, fp16, e4m3fn and fp32.
-  void Poison() { FXFUSE_CUDA_REQUIRE(cudaMemset(get(), 0xFF, bytes_)); }
+  // 0xFF bytes: NaN in bf16, fp16, e4m3fn and fp32. Upload and Poison finish before they
+  // return: they run on the legacy stream, which kernels on non-blocking streams (the
+  // simulated ranks) do not wait for, and a late fill would overwrite a kernel's outputs
+  // (a pageable cudaMemcpy may also return before its last DMA lands).
+  void Poison() {
+    FXFUSE_CUDA_REQUIRE(cudaMemset(get(), 0xFF, bytes_));
+    FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
+  }
 
  private:
   void* base_ = nullptr;
