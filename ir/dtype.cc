@@ -96,6 +96,8 @@ bool isFloating(DType t) {
   }
 }
 
+bool isComplex(DType t) { return t == DType::C32 || t == DType::C64 || t == DType::C128; }
+
 bool isFp8(DType t) {
   return t == DType::F8E4M3FN || t == DType::F8E5M2 || t == DType::F8E4M3FNUZ ||
          t == DType::F8E5M2FNUZ || t == DType::F8E8M0FNU;

@@ -25,6 +25,7 @@ std::string_view torchDtypeName(DType t);                    // "torch.bfloat16"
 int dtypeBytes(DType t);                                     // 0 for Undefined
 bool isFloating(DType t);
 bool isFp8(DType t);
+bool isComplex(DType t);  // c32, c64, c128
 bool isHalf16(DType t);  // f16 or bf16: the "D16" activation types
 bool isIntegral(DType t, bool include_bool);
 // The value of one little-endian element of type `t` stored in `bytes` (a 0-d tensor's

@@ -13,6 +13,7 @@ using compiler::Pass;
 
 std::unique_ptr<Pass> createFunctionalizePass();
 std::unique_ptr<Pass> createNoopEliminationPass();
+std::unique_ptr<Pass> createComplexToRealPass();
 std::unique_ptr<Pass> createCanonicalizeOpsPass();
 std::unique_ptr<Pass> createCanonicalizeNormPass();
 std::unique_ptr<Pass> createCanonicalizeQuantPass();

@@ -29,6 +29,7 @@ const std::vector<std::string>& defaultPipeline() {
   static const std::vector<std::string> kDefault = [] {
     std::vector<std::string> names = {"functionalize",
                                       "noop-elimination",
+                                      "complex-to-real",
                                       "canonicalize-ops",
                                       "canonicalize-norm",
                                       "canonicalize-quant",

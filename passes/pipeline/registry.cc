@@ -13,6 +13,7 @@ const std::vector<PassInfo>& allPasses() {
     std::unique_ptr<Pass> (*factories[])() = {
         passes::createFunctionalizePass,
         passes::createNoopEliminationPass,
+        passes::createComplexToRealPass,
         passes::createCanonicalizeOpsPass,
         passes::createCanonicalizeNormPass,
         passes::createCanonicalizeQuantPass,

@@ -38,7 +38,7 @@ tests/plans/tp_llama_fp8.fxg|16|$ALL nccl+nodes|unfused
 tests/plans/tp_llama_fp8.fxg|2048|$ALL|-
 tests/data/vllm/vllm_allreduce_fp8_custom.post_grad.fxg.json|2|auto|-
 tests/data/vllm/vllm_llama32_fp8_custom.post_grad.fxg.json|hint|auto|unfused"}
-UNFUSED=functionalize,noop-elimination,canonicalize-ops,canonicalize-norm,canonicalize-quant,canonicalize-activation,dce,cleanup
+UNFUSED=functionalize,noop-elimination,complex-to-real,canonicalize-ops,canonicalize-norm,canonicalize-quant,canonicalize-activation,dce,cleanup
 passed=0; failed=0; skipped=0
 one() {  # one LABEL ARGS...   (env NEED_PROVEN=N: N ranks must print a PROVEN node check)
   local label="$1"; shift

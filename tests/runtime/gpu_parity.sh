@@ -16,7 +16,7 @@ set -uo pipefail
 FXFUSE="$1"; shift
 JOBS=${JOBS:-8}
 LOG=${LOG:-/dev/null}
-UNFUSED=functionalize,noop-elimination,canonicalize-ops,canonicalize-norm,canonicalize-quant,canonicalize-activation,dce,cleanup
+UNFUSED=functionalize,noop-elimination,complex-to-real,canonicalize-ops,canonicalize-norm,canonicalize-quant,canonicalize-activation,dce,cleanup
 runs=()
 for f in "$@"; do
   case "$f" in

@@ -199,6 +199,7 @@ OpTable& OpTable::get() {
     registerLinalgOps(*t);
     registerVllmOps(*t);
     registerFxfuseOps(*t);
+    registerComplexOps(*t);
     return t;
   }();
   return *table;
@@ -595,6 +596,12 @@ RValue resolve(const Interpreter& in, const ir::Attr& a, const Env& env) {
 void Interpreter::dispatch(Call& c) {
   c.interp = this;
   if (!c.schema) c.schema = schemaFor(c.target);
+  if (!acceptsComplex(c.target))
+    for (const auto& [name, v] : c.args)
+      if (v.kind == RValue::Kind::Tensor && ir::isComplex(v.t.dtype))
+        fail("complex tensors are supported by polar, view_as_complex/real, mul, slice, select and unsqueeze "
+             "only: {} got {}",
+             c.target, v.t.describe());
   const OpFn* fn = OpTable::get().find(c.target);
   if (fn) {
     (*fn)(c);

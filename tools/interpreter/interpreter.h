@@ -192,6 +192,9 @@ RValue deepCopy(const RValue& v);
 
 // Registration functions of the op groups (ops_*.cc).
 void registerElementwiseOps(OpTable& t);
+void registerComplexOps(OpTable& t);  // last: wraps aten.mul and the copy ops
+// Whether `target` takes complex tensors (ops_complex.cc); dispatch refuses them elsewhere.
+bool acceptsComplex(const std::string& target);
 void registerReductionOps(OpTable& t);
 void registerShapeOps(OpTable& t);
 void registerSelectOps(OpTable& t);
