@@ -100,6 +100,9 @@ struct Group {
   std::map<const Value*, int> values;  // pending graph values -> gnode
   std::vector<SymExpr> domain;
   int kred = 0;
+  // The domain is a permutation of the reduced value's shape (a reduction over dims that are
+  // not the trailing ones): its coordinates are not the graph's, so no other node may join.
+  bool permuted = false;
 };
 
 class Lowerer {
@@ -484,7 +487,7 @@ class Lowerer {
   // does not fit the group's domain get their own kernel at close time, so a node of another
   // shape may join when it reads the group's values (slices feeding a cat, a reshape).
   bool canJoin(const Node& n, const Req& q, bool index_remap) {
-    if (!grp_.open || !opts_.fuse) return false;
+    if (!grp_.open || !opts_.fuse || grp_.permuted) return false;
     const auto& D = grp_.domain;
     bool reads = consumesPending(n);
     if (index_remap && operandsDependOnReduce(n)) return false;

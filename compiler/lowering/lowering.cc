@@ -306,7 +306,11 @@ int Lowerer::trailingSource(Node& n, Value* x, const std::set<int64_t>& dims, st
     identity = identity && perm[k] == static_cast<int64_t>(k);
   }
   *shape = psh;
-  prepareGroup(n, {psh, static_cast<int>(dims.size())}, !identity);  // a permute reads other rows
+  // Reduced dims that are not trailing: a group of its own over the permuted domain (a
+  // permute reads other rows, and values in the graph's coordinates cannot share it).
+  if (!identity) closeGroup();
+  prepareGroup(n, {psh, static_cast<int>(dims.size())}, !identity);
+  if (!identity) grp_.permuted = true;
   int a = operand(x, n);
   if (identity) return a;
   int id = gnode("remap", "permute", {a}, cg_.node(a).dtype, psh, n.name);
