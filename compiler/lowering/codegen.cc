@@ -891,11 +891,11 @@ KernelSource Codegen::emit(const std::string& name, const std::vector<int>& memb
       std::string var = "s" + std::to_string(q);
       // A per-row value (a row statistic of another shape, e.g. without keepdim) is stored
       // once per row, by the first column, at the row's linear index.
-      bool per_row = isRowOutput(g.shape);
-      if (broadcastsTo(g.shape, domain))
-        em.bcastIndex(blk, var, g.shape, domain, "d");
-      else if (per_row)
+      bool per_row = so.per_row || isRowOutput(g.shape);
+      if (per_row)
         em.linearIndex(blk, var, rowDims(), g.shape, "d");
+      else if (broadcastsTo(g.shape, domain))
+        em.bcastIndex(blk, var, g.shape, domain, "d");
       else
         em.linearIndex(blk, var, domain, g.shape, "d");
       o << "    " << (per_row ? "if (col == 0) {" : "{") << blk.str();

@@ -80,6 +80,10 @@ struct GNode {
 struct StoredOutput {
   int gnode = -1;
   MemTensor dest;  // where it is written (contiguous, its own buffer)
+  // A row statistic of a row kernel over a permuted domain (a reduction over dims that are
+  // not trailing): stored once per row at the row's linear index, never by aligning its
+  // shape with the domain (the domain's coordinates are not the graph's).
+  bool per_row = false;
 };
 
 struct KernelSource {

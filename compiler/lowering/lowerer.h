@@ -562,7 +562,7 @@ class Lowerer {
       else
         extra.push_back(ot);
     }
-    if (!main.empty()) emitKernel(gr.members, gr.domain, gr.kred, main);
+    if (!main.empty()) emitKernel(gr.members, gr.domain, gr.kred, main, gr.permuted);
     for (auto& ot : extra) {
       if (depReduce(ot.first))
         fail("lowering: node '{}': a value of shape [{}] computed from a row reduction over [{}] cannot be stored",
@@ -571,12 +571,17 @@ class Lowerer {
     }
     for (auto& [v, t] : stored) mat_[v] = t;
   }
+  // `rows_permuted`: the group's domain is permuted (Group::permuted); every value it stores
+  // must be a row statistic.
   void emitKernel(const std::vector<int>& members, const std::vector<SymExpr>& domain, int kred,
-                  const std::vector<std::pair<int, int>>& outs) {
+                  const std::vector<std::pair<int, int>>& outs, bool rows_permuted = false) {
     std::vector<StoredOutput> so;
     for (auto& [gn, t] : outs) {
       const TRef& tr = trefs_[static_cast<size_t>(t)];
-      so.push_back({gn, MemTensor{t, tr.dtype, tr.shape, tr.stride, tr.offset}});
+      if (rows_permuted && numelOf(tr.shape) != numelOf(rowsOf(domain, kred)))
+        fail("lowering: node '{}': a value of shape [{}] computed over the permuted rows [{}] cannot be stored",
+             cg_.node(gn).origin, shapeText(tr.shape), shapeText(domain));
+      so.push_back({gn, MemTensor{t, tr.dtype, tr.shape, tr.stride, tr.offset}, rows_permuted});
     }
     std::string name = "fx_k" + std::to_string(plan_.kernels_size());
     KernelSource ks = cg_.emit(name, members, domain, kred, so);
