@@ -599,8 +599,8 @@ void Interpreter::dispatch(Call& c) {
   if (!acceptsComplex(c.target))
     for (const auto& [name, v] : c.args)
       if (v.kind == RValue::Kind::Tensor && ir::isComplex(v.t.dtype))
-        fail("complex tensors are supported by polar, view_as_complex/real, mul, slice, select and unsqueeze "
-             "only: {} got {}",
+        fail("complex tensors are supported by the ops of complex rotary embeddings only (polar, "
+             "view_as_complex/real, mul, views, copies): {} got {}",
              c.target, v.t.describe());
   const OpFn* fn = OpTable::get().find(c.target);
   if (fn) {
