@@ -662,6 +662,11 @@ class GraphWriter {
     const std::string op = bareOp(n.target);
     auto str = [&](const char* k) { const Attr* a = n.arg(k); return a && a->kind == Attr::Kind::String ? a->s : std::string(); };
     auto flag = [&](const char* k) { const Attr* a = n.arg(k); return a && a->kind == Attr::Kind::Bool && a->b; };
+    // an absent bool takes its schema default (fused_add_rms_norm_quant: variance_of_rounded_sum=True)
+    auto flagOr = [&](const char* k, bool dflt) {
+      const Attr* a = n.arg(k);
+      return a && a->kind == Attr::Kind::Bool ? a->b : dflt;
+    };
     auto isNone = [&](const char* k) { const Attr* a = n.arg(k); return !a || a->isNone(); };
     auto intArg = [&](const char* k) { const Attr* a = n.arg(k); return a ? a->asInt().value_or(0) : 0; };
     auto tensor = [&](const char* k) -> const Value* { const Attr* a = n.arg(k); return a && a->isValue() ? a->value : nullptr; };
@@ -681,7 +686,12 @@ class GraphWriter {
       bool add = op == "fxfuse.fused_add_rms_norm_quant";
       const Value* residual_out = add ? n.output(1) : nullptr;
       const Value* scale_out = n.output(add ? 2 : 1);
-      if (str("kind") == "static_tensor" && !flag("divide") && isNone("scale_ub") && tensor("scale")) {
+      // A vLLM kernel stands in only where it rounds as the fused op does (docs/pt2-output.md):
+      // the static fused-add kernel takes the variance of the rounded sum and multiplies by the
+      // scale's reciprocal; the per-token kernel divides and takes the unrounded sum's.
+      const bool rounded_sum = add && flagOr("variance_of_rounded_sum", true);
+      if (str("kind") == "static_tensor" && !flag("divide") && isNone("scale_ub") && tensor("scale") &&
+          (!add || rounded_sum)) {
         std::string r = result(input);
         std::vector<std::pair<std::string, json>> kw = {{"result", tensorRef(r)}, {"input", arg("input")}};
         if (add) kw.push_back({"residual", arg("residual")});
@@ -694,9 +704,7 @@ class GraphWriter {
                                kw, mut);
         return true;
       }
-      // vLLM's kernel divides and takes the variance of the unrounded sum; vLLM's own fusion
-      // maps its native (reciprocal-multiply) spelling onto it too (docs/pt2-output.md).
-      if (str("kind") == "dynamic_token" && scale_out) {
+      if (str("kind") == "dynamic_token" && scale_out && flag("divide") && !rounded_sum) {
         std::string r = result(input);
         std::string s = emitEmpty("scale", scale_out->type, input, n);
         std::vector<std::pair<std::string, json>> kw = {{"result", tensorRef(r)}, {"input", arg("input")}, {"weight", arg("weight")},
