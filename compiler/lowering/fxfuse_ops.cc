@@ -13,8 +13,8 @@ int Lowerer::inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr
   const TRef& ri = trefs_[static_cast<size_t>(tri)];
   const Buf& rb = bufs_[static_cast<size_t>(ri.buffer)];
   const bool dense_same_shape = isContiguous(ri) && ri.shape == shape;
-  bool donate = rb.kind == pb::ARENA && rb.trefs == 1 && residual->numUses() == 1 &&
-                residual->graphOutputUses() == 0 && dense_same_shape;
+  bool donate = rb.kind == pb::ARENA && rb.trefs == 1 && residual->numUses() == 1 && residual->graphOutputUses() == 0 &&
+                dense_same_shape;
   if (donate) return tri;
   int tres = freshTensor(dt, shape, res_out ? res_out->name : residual->name + ".updated");
   if (dense_same_shape) {
@@ -92,8 +92,11 @@ bool Lowerer::lowerFxfuseLibrary(Node& n) {
     tres = inPlaceResidual(n, residual, X.shape, xd, res_out);
   }
   auto scaleSpec = [&](pb::KernelLaunch* k, const std::string& kind_s, Value* scale_out_v) {
-    std::string sk = kind_s == "static_tensor" ? "static_per_tensor" : kind_s == "dynamic_token" ? "dynamic_per_token"
-                     : kind_s == "dynamic_tensor" ? "dynamic_per_tensor" : kind_s == "dynamic_group" ? "dynamic_per_group" : "";
+    std::string sk = kind_s == "static_tensor"    ? "static_per_tensor"
+                     : kind_s == "dynamic_token"  ? "dynamic_per_token"
+                     : kind_s == "dynamic_tensor" ? "dynamic_per_tensor"
+                     : kind_s == "dynamic_group"  ? "dynamic_per_group"
+                                                  : "";
     if (sk.empty()) unsupported(n, "unknown quant kind '" + kind_s + "'");
     argS(k, "scale_kind", sk);
     if (kind_s == "static_tensor") {
@@ -106,8 +109,9 @@ bool Lowerer::lowerFxfuseLibrary(Node& n) {
         mat_[scale_out_v] = tso;
       } else {
         std::vector<SymExpr> ss = kind_s == "dynamic_token" ? std::vector<SymExpr>{T}
-                                  : kind_s == "dynamic_tensor" ? std::vector<SymExpr>{I(1)}
-                                  : std::vector<SymExpr>{T, floorDiv(H, I(intArg(n, "group_size", 128)))};
+                                  : kind_s == "dynamic_tensor"
+                                      ? std::vector<SymExpr>{I(1)}
+                                      : std::vector<SymExpr>{T, floorDiv(H, I(intArg(n, "group_size", 128)))};
         tso = freshTensor(DType::F32, ss, n.name + ".scale");
       }
       argT(k, "scale", tso);
@@ -257,8 +261,10 @@ bool Lowerer::lowerFusedAllReduceNorm(Node& n) {
   f->set_quant_out(-1);
   if (out0 && out0->numUses() + out0->graphOutputUses() > 0) {
     int to = use(freshFor(out0));
-    if (quant) f->set_quant_out(to);
-    else f->set_norm_out(to);
+    if (quant)
+      f->set_quant_out(to);
+    else
+      f->set_norm_out(to);
     mat_[out0] = to;
   } else if (!quant) {
     f->set_norm_out(use(freshTensor(xd, shape, n.name + ".norm")));  // the kernels need one output
@@ -285,175 +291,190 @@ bool Lowerer::lowerFusedAllReduceNorm(Node& n) {
 }
 
 // The same ops through generated code (any dtype, layout and weight dtype).
-void Lowerer::lowerFxfuseGenerated(Node& n) {
-  const std::string name = n.target.substr(7, n.target.size() - 7 - 8);
-  const std::string& o = n.name;
-  const DType f32 = DType::F32;
-  Value* x = valArg(n, "input");
-  if (!x) unsupported(n, "missing input");
-  const auto& sh = x->type.shape;
-  if (sh.empty()) unsupported(n, "rank-0 input");
-  auto rs = rowShape(sh);
-  std::string kind = str(n, "kind", "static_tensor");
-  bool needs_row = name != "silu_and_mul" && name != "silu_and_mul_quant" &&
-                   !(name == "quant_fp8" && kind == "static_tensor");
-  if (kind == "dynamic_group" || kind == "dynamic_tensor")
-    unsupported(n, "group and per-tensor dynamic quantization need the kernels library (dtype/layout not covered)");
-  if (name.rfind("all_reduce", 0) == 0 && opts_.world_size > 1)
-    unsupported(n, "fused all-reduce at world size > 1 needs an NCCL step first (not lowered through generated code)");
-  prepareGroup(n, {sh, needs_row ? 1 : 0}, false);
-  int xin = operand(x, n);
-  auto cvt = [&](int a, DType t, const std::vector<SymExpr>& s) {
-    int r = gCast(a, t, s, o);
-    if (r != a) member(r);
+// The exact math of the canonical and fused ops (docs/canonical-ops.md) as generated code,
+// in f32, for the forms the kernels of kernels/ do not take (other dtypes, weights or layouts;
+// fused all-reduce ops at one rank). One builder per op family; the shared steps (cast, norm,
+// static and per-token quant) are its members.
+struct Lowerer::FxfuseMath {
+  Lowerer& L;
+  Node& n;
+  const std::string& o;  // the node's name: the origin of every gnode
+  Value* x;              // the `input` argument
+  const std::vector<SymExpr>& sh;
+  std::vector<SymExpr> rs;  // one value per row
+  int xin;                  // x as a gnode
+  std::string kind;         // quant kind
+  Value* out0;
+  static constexpr DType f32 = DType::F32;
+
+  int cvt(int a, DType t, const std::vector<SymExpr>& s) {
+    int r = L.gCast(a, t, s, o);
+    if (r != a) L.member(r);
     return r;
-  };
-  auto bin = [&](const std::string& f, int a, int b, DType t, const std::vector<SymExpr>& s) {
-    int r = gBin(f, a, b, t, s, o);
-    member(r);
+  }
+  int bin(const std::string& f, int a, int b, DType t, const std::vector<SymExpr>& s) {
+    int r = L.gBin(f, a, b, t, s, o);
+    L.member(r);
     return r;
-  };
-  auto un = [&](const std::string& f, int a, DType t, const std::vector<SymExpr>& s) {
-    int r = gUnary(f, a, t, s, o);
-    member(r);
+  }
+  int un(const std::string& f, int a, DType t, const std::vector<SymExpr>& s) {
+    int r = L.gUnary(f, a, t, s, o);
+    L.member(r);
     return r;
-  };
-  // n = rms_norm of v (fp32), rounded to N, times weight rounded to O.
-  auto norm = [&](int v, DType ndt, DType odt, Value* w) {
+  }
+  DType normDType(DType def) { return L.dtypeArg(n, "norm_dtype").value_or(def); }
+  // A row of v (fp32) normalized, rounded to ndt, times the weight, rounded to odt.
+  int norm(int v, DType ndt, DType odt, Value* w) {
     int sq = bin("mul", v, v, f32, sh);
-    int mean = gReduce("mean", sq, 1, f32, rs, o);
-    member(mean);
-    int eps = constNum(static_cast<double>(static_cast<float>(num(n, "epsilon", 1e-6))), f32);
+    int mean = L.gReduce("mean", sq, 1, f32, rs, o);
+    L.member(mean);
+    int eps = L.constNum(static_cast<double>(static_cast<float>(L.num(n, "epsilon", 1e-6))), f32);
     int inv = un("rsqrt", bin("add", mean, eps, f32, rs), f32, rs);
     int nn = cvt(bin("mul", v, inv, f32, sh), ndt, sh);
     if (!w) return cvt(nn, odt, sh);
-    int wv = cvt(operand(w, n), f32, w->type.shape);
+    int wv = cvt(L.operand(w, n), f32, w->type.shape);
     return cvt(bin("mul", cvt(nn, f32, sh), wv, f32, sh), odt, sh);
-  };
-  auto quant = [&](int v, Value* scale_v, bool divide) {
-    int s = cvt(operand(scale_v, n), f32, scale_v->type.shape);
-    std::vector<SymExpr> ssh = scale_v->type.shape;
-    int vf = cvt(v, f32, sh);
-    int scaled = divide ? bin("div", vf, s, f32, sh)
-                        : bin("mul", vf, un("reciprocal", s, f32, ssh), f32, sh);
-    int cl = gnode("clamp", "", {scaled}, f32, sh, o);
-    cg_.node(cl).f = {-kernels::kFp8E4m3Max, kernels::kFp8E4m3Max};
-    cg_.node(cl).iv = {1, 1};
-    member(cl);
-    return cvt(cl, DType::F8E4M3FN, sh);
-  };
-  auto dynQuant = [&](int v, Value* q_out, Value* scale_out) {
-    int vf = cvt(v, f32, sh);
-    int a = gReduce("max", un("abs", vf, f32, sh), 1, f32, rs, o);
-    member(a);
-    if (Value* ub = valArg(n, "scale_ub")) a = bin("min", a, cvt(operand(ub, n), f32, ub->type.shape), f32, rs);
-    a = bin("max", a, constNum(num(n, "min_abs", 0.0), f32), f32, rs);
-    int s = bin("max", bin("div", a, constNum(kernels::kFp8E4m3Max, f32), f32, rs),
-                constNum(num(n, "min_scale", 4.359654017857143e-06), f32), f32, rs);
-    bool divide = flag(n, "divide", false);
-    int scaled = divide ? bin("div", vf, s, f32, sh) : bin("mul", vf, un("reciprocal", s, f32, rs), f32, sh);
-    int cl = gnode("clamp", "", {scaled}, f32, sh, o);
-    cg_.node(cl).f = {-kernels::kFp8E4m3Max, kernels::kFp8E4m3Max};
-    cg_.node(cl).iv = {1, 1};
-    member(cl);
-    if (q_out) define(q_out, gCast(cl, q_out->type.dtype, sh, o));
-    if (scale_out) {
-      int so = gnode("remap", "reshape", {s}, f32, scale_out->type.shape, o);
-      define(scale_out, so);
-    }
-  };
-  Value* out0 = n.output(0);
-  auto ndtOf = [&](DType def) { return dtypeArg(n, "norm_dtype").value_or(def); };
-  if (name == "rms_norm" || name == "rms_norm_quant") {
-    Value* w = valArg(n, "weight");
-    DType odt = name == "rms_norm" ? (out0 ? out0->type.dtype : x->type.dtype)
-                                   : (ir::isHalf16(x->type.dtype) ? x->type.dtype : ndtOf(x->type.dtype));
-    int v = cvt(xin, f32, sh);
-    int nn = norm(v, ndtOf(x->type.dtype), odt, w);
-    if (name == "rms_norm") {
-      if (out0) define(out0, nn);
-    } else if (kind == "static_tensor") {
-      if (out0) define(out0, quant(nn, valArg(n, "scale"), flag(n, "divide", false)));
-    } else {
-      dynQuant(nn, out0, n.output(1));
-    }
-    return;
   }
-  if (name == "fused_add_rms_norm" || name == "fused_add_rms_norm_quant" || name == "all_reduce_rms_norm" ||
-      name == "all_reduce_rms_norm_quant") {
-    Value* res = valArg(n, "residual");
-    Value* w = valArg(n, "weight");
-    bool far_q = name == "fused_add_rms_norm_quant", ar_q = name == "all_reduce_rms_norm_quant";
+  int clampFp8(int v, const std::vector<SymExpr>& s) {
+    int cl = L.gnode("clamp", "", {v}, f32, s, o);
+    L.cg_.node(cl).f = {-kernels::kFp8E4m3Max, kernels::kFp8E4m3Max};
+    L.cg_.node(cl).iv = {1, 1};
+    L.member(cl);
+    return cl;
+  }
+  // Static per-tensor FP8: v / s or v * (1/s), clamped, rounded to e4m3fn.
+  int quant(int v, Value* scale_v, bool divide) {
+    int s = cvt(L.operand(scale_v, n), f32, scale_v->type.shape);
+    int vf = cvt(v, f32, sh);
+    int scaled =
+        divide ? bin("div", vf, s, f32, sh) : bin("mul", vf, un("reciprocal", s, f32, scale_v->type.shape), f32, sh);
+    return cvt(clampFp8(scaled, sh), DType::F8E4M3FN, sh);
+  }
+  // Dynamic per-token FP8: the row's absmax (capped by scale_ub, floored by min_abs) / 448,
+  // at least min_scale, is the row's scale.
+  void dynQuant(int v, Value* q_out, Value* scale_out) {
+    int vf = cvt(v, f32, sh);
+    int a = L.gReduce("max", un("abs", vf, f32, sh), 1, f32, rs, o);
+    L.member(a);
+    if (Value* ub = L.valArg(n, "scale_ub")) a = bin("min", a, cvt(L.operand(ub, n), f32, ub->type.shape), f32, rs);
+    a = bin("max", a, L.constNum(L.num(n, "min_abs", 0.0), f32), f32, rs);
+    int s = bin("max", bin("div", a, L.constNum(kernels::kFp8E4m3Max, f32), f32, rs),
+                L.constNum(L.num(n, "min_scale", 4.359654017857143e-06), f32), f32, rs);
+    bool divide = L.flag(n, "divide", false);
+    int scaled = divide ? bin("div", vf, s, f32, sh) : bin("mul", vf, un("reciprocal", s, f32, rs), f32, sh);
+    int cl = clampFp8(scaled, sh);
+    if (q_out) L.define(q_out, L.gCast(cl, q_out->type.dtype, sh, o));
+    if (scale_out) L.define(scale_out, L.gnode("remap", "reshape", {s}, f32, scale_out->type.shape, o));
+  }
+  // The quant a fused op ends with: static, or per-token with its scale as output `scale_index`.
+  void quantOut(int v, size_t scale_index, bool static_scale) {
+    if (static_scale) {
+      if (out0) L.define(out0, quant(v, L.valArg(n, "scale"), L.flag(n, "divide", false)));
+    } else {
+      dynQuant(v, out0, n.output(scale_index));
+    }
+  }
+
+  // rms_norm, rms_norm_quant
+  void rmsNorm(bool with_quant) {
+    Value* w = L.valArg(n, "weight");
+    DType odt = !with_quant ? (out0 ? out0->type.dtype : x->type.dtype)
+                            : (ir::isHalf16(x->type.dtype) ? x->type.dtype : normDType(x->type.dtype));
+    int nn = norm(cvt(xin, f32, sh), normDType(x->type.dtype), odt, w);
+    if (!with_quant) {
+      if (out0) L.define(out0, nn);
+      return;
+    }
+    quantOut(nn, 1, kind == "static_tensor");
+  }
+
+  // fused_add_rms_norm[_quant]; all_reduce_rms_norm[_quant] at one rank (the all-reduce of one
+  // rank is the identity; without a residual the residual output is the input itself).
+  void fusedAddNorm(bool fused_add_quant, bool all_reduce_quant) {
+    Value* res = L.valArg(n, "residual");
+    Value* w = L.valArg(n, "weight");
     Value* res_out = n.output(1);
-    if (!res) {  // all_reduce_rms_norm without residual: rms_norm(a); residual_out = a
+    if (!res) {
       DType odt = out0 ? out0->type.dtype : x->type.dtype;
-      int nn = norm(cvt(xin, f32, sh), ndtOf(x->type.dtype), ar_q ? x->type.dtype : odt, w);
-      if (out0) define(out0, ar_q ? quant(nn, valArg(n, "scale"), flag(n, "divide", false)) : nn);
-      if (res_out) define(res_out, cvt(xin, res_out->type.dtype, sh));
+      int nn = norm(cvt(xin, f32, sh), normDType(x->type.dtype), all_reduce_quant ? x->type.dtype : odt, w);
+      if (out0) L.define(out0, all_reduce_quant ? quant(nn, L.valArg(n, "scale"), L.flag(n, "divide", false)) : nn);
+      if (res_out) L.define(res_out, cvt(xin, res_out->type.dtype, sh));
       return;
     }
     DType rdt = res_out ? res_out->type.dtype : res->type.dtype;
-    int s = bin("add", cvt(xin, f32, sh), cvt(operand(res, n), f32, res->type.shape), f32, sh);
+    int s = bin("add", cvt(xin, f32, sh), cvt(L.operand(res, n), f32, res->type.shape), f32, sh);
     int ro = cvt(s, rdt, sh);
-    bool vors = flag(n, "variance_of_rounded_sum", far_q);
-    int v = vors ? cvt(ro, f32, sh) : s;
-    DType ndt = ndtOf(res->type.dtype);
-    DType odt = (far_q || ar_q) ? (ir::isHalf16(x->type.dtype) ? x->type.dtype : ndt) : (out0 ? out0->type.dtype : ndt);
+    bool rounded_sum = L.flag(n, "variance_of_rounded_sum", fused_add_quant);
+    int v = rounded_sum ? cvt(ro, f32, sh) : s;
+    DType ndt = normDType(res->type.dtype);
+    bool with_quant = fused_add_quant || all_reduce_quant;
+    DType odt = with_quant ? (ir::isHalf16(x->type.dtype) ? x->type.dtype : ndt) : (out0 ? out0->type.dtype : ndt);
     int nn = norm(v, ndt, odt, w);
-    if (res_out) define(res_out, ro);
-    if (!far_q && !ar_q) {
-      if (out0) define(out0, nn);
-    } else if (ar_q || kind == "static_tensor") {
-      if (out0) define(out0, quant(nn, valArg(n, "scale"), flag(n, "divide", false)));
-    } else {
-      dynQuant(nn, out0, n.output(2));
+    if (res_out) L.define(res_out, ro);
+    if (!with_quant) {
+      if (out0) L.define(out0, nn);
+      return;
     }
-    return;
+    quantOut(nn, 2, all_reduce_quant || kind == "static_tensor");
   }
-  if (name == "quant_fp8") {
-    if (kind == "static_tensor") {
-      if (out0) define(out0, quant(xin, valArg(n, "scale"), flag(n, "divide", false)));
-    } else {
-      dynQuant(xin, out0, n.output(1));
-    }
-    return;
-  }
-  if (name == "silu_and_mul" || name == "silu_and_mul_quant") {
-    Value* up = valArg(n, "up");
+
+  // silu_and_mul[_quant]: the halves of the last dim, or gate and a separate `up`.
+  void siluAndMul(bool with_quant) {
+    Value* up = L.valArg(n, "up");
     int g = xin, u;
     std::vector<SymExpr> hs = sh;
     if (!up) {
       SymExpr d = floorDiv(sh.back(), I(2));
       hs.back() = d;
-      g = gnode("remap", "slice", {xin}, x->type.dtype, hs, o);
-      cg_.node(g).iv = {static_cast<int64_t>(sh.size()) - 1};
-      cg_.node(g).sv = {I(0), I(1)};
-      u = gnode("remap", "slice", {xin}, x->type.dtype, hs, o);
-      cg_.node(u).iv = {static_cast<int64_t>(sh.size()) - 1};
-      cg_.node(u).sv = {d, I(1)};
-      member(g);
-      member(u);
+      g = half(hs, I(0));
+      u = half(hs, d);
     } else {
-      u = operand(up, n);
+      u = L.operand(up, n);
     }
-    DType G = cg_.node(g).dtype;
-    DType odt = name == "silu_and_mul" ? (out0 ? out0->type.dtype : G) : G;
+    DType G = L.cg_.node(g).dtype;
+    DType odt = !with_quant ? (out0 ? out0->type.dtype : G) : G;
     int h = cvt(un("silu", cvt(g, f32, hs), f32, hs), G, hs);
     int r = cvt(bin("mul", cvt(h, f32, hs), cvt(u, f32, hs), f32, hs), odt, hs);
-    if (name == "silu_and_mul") {
-      if (out0) define(out0, r);
-    } else {
-      Value* scale_v = valArg(n, "scale");
-      int s = cvt(operand(scale_v, n), f32, scale_v->type.shape);
-      int sc = bin("mul", cvt(r, f32, hs), un("reciprocal", s, f32, scale_v->type.shape), f32, hs);
-      int cl = gnode("clamp", "", {sc}, f32, hs, o);
-      cg_.node(cl).f = {-kernels::kFp8E4m3Max, kernels::kFp8E4m3Max};
-      cg_.node(cl).iv = {1, 1};
-      member(cl);
-      if (out0) define(out0, gCast(cl, out0->type.dtype, hs, o));
+    if (!with_quant) {
+      if (out0) L.define(out0, r);
+      return;
     }
-    return;
+    Value* scale_v = L.valArg(n, "scale");
+    int s = cvt(L.operand(scale_v, n), f32, scale_v->type.shape);
+    int sc = bin("mul", cvt(r, f32, hs), un("reciprocal", s, f32, scale_v->type.shape), f32, hs);
+    int cl = clampFp8(sc, hs);
+    if (out0) L.define(out0, L.gCast(cl, out0->type.dtype, hs, o));
   }
+  int half(const std::vector<SymExpr>& hs, const SymExpr& start) {
+    int id = L.gnode("remap", "slice", {xin}, x->type.dtype, hs, o);
+    L.cg_.node(id).iv = {static_cast<int64_t>(sh.size()) - 1};
+    L.cg_.node(id).sv = {start, I(1)};
+    L.member(id);
+    return id;
+  }
+};
+
+void Lowerer::lowerFxfuseGenerated(Node& n) {
+  const std::string name = n.target.substr(7, n.target.size() - 7 - 8);
+  Value* x = valArg(n, "input");
+  if (!x) unsupported(n, "missing input");
+  const auto& sh = x->type.shape;
+  if (sh.empty()) unsupported(n, "rank-0 input");
+  std::string kind = str(n, "kind", "static_tensor");
+  bool needs_row =
+      name != "silu_and_mul" && name != "silu_and_mul_quant" && !(name == "quant_fp8" && kind == "static_tensor");
+  if (kind == "dynamic_group" || kind == "dynamic_tensor")
+    unsupported(n, "group and per-tensor dynamic quantization need the kernels library (dtype/layout not covered)");
+  if (name.rfind("all_reduce", 0) == 0 && opts_.world_size > 1)
+    unsupported(n, "fused all-reduce at world size > 1 needs an NCCL step first (not lowered through generated code)");
+  prepareGroup(n, {sh, needs_row ? 1 : 0}, false);
+  FxfuseMath m{*this, n, n.name, x, sh, rowShape(sh), operand(x, n), kind, n.output(0)};
+  if (name == "rms_norm" || name == "rms_norm_quant") return m.rmsNorm(name == "rms_norm_quant");
+  if (name == "fused_add_rms_norm" || name == "fused_add_rms_norm_quant" || name == "all_reduce_rms_norm" ||
+      name == "all_reduce_rms_norm_quant")
+    return m.fusedAddNorm(name == "fused_add_rms_norm_quant", name == "all_reduce_rms_norm_quant");
+  if (name == "quant_fp8") return m.quantOut(m.xin, 1, kind == "static_tensor");
+  if (name == "silu_and_mul" || name == "silu_and_mul_quant") return m.siluAndMul(name == "silu_and_mul_quant");
   unsupported(n, "no lowering for this fxfuse op");
 }
 

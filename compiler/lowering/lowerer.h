@@ -615,6 +615,7 @@ class Lowerer {
   int inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr>& shape, DType dt, Value* res_out);
   bool lowerFusedAllReduceNorm(Node& n);
   void lowerFxfuseGenerated(Node& n);
+  struct FxfuseMath;  // fxfuse_ops.cc: the fused ops' math as generated code
   void lowerRotary(Node& n);
   void finish();
 
