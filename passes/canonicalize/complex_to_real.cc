@@ -32,6 +32,9 @@ bool isComplexValue(const ir::Value* v) {
   return v && v->kind == ir::ValueKind::Tensor && ir::isComplex(v->type.dtype);
 }
 
+bool isPartDType(ir::DType d) { return d == ir::DType::F32 || d == ir::DType::F64; }
+bool isTwo(const ir::SymExpr& e) { return e.isInt() && e.intValue() == 2; }
+
 ir::DType partOf(ir::DType complex) { return complex == ir::DType::C128 ? ir::DType::F64 : ir::DType::F32; }
 
 bool isCopyLike(const std::string& t) {
@@ -103,25 +106,48 @@ class ComplexToRealPass : public Pass {
     return false;
   }
 
-  // Empty when `n` is one of the rewritten forms (the table above).
+  // Empty when `n` is one of the rewritten forms (the table above) with the operands that
+  // form needs; else why not (a malformed graph is left to the later stages' one-line errors).
   static std::string unsupported(const ir::Node& n) {
     const std::string& t = n.target;
-    if (t == "aten.view_as_complex.default" || t == "aten.view_as_real.default" || t == "aten.polar.default" ||
-        t == "aten.slice.Tensor" || t == "aten.select.int" || t == "aten.unsqueeze.default" || isReshape(t))
-      return {};
+    const ir::Value* out = n.numOutputs() == 1 ? n.output(0) : nullptr;
+    const ir::Value* self = valueArg(n, "self");
+    if (!out) return fmt::format("{}: not one used output", t);
+    if (t == "aten.view_as_complex.default") {
+      bool ok = self && self->kind == ir::ValueKind::Tensor && isPartDType(self->type.dtype) &&
+                !self->type.shape.empty() && isTwo(self->type.shape.back()) && isComplexValue(out) &&
+                partOf(out->type.dtype) == self->type.dtype;
+      return ok ? std::string() : "view_as_complex of other than a [..., 2] f32/f64 tensor";
+    }
+    if (t == "aten.view_as_real.default")
+      return isComplexValue(self) && !isComplexValue(out) ? std::string() : "view_as_real of a non-complex value";
+    if (t == "aten.polar.default") {
+      const ir::Value* r = valueArg(n, "abs");
+      const ir::Value* theta = valueArg(n, "angle");
+      bool ok = r && theta && r->kind == ir::ValueKind::Tensor && theta->kind == ir::ValueKind::Tensor &&
+                isPartDType(r->type.dtype) && r->type.dtype == theta->type.dtype && isComplexValue(out) &&
+                partOf(out->type.dtype) == r->type.dtype;
+      return ok ? std::string() : "polar of other than two f32/f64 tensors of one dtype";
+    }
+    if (t == "aten.slice.Tensor" || t == "aten.select.int" || t == "aten.unsqueeze.default" || isReshape(t))
+      return isComplexValue(self) && isComplexValue(out) ? std::string()
+                                                         : fmt::format("{}: a complex view of a non-complex value", t);
     if (isCopyLike(t)) {
-      const ir::Value* x = valueArg(n, "self") ? valueArg(n, "self") : valueArg(n, "a");
-      if (!isComplexValue(x) || !isComplexValue(n.output(0)) || x->type.dtype != n.output(0)->type.dtype)
+      const ir::Value* x = self ? self : valueArg(n, "a");
+      if (!isComplexValue(x) || !isComplexValue(out) || x->type.dtype != out->type.dtype)
         return fmt::format("{} changes a complex tensor's dtype", t);
       return {};
     }
     if (t == "aten.mul.Tensor" || t == "aten.add.Tensor" || t == "aten.sub.Tensor") {
-      const ir::Value* a = valueArg(n, "self");
       const ir::Value* b = valueArg(n, "other");
-      if (!a || !isComplexValue(a)) return fmt::format("{}: the first operand is not complex", t);
+      const ir::Attr* other = compiler::argOf(n, "other");
+      if (!isComplexValue(self) || !isComplexValue(out)) return fmt::format("{}: the first operand is not complex", t);
+      if (!other || (!b && !other->asDouble()))
+        return fmt::format("{}: the second operand is not a tensor or a number", t);
+      if (b && b->kind != ir::ValueKind::Tensor) return fmt::format("{}: the second operand is not a tensor", t);
       if (t != "aten.mul.Tensor" && (!isComplexValue(b) || compiler::numberArg(n, "alpha").value_or(1.0) != 1.0))
         return fmt::format("{} of a complex and a real operand (or with alpha)", t);
-      if (b && isComplexValue(b) && b->type.dtype != a->type.dtype) return "complex operands of different dtypes";
+      if (b && isComplexValue(b) && b->type.dtype != self->type.dtype) return "complex operands of different dtypes";
       return {};
     }
     return fmt::format("{} on a complex tensor", t);
