@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue #10 on a machine with 2 H200s of one host, in ONE device call that ends inside 7.5
+# The multi-GPU tests and benchmarks on 2 H200s of one host, in ONE device call that ends inside 7.5
 # minutes whatever happens (every step under `timeout`, phases under deadlines), never waits
 # on input; 7 files under $OUT (one folder down at most). Stage first (here):
 # tests/multigpu/stage.sh; then on the device:
