@@ -392,407 +392,555 @@ void Session::prepare(cudaStream_t stream) {
     std::string where = fmt::format("step {} ({})", si, st.nodes_size() ? st.nodes(0) : st.comment());
     auto p = std::make_unique<Prepared>();
     if (st.has_kernel()) {
-      const auto& kl = st.kernel();
-      std::map<std::string, const pb::KernelArg*> args;
-      for (const auto& a : kl.args()) args[a.name()] = &a;
-      auto has = [&](const std::string& n) { return args.count(n) > 0; };
-      auto T = [&](const std::string& n) -> DeviceTensor {
-        auto it = args.find(n);
-        if (it == args.end() || it->second->v_case() != pb::KernelArg::kTensor) fail("{}: missing tensor argument {}", where, n);
-        return tensor(it->second->tensor());
-      };
-      auto Iv = [&](const std::string& n) -> int64_t {
-        auto it = args.find(n);
-        if (it == args.end()) fail("{}: missing argument {}", where, n);
-        return eval(it->second->int_(), where);
-      };
-      auto F = [&](const std::string& n, double def) {
-        if (!has(n)) return def;
-        const pb::KernelArg& a = *args[n];
-        if (a.v_case() != pb::KernelArg::kScalarInput) return a.real();
-        return scalars_.at(static_cast<size_t>(a.scalar_input())).value();  // prepare() checked it is set
-      };
-      auto S = [&](const std::string& n, const std::string& def) { return has(n) ? args[n]->str() : def; };
-      auto D = [&](const std::string& n) { return has(n) ? args[n]->dtype() : pb::DTYPE_UNSPECIFIED; };
-      const std::string& name = kl.kernel();
-      launches_++;
-      if (name.rfind("gen.", 0) == 0) {
-        const void* fn = program_.kernel(kl.generated());
-        struct Gen {
-          std::vector<void*> ptrs;
-          std::vector<long long> ints;
-          std::vector<void*> argv;
-          dim3 grid, block;
-        };
-        auto g = std::make_shared<Gen>();
-        for (const auto& a : kl.args()) {
-          if (a.v_case() == pb::KernelArg::kTensor) g->ptrs.push_back(pointer(a.tensor()));
-          else if (a.v_case() == pb::KernelArg::kInt) g->ints.push_back(eval(a.int_(), where));
-        }
-        for (auto& x : g->ptrs) g->argv.push_back(&x);
-        for (auto& x : g->ints) g->argv.push_back(&x);
-        int64_t gd[3] = {1, 1, 1}, bd[3] = {1, 1, 1};
-        for (int q = 0; q < kl.grid_size() && q < 3; ++q) gd[q] = eval(kl.grid(q), where);
-        for (int q = 0; q < kl.block_size() && q < 3; ++q) bd[q] = eval(kl.block(q), where);
-        g->grid = dim3(static_cast<unsigned>(gd[0]), static_cast<unsigned>(gd[1]), static_cast<unsigned>(gd[2]));
-        g->block = dim3(static_cast<unsigned>(bd[0]), static_cast<unsigned>(bd[1]), static_cast<unsigned>(bd[2]));
-        bool empty = gd[0] * gd[1] * gd[2] == 0;
-        if (empty) launches_--;
-        p->run = [g, fn, where, empty](cudaStream_t s) {
-          if (empty) return;
-          check(cudaLaunchKernel(fn, g->grid, g->block, g->argv.data(), 0, s), where);
-        };
-      } else if (name == "lib.rms_norm") {
-        k::RmsNormParams q;
-        q.num_tokens = Iv("num_tokens");
-        q.hidden_size = Iv("hidden_size");
-        q.dtype = kdtype(D("dtype"), where);
-        q.weight_dtype = has("weight_dtype") ? kdtype(D("weight_dtype"), where) : q.dtype;
-        q.input = T("input").data;
-        q.input_row_stride = Iv("input_row_stride");
-        if (has("weight")) q.weight = T("weight").data;
-        q.output = T("output").data;
-        q.output_row_stride = Iv("output_row_stride");
-        if (has("residual")) {
-          q.residual = T("residual").data;
-          q.residual_row_stride = Iv("residual_row_stride");
-          q.residual_variance = S("residual_variance", "rounded_sum") == "rounded_sum" ? k::ResidualVariance::kRoundedSum
-                                                                                       : k::ResidualVariance::kUnroundedSum;
-        }
-        q.epsilon = static_cast<float>(F("epsilon", 1e-6));
-        k::Status cs = q.Check();
-        if (!cs.ok()) fail("{}: {}", where, cs.ToString());
-        p->run = [q, where](cudaStream_t s) {
-          k::Status r = k::RmsNorm(q, s);
-          if (!r.ok()) fail("{}: {}", where, r.ToString());
-        };
-      } else if (name == "lib.quant_fp8" || name == "lib.rms_norm_quant_fp8") {
-        k::Fp8ScaleSpec sc;
-        std::string kind = S("scale_kind", "static_per_tensor");
-        sc.kind = kind == "static_per_tensor" ? k::Fp8ScaleKind::kStaticPerTensor
-                  : kind == "dynamic_per_token" ? k::Fp8ScaleKind::kDynamicPerToken
-                  : kind == "dynamic_per_tensor" ? k::Fp8ScaleKind::kDynamicPerTensor : k::Fp8ScaleKind::kDynamicPerGroup;
-        sc.scale = static_cast<float*>(T("scale").data);
-        if (has("group_size")) sc.group_size = static_cast<int>(Iv("group_size"));
-        if (has("scale_ub")) sc.scale_upper_bound = static_cast<const float*>(T("scale_ub").data);
-        sc.application = S("scale_application", "multiply_by_reciprocal") == "divide" ? k::ScaleApplication::kDivide
-                                                                                      : k::ScaleApplication::kMultiplyByReciprocal;
-        sc.min_abs = static_cast<float>(F("min_abs", 0.0));
-        sc.min_scale = static_cast<float>(F("min_scale", k::kFp8MinScale));
-        if (name == "lib.quant_fp8") {
-          k::QuantFp8Params q;
-          q.num_tokens = Iv("num_tokens");
-          q.hidden_size = Iv("hidden_size");
-          q.dtype = kdtype(D("dtype"), where);
-          q.input = T("input").data;
-          q.input_row_stride = Iv("input_row_stride");
-          q.output = T("output").data;
-          q.output_row_stride = Iv("output_row_stride");
-          q.scale = sc;
-          k::Status cs = q.Check();
-          if (!cs.ok()) fail("{}: {}", where, cs.ToString());
-          p->run = [q, where](cudaStream_t s) {
-            k::Status r = k::QuantFp8(q, s);
-            if (!r.ok()) fail("{}: {}", where, r.ToString());
-          };
-        } else {
-          k::RmsNormQuantFp8Params q;
-          q.num_tokens = Iv("num_tokens");
-          q.hidden_size = Iv("hidden_size");
-          q.dtype = kdtype(D("dtype"), where);
-          q.weight_dtype = has("weight_dtype") ? kdtype(D("weight_dtype"), where) : q.dtype;
-          q.input = T("input").data;
-          q.input_row_stride = Iv("input_row_stride");
-          if (has("weight")) q.weight = T("weight").data;
-          if (has("residual")) {
-            q.residual = T("residual").data;
-            q.residual_row_stride = Iv("residual_row_stride");
-            q.residual_variance = S("residual_variance", "rounded_sum") == "rounded_sum"
-                                      ? k::ResidualVariance::kRoundedSum
-                                      : k::ResidualVariance::kUnroundedSum;
-          }
-          q.epsilon = static_cast<float>(F("epsilon", 1e-6));
-          q.output = T("output").data;
-          q.output_row_stride = Iv("output_row_stride");
-          q.scale = sc;
-          k::Status cs = q.Check();
-          if (!cs.ok()) fail("{}: {}", where, cs.ToString());
-          p->run = [q, where](cudaStream_t s) {
-            k::Status r = k::RmsNormQuantFp8(q, s);
-            if (!r.ok()) fail("{}: {}", where, r.ToString());
-          };
-        }
-      } else if (name == "lib.silu_and_mul") {
-        k::SiluAndMulParams q;
-        q.num_tokens = Iv("num_tokens");
-        q.hidden_size = Iv("hidden_size");
-        q.dtype = kdtype(D("dtype"), where);
-        q.input = T("input").data;
-        q.input_row_stride = Iv("input_row_stride");
-        q.output_dtype = kdtype(D("output_dtype"), where);
-        q.output = T("output").data;
-        q.output_row_stride = Iv("output_row_stride");
-        if (has("scale")) q.scale = static_cast<const float*>(T("scale").data);
-        q.scale_application = S("scale_application", "multiply_by_reciprocal") == "divide"
-                                  ? k::ScaleApplication::kDivide
-                                  : k::ScaleApplication::kMultiplyByReciprocal;
-        k::Status cs = q.Check();
-        if (!cs.ok()) fail("{}: {}", where, cs.ToString());
-        p->run = [q, where](cudaStream_t s) {
-          k::Status r = k::SiluAndMul(q, s);
-          if (!r.ok()) fail("{}: {}", where, r.ToString());
-        };
-      } else if (name == "rt.attention") {
-        AttentionParams q;
-        DeviceTensor tq = T("q"), tk = T("k"), tv = T("v"), to = T("out");
-        for (auto* t : {&tq, &tk, &tv, &to})
-          if (t->shape.size() != 4) fail("{}: attention operands must be 4-D", where);
-        q.dtype = attnType(tq.dtype, where);
-        q.q = tq.data;
-        q.k = tk.data;
-        q.v = tv.data;
-        q.out = to.data;
-        q.B = tq.shape[0];
-        q.Hq = tq.shape[1];
-        q.Sq = tq.shape[2];
-        q.E = tq.shape[3];
-        q.Hk = tk.shape[1];
-        q.Sk = tk.shape[2];
-        q.Ev = tv.shape[3];
-        for (int d = 0; d < 4; ++d) {
-          q.q_stride[d] = tq.strides[static_cast<size_t>(d)];
-          q.k_stride[d] = tk.strides[static_cast<size_t>(d)];
-          q.v_stride[d] = tv.strides[static_cast<size_t>(d)];
-          q.o_stride[d] = to.strides[static_cast<size_t>(d)];
-        }
-        // Broadcast batch dims of K/V (size 1) read the same head for every batch.
-        if (tk.shape[0] == 1) q.k_stride[0] = 0;
-        if (tv.shape[0] == 1) q.v_stride[0] = 0;
-        if (tq.shape[0] == 1) q.q_stride[0] = 0;
-        if (to.shape[0] == 1) q.o_stride[0] = 0;
-        q.scale = static_cast<float>(F("scale", 1.0 / std::sqrt(static_cast<double>(q.E))));
-        q.causal = has("causal") && args["causal"]->flag();
-        if (has("mask")) {
-          DeviceTensor tm = T("mask");
-          q.mask = tm.data;
-          q.mask_dtype = attnType(tm.dtype, where);
-          for (int d = 0; d < 4; ++d)
-            q.mask_stride[d] = tm.shape[static_cast<size_t>(d)] == 1 ? 0 : tm.strides[static_cast<size_t>(d)];
-        }
-        q.out_dtype = attnType(to.dtype, where);
-        q.round_dtype = has("round_dtype") ? attnType(D("round_dtype"), where) : q.dtype;
-        if (has("out_scale")) q.out_scale = static_cast<const float*>(T("out_scale").data);
-        std::function<cudaError_t(cudaStream_t)> fast;
-        // $FXFUSE_ATTENTION=reference forces the reference kernel (A/B checks, docs/attention.md).
-        const char* attn_env = std::getenv("FXFUSE_ATTENTION");
-        const bool force_ref = attn_env && std::string(attn_env) == "reference";
-        if (S("impl", "reference") == "sm90" && !force_ref) fast = sm90Attention(q, &p->cleanup);
-        if (fast)
-          p->run = [fast, where](cudaStream_t s) { check(fast(s), where); };
-        else
-          p->run = [q, where](cudaStream_t s) { check(LaunchAttention(q, s), where); };
-      } else {
-        fail("{}: unknown kernel '{}'", where, name);
-      }
+      p->run = prepareKernel(st.kernel(), where, &p->cleanup);
     } else if (st.has_matmul()) {
-      const auto& mm = st.matmul();
-      launches_++;
-      const CublasLtApi& lt = cublasLt();
-      if (!cublas_) {
-        cublasLtHandle_t h;
-        checkLt(lt.cublasLtCreate(&h), "cublasLtCreate");
-        cublas_ = h;
-      }
-      if (!workspace_) {
-        workspace_bytes_ = 32 << 20;
-        check(cudaMalloc(&workspace_, static_cast<size_t>(workspace_bytes_)), "allocating the cuBLASLt workspace");
-      }
-      DeviceTensor A = tensor(mm.a()), B = tensor(mm.b()), Dt = tensor(mm.d());
-      const int64_t M = eval(mm.m(), where), N = eval(mm.n(), where), K = eval(mm.k(), where);
-      const int64_t batch = mm.has_batch() ? eval(mm.batch(), where) : 1;
-      auto last2 = [](const DeviceTensor& t, int64_t* s0, int64_t* s1) {
-        size_t r = t.shape.size();
-        *s0 = t.strides[r - 2];
-        *s1 = t.strides[r - 1];
-      };
-      int64_t as0, as1, bs0, bs1;
-      last2(A, &as0, &as1);
-      last2(B, &bs0, &bs1);
-      // cuBLASLt (column-major): D^T[N, M] = op(X)[N, K] * op(Y)[K, M], X from B, Y from A.
-      bool b_row = bs1 == 1 || N == 1;  // B row-major [K, N]: X = N x K "N"
-      if (bs1 == 1 && bs0 == 1) b_row = true;
-      cublasOperation_t opx = b_row ? CUBLAS_OP_N : CUBLAS_OP_T;
-      int64_t ldx = b_row ? std::max<int64_t>(bs0, N) : std::max<int64_t>(bs1, K);
-      if (!b_row && bs0 != 1 && K != 1) fail("{}: matmul B has no unit stride", where);
-      bool a_row = as1 == 1 || K == 1;
-      cublasOperation_t opy = a_row ? CUBLAS_OP_N : CUBLAS_OP_T;
-      int64_t ldy = a_row ? std::max<int64_t>(as0, K) : std::max<int64_t>(as1, M);
-      if (!a_row && as0 != 1 && M != 1) fail("{}: matmul A has no unit stride", where);
-      cudaDataType_t ta = cudaType(mm.a_dtype(), where), tb = cudaType(mm.b_dtype(), where),
-                     td = cudaType(mm.d_dtype(), where);
-      bool fp8 = mm.a_dtype() == pb::F8E4M3FN || mm.a_dtype() == pb::F8E5M2;
-      cudaDataType_t tc = td;
-      if (fp8 && (td == CUDA_R_8F_E4M3 || td == CUDA_R_8F_E5M2)) tc = CUDA_R_16BF;
-      struct Mm {
-        cublasLtMatmulDesc_t desc = nullptr;
-        cublasLtMatrixLayout_t lx = nullptr, ly = nullptr, lc = nullptr, ld = nullptr;
-        cublasLtMatmulAlgo_t algo;
-        float alpha = 1, beta = 0;
-        const void *x = nullptr, *y = nullptr, *c = nullptr;
-        void* d = nullptr;
-      };
-      auto m = std::make_shared<Mm>();
-      checkLt(lt.cublasLtMatmulDescCreate(&m->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), where);
-      auto setd = [&](cublasLtMatmulDescAttributes_t a, const void* v, size_t n) {
-        checkLt(lt.cublasLtMatmulDescSetAttribute(m->desc, a, v, n), where);
-      };
-      setd(CUBLASLT_MATMUL_DESC_TRANSA, &opx, sizeof opx);
-      setd(CUBLASLT_MATMUL_DESC_TRANSB, &opy, sizeof opy);
-      if (mm.scale_mode() == pb::SCALE_PER_TENSOR) {
-        void* sa = tensor(mm.scale_a()).data;  // cuBLASLt A is our B: scale_b; B is our A: scale_a
-        void* sb = tensor(mm.scale_b()).data;
-        setd(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof sb);
-        setd(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa);
-        if (mm.scale_d() >= 0) {
-          void* sd = tensor(mm.scale_d()).data;
-          setd(CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &sd, sizeof sd);
-        }
-      }
-      if (fp8) {
-        int8_t fast = mm.fast_accum() ? 1 : 0;
-        setd(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
-      }
-      if (mm.epilogue() == pb::EPILOGUE_BIAS && mm.bias() >= 0) {
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-        setd(CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
-        void* bp = tensor(mm.bias()).data;
-        setd(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
-        cudaDataType_t bt = cudaType(plan_.tensors(mm.bias()).dtype(), where);
-        setd(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
-      }
-      auto layout = [&](cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ldv,
-                        int64_t bstride) {
-        checkLt(lt.cublasLtMatrixLayoutCreate(l, t, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ldv), where);
-        if (batch > 1) {
-          int32_t bc = static_cast<int32_t>(batch);
-          checkLt(lt.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc), where);
-          checkLt(lt.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &bstride,
-                                                      sizeof bstride),
-                  where);
-        }
-      };
-      int64_t bsb = B.shape.size() == 3 ? B.strides[0] : 0, asb = A.shape.size() == 3 ? A.strides[0] : 0;
-      layout(&m->lx, tb, opx == CUBLAS_OP_N ? N : K, opx == CUBLAS_OP_N ? K : N, ldx, bsb);
-      layout(&m->ly, ta, opy == CUBLAS_OP_N ? K : M, opy == CUBLAS_OP_N ? M : K, ldy, asb);
-      layout(&m->ld, td, N, M, N, M * N);
-      layout(&m->lc, tc, N, M, N, M * N);
-      m->alpha = static_cast<float>(mm.alpha() == 0 && mm.beta() == 0 ? 1.0 : mm.alpha());
-      m->beta = static_cast<float>(mm.beta());
-      m->x = B.data;
-      m->y = A.data;
-      m->d = Dt.data;
-      m->c = mm.c() >= 0 ? tensor(mm.c()).data : Dt.data;
-      cublasLtMatmulPreference_t pref;
-      checkLt(lt.cublasLtMatmulPreferenceCreate(&pref), where);
-      uint64_t ws = static_cast<uint64_t>(workspace_bytes_);
-      checkLt(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-              where);
-      cublasLtMatmulHeuristicResult_t res[kGemmCandidates];
-      int found = 0;
-      int want = 0;
-      if (mm.algorithm().rfind("heuristic:", 0) == 0) want = std::stoi(mm.algorithm().substr(10));
-      cublasStatus_t hs = lt.cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(cublas_), m->desc, m->lx, m->ly,
-                                                            m->lc, m->ld, pref, kGemmCandidates, res, &found);
-      lt.cublasLtMatmulPreferenceDestroy(pref);
-      if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
-        fail("{}: cuBLASLt has no algorithm for this matmul (M={} N={} K={}, {} x {} -> {}): {}", where, M, N, K,
-             pb::DType_Name(mm.a_dtype()), pb::DType_Name(mm.b_dtype()), pb::DType_Name(mm.d_dtype()),
-             lt.cublasLtGetStatusString(hs));
-      // "heuristic:N" pins the N-th result (no tuning); "heuristic" is tuned by measurement.
-      const bool pinned = mm.algorithm() != "heuristic" && !mm.algorithm().empty();
-      GemmCall call;
-      call.handle = static_cast<cublasLtHandle_t>(cublas_);
-      call.desc = m->desc;
-      call.lx = m->lx;
-      call.ly = m->ly;
-      call.lc = m->lc;
-      call.ld = m->ld;
-      call.alpha = &m->alpha;
-      call.beta = &m->beta;
-      call.x = m->x;
-      call.y = m->y;
-      call.c = m->c;
-      call.d = m->d;
-      call.d_bytes = static_cast<size_t>(batch * M * N * bytesOf(mm.d_dtype()));
-      call.workspace = workspace_;
-      call.workspace_bytes = static_cast<size_t>(workspace_bytes_);
-      int device = 0;
-      cudaGetDevice(&device);
-      // Everything that makes two calls the same problem for cuBLASLt (pointers excluded).
-      const std::string key = fmt::format(
-          "dev{} M{} N{} K{} b{} {}x{}->{} c{} ops{}{} ld{},{} bs{},{} scale{} fast{} ep{} bias{} beta{} ws{}", device, M, N,
-          K, batch, static_cast<int>(ta), static_cast<int>(tb), static_cast<int>(td), static_cast<int>(tc),
-          static_cast<int>(opx), static_cast<int>(opy), ldx, ldy, bsb, asb, static_cast<int>(mm.scale_mode()),
-          mm.fast_accum() ? 1 : 0, static_cast<int>(mm.epilogue()),
-          mm.bias() >= 0 ? static_cast<int>(plan_.tensors(mm.bias()).dtype()) : -1, m->beta, workspace_bytes_);
-      GemmChoice choice = chooseGemmAlgorithm(call, res, found, want, gemm_tune_ && !pinned, stream, key, where);
-      m->algo = choice.algo;
-      matmul_algorithms_.push_back(fmt::format("{}: M={} N={} K={}{} {}x{}->{}: {}", where, M, N, K,
-                                               batch > 1 ? fmt::format(" batch={}", batch) : "",
-                                               pb::DType_Name(mm.a_dtype()), pb::DType_Name(mm.b_dtype()),
-                                               pb::DType_Name(mm.d_dtype()), choice.summary));
-      void* wsp = workspace_;
-      size_t wsb = static_cast<size_t>(workspace_bytes_);
-      void* handle = cublas_;
-      p->run = [m, wsp, wsb, handle, where](cudaStream_t s) {
-        checkLt(cublasLt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle), m->desc, &m->alpha, m->x, m->lx, m->y,
-                                          m->ly, &m->beta, m->c, m->lc, m->d, m->ld, &m->algo, wsp, wsb, s),
-                where);
-      };
-      p->cleanup.push_back([m] {
-        const CublasLtApi& l = cublasLt();
-        l.cublasLtMatrixLayoutDestroy(m->lx);
-        l.cublasLtMatrixLayoutDestroy(m->ly);
-        l.cublasLtMatrixLayoutDestroy(m->lc);
-        l.cublasLtMatrixLayoutDestroy(m->ld);
-        l.cublasLtMatmulDescDestroy(m->desc);
-      });
+      p->run = prepareMatmul(st.matmul(), stream, where, &p->cleanup);
     } else if (st.has_copy()) {
-      void* src = pointer(st.copy().src());
-      void* dst = pointer(st.copy().dst());
-      size_t n = static_cast<size_t>(eval(st.copy().bytes(), where));
-      p->run = [src, dst, n, where](cudaStream_t s) {
-        if (n) check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s), where);
-      };
+      p->run = prepareCopy(st.copy(), where);
     } else if (st.has_memset()) {
-      void* dst = pointer(st.memset().dst());
-      size_t n = static_cast<size_t>(eval(st.memset().bytes(), where));
-      int v = st.memset().value();
-      p->run = [dst, n, v, where](cudaStream_t s) {
-        if (n) check(cudaMemsetAsync(dst, v, n, s), where);
-      };
+      p->run = prepareMemset(st.memset(), where);
     } else if (st.has_collective()) {
-      const auto& c = st.collective();
-      if (c.op() != "all_reduce" || (c.reduce_op() != "sum" && !c.reduce_op().empty()))
-        fail("{}: collective {}({}) is not supported (all_reduce sum only)", where, c.op(), c.reduce_op());
-      if (!comm_ || !comm_->nccl())
-        fail("{}: the plan is for world size {}: this step needs a communicator (fxfuse run --world-size {})", where,
-             plan_.world_size(), plan_.world_size());
-      const void* src = pointer(c.input());
-      void* dst = pointer(c.output());
-      size_t count = static_cast<size_t>(eval(c.count(), where));
-      ncclDataType_t dt = ncclType(c.dtype(), where);
-      ncclComm_t nc = comm_->nccl();
-      launches_++;
-      p->run = [src, dst, count, dt, nc, where](cudaStream_t s) {
-        if (count) checkNcclCall(nccl().ncclAllReduce(src, dst, count, dt, ncclSum, nc, s), where);
-      };
+      p->run = prepareCollective(st.collective(), where);
     } else if (st.has_fused_all_reduce_norm()) {
       p->run = prepareFusedAllReduceNorm(st.fused_all_reduce_norm(), where);
     }
     steps_.push_back(std::move(p));
   }
   dirty_ = false;
+}
+
+// The named arguments of one KernelLaunch step, read as the kernel calls take them: required
+// ones fail naming the step when missing, optional ones fall back to a default. Lives only
+// while its step is prepared (it refers to the session and to `where`).
+struct Session::KernelArgs {
+  KernelArgs(const Session& session, const pb::KernelLaunch& launch, const std::string& where)
+      : session(session), where(where) {
+    for (const auto& a : launch.args()) args[a.name()] = &a;
+  }
+
+  // Whether the step passes argument n.
+  bool has(const std::string& n) const { return args.count(n) > 0; }
+
+  // A required tensor argument, laid out under the bound symbols.
+  DeviceTensor tensor(const std::string& n) const {
+    auto it = args.find(n);
+    if (it == args.end() || it->second->v_case() != pb::KernelArg::kTensor)
+      fail("{}: missing tensor argument {}", where, n);
+    return session.tensor(it->second->tensor());
+  }
+
+  // A required integer argument, evaluated under the bound symbols.
+  int64_t integer(const std::string& n) const {
+    auto it = args.find(n);
+    if (it == args.end()) fail("{}: missing argument {}", where, n);
+    return session.eval(it->second->int_(), where);
+  }
+
+  // An optional real argument: a constant, or the value of a lifted scalar input.
+  double real(const std::string& n, double def) const {
+    if (!has(n)) return def;
+    const pb::KernelArg& a = *args.at(n);
+    if (a.v_case() != pb::KernelArg::kScalarInput) return a.real();
+    return session.scalars_.at(static_cast<size_t>(a.scalar_input())).value();  // prepare() checked it is set
+  }
+
+  // Optional string, dtype and flag arguments (absent: `def`, DTYPE_UNSPECIFIED, false).
+  std::string str(const std::string& n, const std::string& def) const { return has(n) ? args.at(n)->str() : def; }
+  pb::DType dtype(const std::string& n) const { return has(n) ? args.at(n)->dtype() : pb::DTYPE_UNSPECIFIED; }
+  bool flag(const std::string& n) const { return has(n) && args.at(n)->flag(); }
+
+  // The FP8 scale of lib.quant_fp8 and lib.rms_norm_quant_fp8 from their scale_* arguments.
+  k::Fp8ScaleSpec fp8Scale() const {
+    k::Fp8ScaleSpec sc;
+    std::string kind = str("scale_kind", "static_per_tensor");
+    sc.kind = kind == "static_per_tensor" ? k::Fp8ScaleKind::kStaticPerTensor
+              : kind == "dynamic_per_token" ? k::Fp8ScaleKind::kDynamicPerToken
+              : kind == "dynamic_per_tensor" ? k::Fp8ScaleKind::kDynamicPerTensor : k::Fp8ScaleKind::kDynamicPerGroup;
+    sc.scale = static_cast<float*>(tensor("scale").data);
+    if (has("group_size")) sc.group_size = static_cast<int>(integer("group_size"));
+    if (has("scale_ub")) sc.scale_upper_bound = static_cast<const float*>(tensor("scale_ub").data);
+    sc.application = str("scale_application", "multiply_by_reciprocal") == "divide"
+                         ? k::ScaleApplication::kDivide
+                         : k::ScaleApplication::kMultiplyByReciprocal;
+    sc.min_abs = static_cast<float>(real("min_abs", 0.0));
+    sc.min_scale = static_cast<float>(real("min_scale", k::kFp8MinScale));
+    return sc;
+  }
+
+  const Session& session;
+  const std::string& where;
+  std::map<std::string, const pb::KernelArg*> args;
+};
+
+// One KernelLaunch step: a generated kernel ("gen.*"), a kernel-library call ("lib.*") or the
+// runtime's attention ("rt.attention"), by the kernel's name.
+std::function<void(cudaStream_t)> Session::prepareKernel(const pb::KernelLaunch& kl, const std::string& where,
+                                                         std::vector<std::function<void()>>* cleanup) {
+  const KernelArgs args(*this, kl, where);
+  const std::string& name = kl.kernel();
+  launches_++;
+  if (name.rfind("gen.", 0) == 0) return prepareGeneratedKernel(kl, where);
+  if (name == "lib.rms_norm") return prepareRmsNorm(args);
+  if (name == "lib.quant_fp8") return prepareQuantFp8(args);
+  if (name == "lib.rms_norm_quant_fp8") return prepareRmsNormQuantFp8(args);
+  if (name == "lib.silu_and_mul") return prepareSiluAndMul(args);
+  if (name == "rt.attention") return prepareAttention(args, cleanup);
+  fail("{}: unknown kernel '{}'", where, name);
+}
+
+// A generated kernel of the plan: its tensor and integer arguments in plan order, launched
+// with the plan's grid and block (no launch, and none counted, for an empty grid).
+std::function<void(cudaStream_t)> Session::prepareGeneratedKernel(const pb::KernelLaunch& kl,
+                                                                  const std::string& where) {
+  const void* fn = program_.kernel(kl.generated());
+  struct Gen {
+    std::vector<void*> ptrs;
+    std::vector<long long> ints;
+    std::vector<void*> argv;
+    dim3 grid, block;
+  };
+  auto g = std::make_shared<Gen>();
+  for (const auto& a : kl.args()) {
+    if (a.v_case() == pb::KernelArg::kTensor) g->ptrs.push_back(pointer(a.tensor()));
+    else if (a.v_case() == pb::KernelArg::kInt) g->ints.push_back(eval(a.int_(), where));
+  }
+  for (auto& x : g->ptrs) g->argv.push_back(&x);
+  for (auto& x : g->ints) g->argv.push_back(&x);
+  int64_t gd[3] = {1, 1, 1}, bd[3] = {1, 1, 1};
+  for (int q = 0; q < kl.grid_size() && q < 3; ++q) gd[q] = eval(kl.grid(q), where);
+  for (int q = 0; q < kl.block_size() && q < 3; ++q) bd[q] = eval(kl.block(q), where);
+  g->grid = dim3(static_cast<unsigned>(gd[0]), static_cast<unsigned>(gd[1]), static_cast<unsigned>(gd[2]));
+  g->block = dim3(static_cast<unsigned>(bd[0]), static_cast<unsigned>(bd[1]), static_cast<unsigned>(bd[2]));
+  bool empty = gd[0] * gd[1] * gd[2] == 0;
+  if (empty) launches_--;
+  return [g, fn, where, empty](cudaStream_t s) {
+    if (empty) return;
+    check(cudaLaunchKernel(fn, g->grid, g->block, g->argv.data(), 0, s), where);
+  };
+}
+
+// lib.rms_norm: RMSNorm of rows, optionally after adding a residual.
+std::function<void(cudaStream_t)> Session::prepareRmsNorm(const KernelArgs& args) {
+  const std::string& where = args.where;
+  k::RmsNormParams q;
+  q.num_tokens = args.integer("num_tokens");
+  q.hidden_size = args.integer("hidden_size");
+  q.dtype = kdtype(args.dtype("dtype"), where);
+  q.weight_dtype = args.has("weight_dtype") ? kdtype(args.dtype("weight_dtype"), where) : q.dtype;
+  q.input = args.tensor("input").data;
+  q.input_row_stride = args.integer("input_row_stride");
+  if (args.has("weight")) q.weight = args.tensor("weight").data;
+  q.output = args.tensor("output").data;
+  q.output_row_stride = args.integer("output_row_stride");
+  if (args.has("residual")) {
+    q.residual = args.tensor("residual").data;
+    q.residual_row_stride = args.integer("residual_row_stride");
+    q.residual_variance = args.str("residual_variance", "rounded_sum") == "rounded_sum"
+                              ? k::ResidualVariance::kRoundedSum
+                              : k::ResidualVariance::kUnroundedSum;
+  }
+  q.epsilon = static_cast<float>(args.real("epsilon", 1e-6));
+  k::Status cs = q.Check();
+  if (!cs.ok()) fail("{}: {}", where, cs.ToString());
+  return [q, where](cudaStream_t s) {
+    k::Status r = k::RmsNorm(q, s);
+    if (!r.ok()) fail("{}: {}", where, r.ToString());
+  };
+}
+
+// lib.quant_fp8: FP8 quantization of rows.
+std::function<void(cudaStream_t)> Session::prepareQuantFp8(const KernelArgs& args) {
+  const std::string& where = args.where;
+  const k::Fp8ScaleSpec sc = args.fp8Scale();
+  k::QuantFp8Params q;
+  q.num_tokens = args.integer("num_tokens");
+  q.hidden_size = args.integer("hidden_size");
+  q.dtype = kdtype(args.dtype("dtype"), where);
+  q.input = args.tensor("input").data;
+  q.input_row_stride = args.integer("input_row_stride");
+  q.output = args.tensor("output").data;
+  q.output_row_stride = args.integer("output_row_stride");
+  q.scale = sc;
+  k::Status cs = q.Check();
+  if (!cs.ok()) fail("{}: {}", where, cs.ToString());
+  return [q, where](cudaStream_t s) {
+    k::Status r = k::QuantFp8(q, s);
+    if (!r.ok()) fail("{}: {}", where, r.ToString());
+  };
+}
+
+// lib.rms_norm_quant_fp8: RMSNorm of rows (optionally after adding a residual) quantized to FP8.
+std::function<void(cudaStream_t)> Session::prepareRmsNormQuantFp8(const KernelArgs& args) {
+  const std::string& where = args.where;
+  const k::Fp8ScaleSpec sc = args.fp8Scale();
+  k::RmsNormQuantFp8Params q;
+  q.num_tokens = args.integer("num_tokens");
+  q.hidden_size = args.integer("hidden_size");
+  q.dtype = kdtype(args.dtype("dtype"), where);
+  q.weight_dtype = args.has("weight_dtype") ? kdtype(args.dtype("weight_dtype"), where) : q.dtype;
+  q.input = args.tensor("input").data;
+  q.input_row_stride = args.integer("input_row_stride");
+  if (args.has("weight")) q.weight = args.tensor("weight").data;
+  if (args.has("residual")) {
+    q.residual = args.tensor("residual").data;
+    q.residual_row_stride = args.integer("residual_row_stride");
+    q.residual_variance = args.str("residual_variance", "rounded_sum") == "rounded_sum"
+                              ? k::ResidualVariance::kRoundedSum
+                              : k::ResidualVariance::kUnroundedSum;
+  }
+  q.epsilon = static_cast<float>(args.real("epsilon", 1e-6));
+  q.output = args.tensor("output").data;
+  q.output_row_stride = args.integer("output_row_stride");
+  q.scale = sc;
+  k::Status cs = q.Check();
+  if (!cs.ok()) fail("{}: {}", where, cs.ToString());
+  return [q, where](cudaStream_t s) {
+    k::Status r = k::RmsNormQuantFp8(q, s);
+    if (!r.ok()) fail("{}: {}", where, r.ToString());
+  };
+}
+
+// lib.silu_and_mul: SiLU(gate) * up of rows, optionally scaled into an FP8 output.
+std::function<void(cudaStream_t)> Session::prepareSiluAndMul(const KernelArgs& args) {
+  const std::string& where = args.where;
+  k::SiluAndMulParams q;
+  q.num_tokens = args.integer("num_tokens");
+  q.hidden_size = args.integer("hidden_size");
+  q.dtype = kdtype(args.dtype("dtype"), where);
+  q.input = args.tensor("input").data;
+  q.input_row_stride = args.integer("input_row_stride");
+  q.output_dtype = kdtype(args.dtype("output_dtype"), where);
+  q.output = args.tensor("output").data;
+  q.output_row_stride = args.integer("output_row_stride");
+  if (args.has("scale")) q.scale = static_cast<const float*>(args.tensor("scale").data);
+  q.scale_application = args.str("scale_application", "multiply_by_reciprocal") == "divide"
+                            ? k::ScaleApplication::kDivide
+                            : k::ScaleApplication::kMultiplyByReciprocal;
+  k::Status cs = q.Check();
+  if (!cs.ok()) fail("{}: {}", where, cs.ToString());
+  return [q, where](cudaStream_t s) {
+    k::Status r = k::SiluAndMul(q, s);
+    if (!r.ok()) fail("{}: {}", where, r.ToString());
+  };
+}
+
+// rt.attention: scaled dot-product attention of 4-D [batch, heads, seq, head_size] operands,
+// on the sm90 kernels when the step asks for them (impl = "sm90") and they take the call,
+// else on the reference kernel. `cleanup` receives the sm90 decode workspace.
+std::function<void(cudaStream_t)> Session::prepareAttention(const KernelArgs& args,
+                                                            std::vector<std::function<void()>>* cleanup) {
+  const std::string& where = args.where;
+  AttentionParams q;
+  DeviceTensor tq = args.tensor("q"), tk = args.tensor("k"), tv = args.tensor("v"), to = args.tensor("out");
+  for (auto* t : {&tq, &tk, &tv, &to})
+    if (t->shape.size() != 4) fail("{}: attention operands must be 4-D", where);
+  q.dtype = attnType(tq.dtype, where);
+  q.q = tq.data;
+  q.k = tk.data;
+  q.v = tv.data;
+  q.out = to.data;
+  q.B = tq.shape[0];
+  q.Hq = tq.shape[1];
+  q.Sq = tq.shape[2];
+  q.E = tq.shape[3];
+  q.Hk = tk.shape[1];
+  q.Sk = tk.shape[2];
+  q.Ev = tv.shape[3];
+  for (int d = 0; d < 4; ++d) {
+    q.q_stride[d] = tq.strides[static_cast<size_t>(d)];
+    q.k_stride[d] = tk.strides[static_cast<size_t>(d)];
+    q.v_stride[d] = tv.strides[static_cast<size_t>(d)];
+    q.o_stride[d] = to.strides[static_cast<size_t>(d)];
+  }
+  // Broadcast batch dims of K/V (size 1) read the same head for every batch.
+  if (tk.shape[0] == 1) q.k_stride[0] = 0;
+  if (tv.shape[0] == 1) q.v_stride[0] = 0;
+  if (tq.shape[0] == 1) q.q_stride[0] = 0;
+  if (to.shape[0] == 1) q.o_stride[0] = 0;
+  q.scale = static_cast<float>(args.real("scale", 1.0 / std::sqrt(static_cast<double>(q.E))));
+  q.causal = args.flag("causal");
+  if (args.has("mask")) {
+    DeviceTensor tm = args.tensor("mask");
+    q.mask = tm.data;
+    q.mask_dtype = attnType(tm.dtype, where);
+    for (int d = 0; d < 4; ++d)
+      q.mask_stride[d] = tm.shape[static_cast<size_t>(d)] == 1 ? 0 : tm.strides[static_cast<size_t>(d)];
+  }
+  q.out_dtype = attnType(to.dtype, where);
+  q.round_dtype = args.has("round_dtype") ? attnType(args.dtype("round_dtype"), where) : q.dtype;
+  if (args.has("out_scale")) q.out_scale = static_cast<const float*>(args.tensor("out_scale").data);
+  std::function<cudaError_t(cudaStream_t)> fast;
+  // $FXFUSE_ATTENTION=reference forces the reference kernel (A/B checks, docs/attention.md).
+  const char* attn_env = std::getenv("FXFUSE_ATTENTION");
+  const bool force_ref = attn_env && std::string(attn_env) == "reference";
+  if (args.str("impl", "reference") == "sm90" && !force_ref) fast = sm90Attention(q, cleanup);
+  if (fast) return [fast, where](cudaStream_t s) { check(fast(s), where); };
+  return [q, where](cudaStream_t s) { check(LaunchAttention(q, s), where); };
+}
+
+// The cuBLASLt state of one matmul step: descriptors, layouts, the chosen algorithm, and the
+// scalars and pointers of the call. Shared by the step's launch closure and its cleanup.
+struct Session::MatmulLaunch {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t lx = nullptr, ly = nullptr, lc = nullptr, ld = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  float alpha = 1, beta = 0;
+  const void *x = nullptr, *y = nullptr, *c = nullptr;
+  void* d = nullptr;
+};
+
+// A matmul step's operands under the bound symbols and how cuBLASLt (column-major) reads
+// them: D^T[N, M] = op(X)[N, K] * op(Y)[K, M], X from B, Y from A.
+struct Session::MatmulOperands {
+  DeviceTensor A, B, Dt;
+  int64_t M = 0, N = 0, K = 0, batch = 1;
+  cublasOperation_t opx = CUBLAS_OP_N, opy = CUBLAS_OP_N;
+  int64_t ldx = 0, ldy = 0;
+  int64_t bsb = 0, asb = 0;  // batch strides of B and A (0 when not 3-D)
+  cudaDataType_t ta = CUDA_R_32F, tb = CUDA_R_32F, td = CUDA_R_32F;
+  cudaDataType_t tc = CUDA_R_32F;  // C: D's type, bf16 for an FP8 output of FP8 operands
+  bool fp8 = false;                // A (so the call) is FP8
+};
+
+// One Matmul step: a cuBLASLt matmul with the step's scales and epilogue, its algorithm chosen
+// (tuned on `stream` when tuning is on) now. `cleanup` receives what frees the descriptors.
+std::function<void(cudaStream_t)> Session::prepareMatmul(const pb::Matmul& mm, cudaStream_t stream,
+                                                         const std::string& where,
+                                                         std::vector<std::function<void()>>* cleanup) {
+  launches_++;
+  ensureCublasLt();
+  const MatmulOperands o = matmulOperands(mm, where);
+  auto m = std::make_shared<MatmulLaunch>();
+  createMatmulDesc(mm, o, m.get(), where);
+  createMatmulLayouts(o, m.get(), where);
+  m->alpha = static_cast<float>(mm.alpha() == 0 && mm.beta() == 0 ? 1.0 : mm.alpha());
+  m->beta = static_cast<float>(mm.beta());
+  m->x = o.B.data;
+  m->y = o.A.data;
+  m->d = o.Dt.data;
+  m->c = mm.c() >= 0 ? tensor(mm.c()).data : o.Dt.data;
+  chooseMatmulAlgorithm(mm, o, m.get(), stream, where);
+  void* wsp = workspace_;
+  size_t wsb = static_cast<size_t>(workspace_bytes_);
+  void* handle = cublas_;
+  cleanup->push_back([m] {
+    const CublasLtApi& l = cublasLt();
+    l.cublasLtMatrixLayoutDestroy(m->lx);
+    l.cublasLtMatrixLayoutDestroy(m->ly);
+    l.cublasLtMatrixLayoutDestroy(m->lc);
+    l.cublasLtMatrixLayoutDestroy(m->ld);
+    l.cublasLtMatmulDescDestroy(m->desc);
+  });
+  return [m, wsp, wsb, handle, where](cudaStream_t s) {
+    checkLt(cublasLt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle), m->desc, &m->alpha, m->x, m->lx, m->y,
+                                      m->ly, &m->beta, m->c, m->lc, m->d, m->ld, &m->algo, wsp, wsb, s),
+            where);
+  };
+}
+
+// The session's cuBLASLt handle and workspace, made by the first matmul step that needs them.
+void Session::ensureCublasLt() {
+  const CublasLtApi& lt = cublasLt();
+  if (!cublas_) {
+    cublasLtHandle_t h;
+    checkLt(lt.cublasLtCreate(&h), "cublasLtCreate");
+    cublas_ = h;
+  }
+  if (!workspace_) {
+    workspace_bytes_ = 32 << 20;
+    check(cudaMalloc(&workspace_, static_cast<size_t>(workspace_bytes_)), "allocating the cuBLASLt workspace");
+  }
+}
+
+// The operands of a matmul step: sizes, transposes and leading dimensions from the tensors'
+// strides (each operand needs a unit stride in one of its last two dims), and the data types.
+Session::MatmulOperands Session::matmulOperands(const pb::Matmul& mm, const std::string& where) const {
+  MatmulOperands o;
+  o.A = tensor(mm.a());
+  o.B = tensor(mm.b());
+  o.Dt = tensor(mm.d());
+  o.M = eval(mm.m(), where);
+  o.N = eval(mm.n(), where);
+  o.K = eval(mm.k(), where);
+  o.batch = mm.has_batch() ? eval(mm.batch(), where) : 1;
+  const int64_t M = o.M, N = o.N, K = o.K;
+  auto last2 = [](const DeviceTensor& t, int64_t* s0, int64_t* s1) {
+    size_t r = t.shape.size();
+    *s0 = t.strides[r - 2];
+    *s1 = t.strides[r - 1];
+  };
+  int64_t as0, as1, bs0, bs1;
+  last2(o.A, &as0, &as1);
+  last2(o.B, &bs0, &bs1);
+  bool b_row = bs1 == 1 || N == 1;  // B row-major [K, N]: X = N x K "N"
+  if (bs1 == 1 && bs0 == 1) b_row = true;
+  o.opx = b_row ? CUBLAS_OP_N : CUBLAS_OP_T;
+  o.ldx = b_row ? std::max<int64_t>(bs0, N) : std::max<int64_t>(bs1, K);
+  if (!b_row && bs0 != 1 && K != 1) fail("{}: matmul B has no unit stride", where);
+  bool a_row = as1 == 1 || K == 1;
+  o.opy = a_row ? CUBLAS_OP_N : CUBLAS_OP_T;
+  o.ldy = a_row ? std::max<int64_t>(as0, K) : std::max<int64_t>(as1, M);
+  if (!a_row && as0 != 1 && M != 1) fail("{}: matmul A has no unit stride", where);
+  o.ta = cudaType(mm.a_dtype(), where);
+  o.tb = cudaType(mm.b_dtype(), where);
+  o.td = cudaType(mm.d_dtype(), where);
+  o.fp8 = mm.a_dtype() == pb::F8E4M3FN || mm.a_dtype() == pb::F8E5M2;
+  o.tc = o.td;
+  if (o.fp8 && (o.td == CUDA_R_8F_E4M3 || o.td == CUDA_R_8F_E5M2)) o.tc = CUDA_R_16BF;
+  o.bsb = o.B.shape.size() == 3 ? o.B.strides[0] : 0;
+  o.asb = o.A.shape.size() == 3 ? o.A.strides[0] : 0;
+  return o;
+}
+
+// The matmul descriptor of a step: transposes, FP8 scale pointers and fast accumulation, and
+// the bias epilogue.
+void Session::createMatmulDesc(const pb::Matmul& mm, const MatmulOperands& o, MatmulLaunch* m,
+                               const std::string& where) const {
+  const CublasLtApi& lt = cublasLt();
+  checkLt(lt.cublasLtMatmulDescCreate(&m->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), where);
+  auto setd = [&](cublasLtMatmulDescAttributes_t a, const void* v, size_t n) {
+    checkLt(lt.cublasLtMatmulDescSetAttribute(m->desc, a, v, n), where);
+  };
+  setd(CUBLASLT_MATMUL_DESC_TRANSA, &o.opx, sizeof o.opx);
+  setd(CUBLASLT_MATMUL_DESC_TRANSB, &o.opy, sizeof o.opy);
+  if (mm.scale_mode() == pb::SCALE_PER_TENSOR) {
+    void* sa = tensor(mm.scale_a()).data;  // cuBLASLt A is our B: scale_b; B is our A: scale_a
+    void* sb = tensor(mm.scale_b()).data;
+    setd(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof sb);
+    setd(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa);
+    if (mm.scale_d() >= 0) {
+      void* sd = tensor(mm.scale_d()).data;
+      setd(CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &sd, sizeof sd);
+    }
+  }
+  if (o.fp8) {
+    int8_t fast = mm.fast_accum() ? 1 : 0;
+    setd(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+  }
+  if (mm.epilogue() == pb::EPILOGUE_BIAS && mm.bias() >= 0) {
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    setd(CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
+    void* bp = tensor(mm.bias()).data;
+    setd(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
+    cudaDataType_t bt = cudaType(plan_.tensors(mm.bias()).dtype(), where);
+    setd(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+  }
+}
+
+// The matrix layouts of a matmul step's X, Y, D and C (strided batches when batch > 1).
+void Session::createMatmulLayouts(const MatmulOperands& o, MatmulLaunch* m, const std::string& where) const {
+  const CublasLtApi& lt = cublasLt();
+  const int64_t M = o.M, N = o.N, K = o.K;
+  auto layout = [&](cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ldv,
+                    int64_t bstride) {
+    checkLt(lt.cublasLtMatrixLayoutCreate(l, t, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ldv), where);
+    if (o.batch > 1) {
+      int32_t bc = static_cast<int32_t>(o.batch);
+      checkLt(lt.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc), where);
+      checkLt(lt.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &bstride,
+                                                  sizeof bstride),
+              where);
+    }
+  };
+  layout(&m->lx, o.tb, o.opx == CUBLAS_OP_N ? N : K, o.opx == CUBLAS_OP_N ? K : N, o.ldx, o.bsb);
+  layout(&m->ly, o.ta, o.opy == CUBLAS_OP_N ? K : M, o.opy == CUBLAS_OP_N ? M : K, o.ldy, o.asb);
+  layout(&m->ld, o.td, N, M, N, M * N);
+  layout(&m->lc, o.tc, N, M, N, M * N);
+}
+
+// Sets m->algo: cuBLASLt's heuristic candidates for the call, the pinned one ("heuristic:N")
+// or the fastest measured (chooseGemmAlgorithm), and records the choice in matmulAlgorithms().
+void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& o, MatmulLaunch* m,
+                                    cudaStream_t stream, const std::string& where) {
+  const CublasLtApi& lt = cublasLt();
+  const int64_t M = o.M, N = o.N, K = o.K, batch = o.batch;
+  cublasLtMatmulPreference_t pref;
+  checkLt(lt.cublasLtMatmulPreferenceCreate(&pref), where);
+  uint64_t ws = static_cast<uint64_t>(workspace_bytes_);
+  checkLt(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+          where);
+  cublasLtMatmulHeuristicResult_t res[kGemmCandidates];
+  int found = 0;
+  int want = 0;
+  if (mm.algorithm().rfind("heuristic:", 0) == 0) want = std::stoi(mm.algorithm().substr(10));
+  cublasStatus_t hs = lt.cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(cublas_), m->desc, m->lx, m->ly,
+                                                        m->lc, m->ld, pref, kGemmCandidates, res, &found);
+  lt.cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
+    fail("{}: cuBLASLt has no algorithm for this matmul (M={} N={} K={}, {} x {} -> {}): {}", where, M, N, K,
+         pb::DType_Name(mm.a_dtype()), pb::DType_Name(mm.b_dtype()), pb::DType_Name(mm.d_dtype()),
+         lt.cublasLtGetStatusString(hs));
+  // "heuristic:N" pins the N-th result (no tuning); "heuristic" is tuned by measurement.
+  const bool pinned = mm.algorithm() != "heuristic" && !mm.algorithm().empty();
+  GemmCall call;
+  call.handle = static_cast<cublasLtHandle_t>(cublas_);
+  call.desc = m->desc;
+  call.lx = m->lx;
+  call.ly = m->ly;
+  call.lc = m->lc;
+  call.ld = m->ld;
+  call.alpha = &m->alpha;
+  call.beta = &m->beta;
+  call.x = m->x;
+  call.y = m->y;
+  call.c = m->c;
+  call.d = m->d;
+  call.d_bytes = static_cast<size_t>(batch * M * N * bytesOf(mm.d_dtype()));
+  call.workspace = workspace_;
+  call.workspace_bytes = static_cast<size_t>(workspace_bytes_);
+  int device = 0;
+  cudaGetDevice(&device);
+  // Everything that makes two calls the same problem for cuBLASLt (pointers excluded).
+  const std::string key =
+      fmt::format("dev{} M{} N{} K{} b{} {}x{}->{} c{} ops{}{} ld{},{} bs{},{} scale{} fast{} ep{} bias{} beta{} ws{}",
+                  device, M, N, K, batch, static_cast<int>(o.ta), static_cast<int>(o.tb), static_cast<int>(o.td),
+                  static_cast<int>(o.tc), static_cast<int>(o.opx), static_cast<int>(o.opy), o.ldx, o.ldy, o.bsb, o.asb,
+                  static_cast<int>(mm.scale_mode()), mm.fast_accum() ? 1 : 0, static_cast<int>(mm.epilogue()),
+                  mm.bias() >= 0 ? static_cast<int>(plan_.tensors(mm.bias()).dtype()) : -1, m->beta, workspace_bytes_);
+  GemmChoice choice = chooseGemmAlgorithm(call, res, found, want, gemm_tune_ && !pinned, stream, key, where);
+  m->algo = choice.algo;
+  matmul_algorithms_.push_back(fmt::format("{}: M={} N={} K={}{} {}x{}->{}: {}", where, M, N, K,
+                                           batch > 1 ? fmt::format(" batch={}", batch) : "",
+                                           pb::DType_Name(mm.a_dtype()), pb::DType_Name(mm.b_dtype()),
+                                           pb::DType_Name(mm.d_dtype()), choice.summary));
+}
+
+// One Copy step: a device-to-device copy (nothing enqueued for 0 bytes).
+std::function<void(cudaStream_t)> Session::prepareCopy(const pb::Copy& c, const std::string& where) const {
+  void* src = pointer(c.src());
+  void* dst = pointer(c.dst());
+  size_t n = static_cast<size_t>(eval(c.bytes(), where));
+  return [src, dst, n, where](cudaStream_t s) {
+    if (n) check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s), where);
+  };
+}
+
+// One Memset step: bytes of the destination set to the step's value (nothing enqueued for 0 bytes).
+std::function<void(cudaStream_t)> Session::prepareMemset(const pb::Memset& m, const std::string& where) const {
+  void* dst = pointer(m.dst());
+  size_t n = static_cast<size_t>(eval(m.bytes(), where));
+  int v = m.value();
+  return [dst, n, v, where](cudaStream_t s) {
+    if (n) check(cudaMemsetAsync(dst, v, n, s), where);
+  };
+}
+
+// One Collective step: an NCCL all-reduce (sum) over the session's communicator.
+std::function<void(cudaStream_t)> Session::prepareCollective(const pb::Collective& c, const std::string& where) {
+  if (c.op() != "all_reduce" || (c.reduce_op() != "sum" && !c.reduce_op().empty()))
+    fail("{}: collective {}({}) is not supported (all_reduce sum only)", where, c.op(), c.reduce_op());
+  if (!comm_ || !comm_->nccl())
+    fail("{}: the plan is for world size {}: this step needs a communicator (fxfuse run --world-size {})", where,
+         plan_.world_size(), plan_.world_size());
+  const void* src = pointer(c.input());
+  void* dst = pointer(c.output());
+  size_t count = static_cast<size_t>(eval(c.count(), where));
+  ncclDataType_t dt = ncclType(c.dtype(), where);
+  ncclComm_t nc = comm_->nccl();
+  launches_++;
+  return [src, dst, count, dt, nc, where](cudaStream_t s) {
+    if (count) checkNcclCall(nccl().ncclAllReduce(src, dst, count, dt, ncclSum, nc, s), where);
+  };
 }
 
 // Sizes the NCCL-fallback scratch buffer and maps the peer workspace (collective: every rank
@@ -825,67 +973,106 @@ void Session::prepareCollectives() {
     comm_->workspace(max_tokens, hidden);
 }
 
+// A FusedAllReduceNorm step's operands under the bound symbols (null: an absent optional tensor).
+struct Session::FusedNormOperands {
+  int world_size = 1;
+  int64_t T = 0, H = 0;  // tokens, hidden size
+  k::DType dt = k::DType::kBFloat16;
+  void* input = nullptr;
+  void* residual = nullptr;
+  void* allreduce_out = nullptr;
+  const void* weight = nullptr;
+  void* norm_out = nullptr;
+  void* quant_out = nullptr;
+  const float* scale = nullptr;
+  bool rounded = true;  // the residual variance is that of the rounded sum
+  bool divide = false;  // the FP8 scale is applied by division
+};
+
 // One FusedAllReduceNorm step: the fused kernels when they take the call, else NCCL all-reduce
 // (identity at world size 1) followed by the single-GPU fused add + RMSNorm (+ FP8 quant).
 std::function<void(cudaStream_t)> Session::prepareFusedAllReduceNorm(const pb::FusedAllReduceNorm& f,
                                                                       const std::string& where) {
-  const int ws = std::max(1, plan_.world_size());
+  FusedNormOperands o;
+  o.world_size = std::max(1, plan_.world_size());
   auto opt = [&](int t) -> void* { return t >= 0 ? pointer(t) : nullptr; };
-  const int64_t T = eval(f.num_tokens(), where), H = eval(f.hidden_size(), where);
-  const k::DType dt = kdtype(f.dtype(), where);
-  void* input = pointer(f.input());
-  void* residual = opt(f.residual());
-  void* allreduce_out = opt(f.allreduce_out());
-  const void* weight = opt(f.weight());
-  void* norm_out = opt(f.norm_out());
-  void* quant_out = opt(f.quant_out());
-  const float* scale = static_cast<const float*>(opt(f.scale()));
-  if (quant_out && !scale) fail("{}: FP8 output without a scale", where);
-  const bool rounded = f.residual_variance() != "unrounded_sum";
-  const bool divide = f.scale_application() == "divide";
-
-  k::AllReduceAlgorithm algo = k::AllReduceAlgorithm::kNcclFallback;
+  o.T = eval(f.num_tokens(), where);
+  o.H = eval(f.hidden_size(), where);
+  o.dt = kdtype(f.dtype(), where);
+  o.input = pointer(f.input());
+  o.residual = opt(f.residual());
+  o.allreduce_out = opt(f.allreduce_out());
+  o.weight = opt(f.weight());
+  o.norm_out = opt(f.norm_out());
+  o.quant_out = opt(f.quant_out());
+  o.scale = static_cast<const float*>(opt(f.scale()));
+  if (o.quant_out && !o.scale) fail("{}: FP8 output without a scale", where);
+  o.rounded = f.residual_variance() != "unrounded_sum";
+  o.divide = f.scale_application() == "divide";
 #ifdef FXFUSE_HAVE_ALLREDUCE_KERNELS
+  if (auto fused = fusedAllReduceNormKernel(f, o, where)) return fused;
+#endif
+  fused_algorithms_.push_back(algorithmName(k::AllReduceAlgorithm::kNcclFallback));
+  return allReduceThenNorm(f, o, where);
+}
+
+#ifdef FXFUSE_HAVE_ALLREDUCE_KERNELS
+// The fused all-reduce + RMSNorm kernels for a FusedAllReduceNorm step, or an empty function
+// when the call goes to the NCCL fallback: the algorithm is set to NCCL, the step wants an
+// unrounded residual variance or a divided scale (the kernels do neither), no workspace is
+// mapped at world size > 1, or the kernels' own algorithm choice is the fallback.
+std::function<void(cudaStream_t)> Session::fusedAllReduceNormKernel(const pb::FusedAllReduceNorm& f,
+                                                                    const FusedNormOperands& o,
+                                                                    const std::string& where) {
+  k::AllReduceAlgorithm algo = k::AllReduceAlgorithm::kNcclFallback;
   k::AllReduceRmsNormParams q;
-  q.num_tokens = T;
-  q.hidden_size = H;
-  q.dtype = dt;
-  q.input = input;
-  q.residual = residual;
-  q.allreduce_out = allreduce_out;
-  q.weight = weight;
+  q.num_tokens = o.T;
+  q.hidden_size = o.H;
+  q.dtype = o.dt;
+  q.input = o.input;
+  q.residual = o.residual;
+  q.allreduce_out = o.allreduce_out;
+  q.weight = o.weight;
   q.epsilon = static_cast<float>(f.epsilon());
-  q.norm_out = norm_out;
-  q.quant_out = quant_out;
-  q.scale = scale;
+  q.norm_out = o.norm_out;
+  q.quant_out = o.quant_out;
+  q.scale = o.scale;
   q.algorithm = allreduce_algorithm_;
   // The workspace prepareCollectives() mapped for the whole plan (remapping here would leave
   // the steps prepared before with stale peer pointers); calls it cannot hold fall back.
-  const k::AllReduceWorkspace* mapped = ws > 1 ? comm_->mappedWorkspace() : nullptr;
+  const k::AllReduceWorkspace* mapped = o.world_size > 1 ? comm_->mappedWorkspace() : nullptr;
   if (mapped) q.workspace = *mapped;
-  bool kernel_ok = allreduce_algorithm_ != k::AllReduceAlgorithm::kNcclFallback && (rounded || !residual) && !divide &&
-                   (ws == 1 || mapped);
+  bool kernel_ok = allreduce_algorithm_ != k::AllReduceAlgorithm::kNcclFallback && (o.rounded || !o.residual) &&
+                   !o.divide && (o.world_size == 1 || mapped);
   if (kernel_ok) {
     k::Status cs = q.Check();
     if (!cs.ok()) fail("{}: {}", where, cs.ToString());
     algo = k::ResolveAllReduceAlgorithm(q);
   }
-  if (algo != k::AllReduceAlgorithm::kNcclFallback) {
-    q.algorithm = algo;
-    fused_algorithms_.push_back(algorithmName(algo));
-    launches_++;
-    return [q, where](cudaStream_t s) {
-      k::Status r = k::AllReduceRmsNorm(q, s);
-      if (!r.ok()) fail("{}: {}", where, r.ToString());
-    };
-  }
-#endif
+  if (algo == k::AllReduceAlgorithm::kNcclFallback) return {};
+  q.algorithm = algo;
   fused_algorithms_.push_back(algorithmName(algo));
-  // Fallback: a = all_reduce(input) (into allreduce_out when the graph wants it, else scratch).
-  const size_t count = static_cast<size_t>(T * H);
+  launches_++;
+  return [q, where](cudaStream_t s) {
+    k::Status r = k::AllReduceRmsNorm(q, s);
+    if (!r.ok()) fail("{}: {}", where, r.ToString());
+  };
+}
+#endif
+
+// The NCCL fallback of a FusedAllReduceNorm step: a = all_reduce(input) (into allreduce_out
+// when the graph wants it, else the scratch buffer; at world size 1 the input itself, copied
+// to allreduce_out when that is another buffer), then the single-GPU fused add + RMSNorm
+// (+ FP8 quant) of a.
+std::function<void(cudaStream_t)> Session::allReduceThenNorm(const pb::FusedAllReduceNorm& f,
+                                                             const FusedNormOperands& o, const std::string& where) {
+  void* const input = o.input;
+  void* const allreduce_out = o.allreduce_out;
+  const int64_t H = o.H;
+  const size_t count = static_cast<size_t>(o.T * H);
   void* a = input;
   std::function<void(cudaStream_t)> reduce;
-  if (ws > 1) {
+  if (o.world_size > 1) {
     a = allreduce_out ? allreduce_out : scratch_;
     ncclComm_t nc = comm_->nccl();
     ncclDataType_t nt = ncclType(f.dtype(), where);
@@ -899,32 +1086,33 @@ std::function<void(cudaStream_t)> Session::prepareFusedAllReduceNorm(const pb::F
       if (bytes) check(cudaMemcpyAsync(allreduce_out, input, bytes, cudaMemcpyDeviceToDevice, s), where);
     };
   }
-  const k::ResidualVariance variance = rounded ? k::ResidualVariance::kRoundedSum : k::ResidualVariance::kUnroundedSum;
+  const k::ResidualVariance variance =
+      o.rounded ? k::ResidualVariance::kRoundedSum : k::ResidualVariance::kUnroundedSum;
   // The fields RmsNorm and RmsNormQuantFp8 share: rows of a (+ residual), weight, epsilon.
   auto rowsOf = [&](auto& n) {
-    n.num_tokens = T;
+    n.num_tokens = o.T;
     n.hidden_size = H;
-    n.dtype = dt;
-    n.weight_dtype = dt;
+    n.dtype = o.dt;
+    n.weight_dtype = o.dt;
     n.input = a;
     n.input_row_stride = H;
-    n.weight = weight;
-    if (residual) {
-      n.residual = residual;
+    n.weight = o.weight;
+    if (o.residual) {
+      n.residual = o.residual;
       n.residual_row_stride = H;
       n.residual_variance = variance;
     }
     n.epsilon = static_cast<float>(f.epsilon());
   };
   std::function<void(cudaStream_t)> norm;
-  if (quant_out) {
+  if (o.quant_out) {
     k::RmsNormQuantFp8Params n;
     rowsOf(n);
-    n.output = quant_out;
+    n.output = o.quant_out;
     n.output_row_stride = H;
     n.scale.kind = k::Fp8ScaleKind::kStaticPerTensor;
-    n.scale.scale = const_cast<float*>(scale);
-    n.scale.application = divide ? k::ScaleApplication::kDivide : k::ScaleApplication::kMultiplyByReciprocal;
+    n.scale.scale = const_cast<float*>(o.scale);
+    n.scale.application = o.divide ? k::ScaleApplication::kDivide : k::ScaleApplication::kMultiplyByReciprocal;
     k::Status cs = n.Check();
     if (!cs.ok()) fail("{}: {}", where, cs.ToString());
     norm = [n, where](cudaStream_t s) {
@@ -934,7 +1122,7 @@ std::function<void(cudaStream_t)> Session::prepareFusedAllReduceNorm(const pb::F
   } else {
     k::RmsNormParams n;
     rowsOf(n);
-    n.output = norm_out;
+    n.output = o.norm_out;
     n.output_row_stride = H;
     k::Status cs = n.Check();
     if (!cs.ok()) fail("{}: {}", where, cs.ToString());

@@ -125,8 +125,47 @@ class Session {
   struct Prepared;
   void prepare(cudaStream_t stream);
   void prepareCollectives();
+
+  // Preparing one step (prepare()): each prepare* function checks a step and returns the
+  // closure that enqueues it. `where` names the step in errors; `cleanup` receives what frees
+  // the step's resources when the step is dropped.
+  struct KernelArgs;         // the named arguments of a KernelLaunch step
+  struct MatmulLaunch;       // a Matmul step's cuBLASLt descriptors, algorithm and call operands
+  struct MatmulOperands;     // a Matmul step's operands as cuBLASLt reads them
+  struct FusedNormOperands;  // a FusedAllReduceNorm step's operands
+  std::function<void(cudaStream_t)> prepareKernel(const fxfuse::plan::v1::KernelLaunch& kl, const std::string& where,
+                                                  std::vector<std::function<void()>>* cleanup);
+  std::function<void(cudaStream_t)> prepareGeneratedKernel(const fxfuse::plan::v1::KernelLaunch& kl,
+                                                           const std::string& where);
+  static std::function<void(cudaStream_t)> prepareRmsNorm(const KernelArgs& args);
+  static std::function<void(cudaStream_t)> prepareQuantFp8(const KernelArgs& args);
+  static std::function<void(cudaStream_t)> prepareRmsNormQuantFp8(const KernelArgs& args);
+  static std::function<void(cudaStream_t)> prepareSiluAndMul(const KernelArgs& args);
+  static std::function<void(cudaStream_t)> prepareAttention(const KernelArgs& args,
+                                                            std::vector<std::function<void()>>* cleanup);
+  std::function<void(cudaStream_t)> prepareCopy(const fxfuse::plan::v1::Copy& c, const std::string& where) const;
+  std::function<void(cudaStream_t)> prepareMemset(const fxfuse::plan::v1::Memset& m, const std::string& where) const;
+  std::function<void(cudaStream_t)> prepareCollective(const fxfuse::plan::v1::Collective& c, const std::string& where);
+  std::function<void(cudaStream_t)> prepareMatmul(const fxfuse::plan::v1::Matmul& mm, cudaStream_t stream,
+                                                  const std::string& where,
+                                                  std::vector<std::function<void()>>* cleanup);
+  // The parts of prepareMatmul.
+  void ensureCublasLt();
+  MatmulOperands matmulOperands(const fxfuse::plan::v1::Matmul& mm, const std::string& where) const;
+  void createMatmulDesc(const fxfuse::plan::v1::Matmul& mm, const MatmulOperands& o, MatmulLaunch* m,
+                        const std::string& where) const;
+  void createMatmulLayouts(const MatmulOperands& o, MatmulLaunch* m, const std::string& where) const;
+  void chooseMatmulAlgorithm(const fxfuse::plan::v1::Matmul& mm, const MatmulOperands& o, MatmulLaunch* m,
+                             cudaStream_t stream, const std::string& where);
   std::function<void(cudaStream_t)> prepareFusedAllReduceNorm(const fxfuse::plan::v1::FusedAllReduceNorm& f,
                                                               const std::string& where);
+  // The parts of prepareFusedAllReduceNorm; fusedAllReduceNormKernel is defined only with the
+  // fused all-reduce kernels (FXFUSE_HAVE_ALLREDUCE_KERNELS).
+  std::function<void(cudaStream_t)> fusedAllReduceNormKernel(const fxfuse::plan::v1::FusedAllReduceNorm& f,
+                                                             const FusedNormOperands& o, const std::string& where);
+  std::function<void(cudaStream_t)> allReduceThenNorm(const fxfuse::plan::v1::FusedAllReduceNorm& f,
+                                                      const FusedNormOperands& o, const std::string& where);
+
   int64_t eval(const fxfuse::ir::v1::SymExpr& e, const std::string& what) const;
   void* pointer(int tensor) const;
 
