@@ -282,6 +282,8 @@ class Emitter {
 
   std::string round(DType t, const std::string& expr) { return "fx_r_" + suffix(t) + "(" + expr + ")"; }
 
+  // The device function computing node `id` at output index `i`, after those of its operands
+  // (each node's function is emitted once, before its first user).
   void emitNode(int id) {
     if (emitted_.count(id)) return;
     const GNode& n = cg_.node(id);
@@ -292,362 +294,468 @@ class Emitter {
     o << "__device__ __forceinline__ " << ct << " fx_n" << id << "(const FxCtx& c, const long long* i) {";
     if (!n.origin.empty()) o << "  // " << n.origin;
     o << "\n";
-    auto in = [&](size_t k) -> const GNode& { return cg_.node(n.in.at(k)); };
-    auto bc = [&](size_t k) {
-      std::string var = "j" + std::to_string(k);
-      bcastIndex(o, var, in(k).shape, n.shape, "i");
-      return call(n.in[k], var);
-    };
-    if (n.op == "load") {
-      const MemTensor& m = cg_.mem(n.mem);
-      int p = ptr(m.tref);
-      // The pointer argument already points at the tensor's first element (the runtime adds
-      // the TensorRef's offset), so only the strides enter the index here.
-      o << "  long long off = 0";
-      for (size_t k = 0; k < m.shape.size(); ++k) o << " + i[" << k << "] * " << sx(m.stride[k]);
-      o << ";\n";
-      std::string raw = "((const " + std::string(storeType(m.dtype)) + "*)c.p" + std::to_string(p) + ")[off]";
-      std::string v;
-      switch (m.dtype) {
-        case DType::BF16: v = "fx_ld_bf16(" + raw + ")"; break;
-        case DType::F16: v = "fx_ld_f16(" + raw + ")"; break;
-        case DType::F8E4M3FN: v = "fx_ld_f8e4m3fn(" + raw + ")"; break;
-        case DType::F8E5M2: v = "fx_ld_f8e5m2(" + raw + ")"; break;
-        case DType::Bool: v = "(" + raw + " != 0)"; break;
-        default: v = "(" + computeType(m.dtype) + ")" + raw; break;
-      }
-      o << "  return " << conv(v, m.dtype, ct) << ";\n";
-    } else if (n.op == "const" && !n.sv.empty()) {
-      o << "  return " << conv(sx(n.sv[0]), DType::I64, ct) << ";\n";
-    } else if (n.op == "const") {
-      if (ct == "float" || ct == "double")
-        o << "  return " << round(n.dtype, floatLit(n.f.at(0), ct == "double")) << ";\n";
-      else if (ct == "bool")
-        o << "  return " << (n.f.at(0) != 0 ? "true" : "false") << ";\n";
-      else
-        o << "  return " << round(n.dtype, integerLiteral(n.f.at(0), n.origin)) << ";\n";
-    } else if (n.op == "unary") {
-      std::string a = bc(0);
-      const std::string& f = n.s;
-      std::string t = ct == "bool" ? computeType(in(0).dtype) : ct;
-      if (f == "not") {
-        o << "  return !(" << conv(a, in(0).dtype, "bool") << ");\n";
-      } else {
-        std::string x = conv(a, in(0).dtype, t);
-        bool d = t == "double";
-        std::string e;
-        auto fn = [&](const char* fl, const char* db) { return std::string(d ? db : fl) + "(" + x + ")"; };
-        if (f == "neg") e = "-(" + x + ")";
-        else if (f == "abs") e = t == "long long" ? "llabs(" + x + ")" : fn("fabsf", "fabs");
-        else if (f == "exp") e = fn("expf", "exp");
-        else if (f == "log") e = fn("logf", "log");
-        else if (f == "sqrt") e = fn("sqrtf", "sqrt");
-        else if (f == "rsqrt") e = d ? "(1.0 / sqrt(" + x + "))" : "(1.0f / sqrtf(" + x + "))";
-        else if (f == "reciprocal") e = d ? "(1.0 / (" + x + "))" : "(1.0f / (" + x + "))";
-        else if (f == "sin") e = fn("sinf", "sin");
-        else if (f == "cos") e = fn("cosf", "cos");
-        else if (f == "tanh") e = fn("tanhf", "tanh");
-        else if (f == "erf") e = fn("erff", "erf");
-        else if (f == "floor") e = fn("floorf", "floor");
-        else if (f == "ceil") e = fn("ceilf", "ceil");
-        else if (f == "round") e = fn("rintf", "rint");
-        else if (f == "sigmoid") e = "fx_sigmoid(" + x + ")";
-        else if (f == "silu") e = "((" + x + ") * fx_sigmoid(" + x + "))";
-        else if (f == "relu") e = "fx_maxp(" + x + ", (" + t + ")0)";
-        else if (f == "gelu") e = d ? "(0.5 * (" + x + ") * (1.0 + erf((" + x + ") * 0.70710678118654752)))"
-                                    : "(0.5f * (" + x + ") * (1.0f + erff((" + x + ") * 0.70710678118654752f)))";
-        else if (f == "gelu_tanh")
-          e = "(0.5f * (" + x + ") * (1.0f + tanhf(0.79788456080286536f * ((" + x + ") + 0.044715f * (" + x +
-              ") * (" + x + ") * (" + x + ")))))";
-        else if (f == "bnot") e = ct == "bool" ? "!(" + x + ")" : "~(" + x + ")";
-        else if (f == "sign") e = "(" + t + ")(((" + x + ") > 0) - ((" + x + ") < 0))";
-        else if (f == "square") e = "((" + x + ") * (" + x + "))";
-        else if (f == "log1p") e = fn("log1pf", "log1p");
-        else if (f == "log_sigmoid")  // min(x, 0) - log1p(exp(-|x|)), stable for large |x|
-          e = d ? "(fmin(" + x + ", 0.0) - log1p(exp(-fabs(" + x + "))))"
-                : "(fminf(" + x + ", 0.0f) - log1pf(expf(-fabsf(" + x + "))))";
-        else if (f == "expm1") e = fn("expm1f", "expm1");
-        else if (f == "exp2") e = fn("exp2f", "exp2");
-        else if (f == "log2") e = fn("log2f", "log2");
-        else if (f == "log10") e = fn("log10f", "log10");
-        else if (f == "trunc") e = fn("truncf", "trunc");
-        else if (f == "tan") e = fn("tanf", "tan");
-        else if (f == "atan") e = fn("atanf", "atan");
-        else if (f == "sinh") e = fn("sinhf", "sinh");
-        else if (f == "cosh") e = fn("coshf", "cosh");
-        else if (f == "softplus") {  // f = {beta, threshold}: x*beta > threshold ? x : log1p(exp(x*beta))/beta
-          std::string beta = floatLit(n.f.size() > 0 ? n.f[0] : 1.0, d), thr = floatLit(n.f.size() > 1 ? n.f[1] : 20.0, d);
-          e = "((" + x + ") * " + beta + " > " + thr + " ? (" + x + ") : " + (d ? "log1p(exp(" : "log1pf(expf(") + "(" +
-              x + ") * " + beta + ")) / " + beta + ")";
-        }
-        else if (f == "isnan") e = "((" + x + ") != (" + x + "))";
-        else if (f == "isinf") e = "isinf(" + x + ")";
-        else if (f == "finite_or_zero") e = "(isinf(" + x + ") ? (" + t + ")0 : (" + x + "))";
-        else fail("codegen: unknown unary op {}", f);
-        o << "  return " << round(n.dtype, conv(e, n.dtype == DType::Bool ? in(0).dtype : n.dtype, ct)) << ";\n";
-      }
-    } else if (n.op == "binary") {
-      std::string a = bc(0), b = bc(1);
-      const std::string& f = n.s;
-      bool cmp = f == "eq" || f == "ne" || f == "lt" || f == "le" || f == "gt" || f == "ge";
-      bool logic = f == "and" || f == "or";
-      std::string t;
-      if (cmp) {
-        DType x = in(0).dtype, y = in(1).dtype;
-        t = (x == DType::F64 || y == DType::F64) ? "double"
-            : (ir::isFloating(x) || ir::isFloating(y)) ? "float"
-            : (x == DType::Bool && y == DType::Bool) ? "bool" : "long long";
-      } else if (logic) {
-        t = "bool";
-      } else {
-        t = ct;
-      }
-      std::string x = conv(a, in(0).dtype, t), y = conv(b, in(1).dtype, t);
-      std::string e;
-      if (f == "add") e = x + " + " + y;
-      else if (f == "sub") e = x + " - " + y;
-      else if (f == "mul") e = x + " * " + y;
-      else if (f == "div") e = x + " / " + y;
-      else if (f == "div_trunc") e = t == "long long" ? x + " / " + y : (t == "double" ? "trunc(" : "truncf(") + x + " / " + y + ")";
-      else if (f == "div_floor") e = t == "long long" ? "fx_floordiv(" + x + ", " + y + ")" : (t == "double" ? "floor(" : "floorf(") + x + " / " + y + ")";
-      else if (f == "pow") e = t == "double" ? "pow(" + x + ", " + y + ")" : t == "float" ? "powf(" + x + ", " + y + ")" : "(long long)pow((double)" + x + ", (double)" + y + ")";
-      else if (f == "max") e = "fx_maxp(" + x + ", " + y + ")";
-      else if (f == "min") e = "fx_minp(" + x + ", " + y + ")";
-      else if (f == "eq") e = x + " == " + y;
-      else if (f == "ne") e = x + " != " + y;
-      else if (f == "lt") e = x + " < " + y;
-      else if (f == "le") e = x + " <= " + y;
-      else if (f == "gt") e = x + " > " + y;
-      else if (f == "ge") e = x + " >= " + y;
-      else if (f == "and") e = x + " && " + y;
-      else if (f == "or") e = x + " || " + y;
-      else if (f == "band") e = x + " & " + y;
-      else if (f == "bor") e = x + " | " + y;
-      else if (f == "bxor") e = x + " ^ " + y;
-      else if (f == "rem") e = t == "long long" ? "fx_remainder(" + x + ", " + y + ")"
-                               : t == "double" ? "(" + x + " - floor(" + x + " / " + y + ") * " + y + ")"
-                                               : "(" + x + " - floorf(" + x + " / " + y + ") * " + y + ")";
-      else if (f == "fmod") e = t == "long long" ? "(" + x + " % " + y + ")" : (t == "double" ? "fmod(" : "fmodf(") + x + ", " + y + ")";
-      else fail("codegen: unknown binary op {}", f);
-      DType rt = (cmp || logic) ? DType::Bool : n.dtype;
-      o << "  return " << round(n.dtype, conv("(" + e + ")", rt, ct)) << ";\n";
-    } else if (n.op == "cast") {
-      std::string a = bc(0);
-      DType from = in(0).dtype;
-      std::string e = conv(a, from, ct);
-      if (ct == "long long" && computeType(from) != "long long" && computeType(from) != "bool")
-        e = "((long long)(" + a + "))";
-      o << "  return " << round(n.dtype, e) << ";\n";
-    } else if (n.op == "where") {
-      std::string p = bc(0), a = bc(1), b = bc(2);
-      o << "  return " << round(n.dtype, conv(p, in(0).dtype, "bool") + " ? " + conv(a, in(1).dtype, ct) + " : " +
-                                             conv(b, in(2).dtype, ct))
-        << ";\n";
-    } else if (n.op == "clamp") {
-      std::string x = conv(bc(0), in(0).dtype, ct);
-      std::string e = x;
-      bool d = ct == "double";
-      if (n.iv.at(0)) e = "fx_maxp(" + e + ", (" + ct + ")" + (ct == "long long" ? std::to_string(static_cast<long long>(n.f.at(0))) : floatLit(n.f.at(0), d)) + ")";
-      if (n.iv.at(1)) e = "fx_minp(" + e + ", (" + ct + ")" + (ct == "long long" ? std::to_string(static_cast<long long>(n.f.at(1))) : floatLit(n.f.at(1), d)) + ")";
-      o << "  return " << round(n.dtype, e) << ";\n";
-    } else if (n.op == "remap") {
-      const GNode& src = in(0);
-      size_t ri = src.shape.size();
-      o << "  long long j[" << std::max<size_t>(ri, 1) << "]; j[0] = 0;\n";
-      if (n.s == "reshape") {
-        std::ostringstream tmp;
-        linearIndex(o, "jr", n.shape, src.shape, "i");
-        for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = jr[" << k << "];\n";
-      } else if (n.s == "permute") {
-        for (size_t k = 0; k < n.iv.size(); ++k) o << "  j[" << n.iv[k] << "] = i[" << k << "];\n";
-      } else if (n.s == "slice") {
-        for (size_t k = 0; k < ri; ++k)
-          o << "  j[" << k << "] = " << (static_cast<int64_t>(k) == n.iv[0] ? sx(n.sv[0]) + " + i[" + std::to_string(k) + "] * " + sx(n.sv[1]) : "i[" + std::to_string(k) + "]") << ";\n";
-      } else if (n.s == "select") {
-        size_t d = static_cast<size_t>(n.iv[0]);
-        for (size_t k = 0, q = 0; k < ri; ++k)
-          o << "  j[" << k << "] = " << (k == d ? sx(n.sv[0]) : "i[" + std::to_string(q++) + "]") << ";\n";
-      } else if (n.s == "unsqueeze") {
-        size_t d = static_cast<size_t>(n.iv[0]);
-        for (size_t k = 0, q = 0; q < n.shape.size(); ++q) {
-          if (q == d) continue;
-          o << "  j[" << k++ << "] = i[" << q << "];\n";
-        }
-      } else if (n.s == "squeeze") {
-        std::set<int64_t> dims(n.iv.begin(), n.iv.end());
-        for (size_t k = 0, q = 0; k < ri; ++k)
-          o << "  j[" << k << "] = " << (dims.count(static_cast<int64_t>(k)) ? std::string("0") : "i[" + std::to_string(q++) + "]") << ";\n";
-      } else if (n.s == "repeat") {  // out dim lead + k reads src dim k modulo its size
-        size_t lead = n.shape.size() - ri;
-        for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = i[" << lead + k << "] % " << sx(src.shape[k]) << ";\n";
-      } else if (n.s == "repeat_interleave") {  // iv[0] = dim, sv[0] = repeats
-        for (size_t k = 0; k < ri; ++k)
-          o << "  j[" << k << "] = i[" << k << "]" << (static_cast<int64_t>(k) == n.iv.at(0) ? " / " + sx(n.sv.at(0)) : "")
-            << ";\n";
-      } else if (n.s == "expand") {
-        bcastIndex(o, "jb", src.shape, n.shape, "i");
-        for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = jb[" << k << "];\n";
-      } else {
-        fail("codegen: unknown remap {}", n.s);
-      }
-      o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
-    } else if (n.op == "cat") {
-      size_t d = static_cast<size_t>(n.iv[0]);
-      size_t r = n.shape.size();
-      o << "  long long j[" << r << "];";
-      for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
-      o << "\n  long long p = i[" << d << "];\n";
-      SymExpr start = SymExpr::integer(0);
-      for (size_t k = 0; k < n.in.size(); ++k) {
-        const GNode& s = in(k);
-        SymExpr sz = s.shape.size() == r ? s.shape[d] : SymExpr::integer(0);
-        if (sz.isInt() && sz.intValue() == 0) continue;
-        SymExpr end = start + sz;
-        o << "  if (p < " << sx(end) << ") { j[" << d << "] = p - " << sx(start) << "; return "
-          << conv(call(n.in[k], "j"), s.dtype, ct) << "; }\n";
-        start = end;
-      }
-      o << "  return (" << ct << ")0;\n";
-    } else if (n.op == "pad") {
-      const GNode& src = in(0);
-      size_t r = n.shape.size();
-      o << "  long long j[" << std::max<size_t>(r, 1) << "]; j[0] = 0;";
-      for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
-      o << "\n";
-      for (size_t p = 0; p * 2 < n.sv.size(); ++p) {
-        size_t dim = r - 1 - p;
-        o << "  j[" << dim << "] = i[" << dim << "] - " << sx(n.sv[2 * p]) << "; if (j[" << dim << "] < 0 || j[" << dim
-          << "] >= " << sx(src.shape[dim]) << ") return " << round(n.dtype, "(" + ct + ")" + floatLit(n.f.at(0), true)) << ";\n";
-      }
-      o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
-    } else if (n.op == "iota") {
-      o << "  return " << round(n.dtype, "(" + ct + ")(" + floatLit(n.f.at(0), true) + " + " + floatLit(n.f.at(1), true) +
-                                             " * (double)i[" + std::to_string(n.iv.at(0)) + "])")
-        << ";\n";
-    } else if (n.op == "eye") {
-      o << "  return i[0] == i[1] ? (" << ct << ")1 : (" << ct << ")0;\n";
-    } else if (n.op == "gather") {
-      const GNode& src = in(0);
-      const GNode& idx = in(1);
-      int64_t kind = n.iv.at(1);
-      size_t rs = src.shape.size();
-      o << "  long long j[" << std::max<size_t>(rs, 1) << "]; j[0] = 0;\n";
-      if (kind == 2) {  // embedding: out = idx.shape + [H]
-        size_t ri = idx.shape.size();
-        o << "  long long q[" << std::max<size_t>(ri, 1) << "]; q[0] = 0;";
-        for (size_t k = 0; k < ri; ++k) o << " q[" << k << "] = i[" << k << "];";
-        o << "\n  j[0] = " << conv(call(n.in[1], "q"), idx.dtype, "long long") << "; j[1] = i[" << ri << "];\n";
-      } else {
-        size_t d = static_cast<size_t>(n.iv.at(0));
-        for (size_t k = 0; k < rs; ++k) o << "  j[" << k << "] = i[" << k << "];\n";
-        if (kind == 1) {
-          o << "  long long q[1]; q[0] = i[" << d << "];\n";
-          o << "  j[" << d << "] = fx_wrap(" << conv(call(n.in[1], "q"), idx.dtype, "long long") << ", " << sx(src.shape[d]) << ");\n";
-        } else {
-          o << "  j[" << d << "] = fx_wrap(" << conv(call(n.in[1], "i"), idx.dtype, "long long") << ", " << sx(src.shape[d]) << ");\n";
-        }
-      }
-      o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
-    } else if (n.op == "index") {
-      const GNode& src = in(0);
-      size_t d0 = static_cast<size_t>(n.iv.at(0));
-      size_t m = n.in.size() - 1;
-      size_t nb = n.shape.size() + m - src.shape.size();
-      std::vector<SymExpr> bshape(n.shape.begin() + static_cast<long>(d0), n.shape.begin() + static_cast<long>(d0 + nb));
-      size_t rs = src.shape.size();
-      o << "  long long j[" << std::max<size_t>(rs, 1) << "]; j[0] = 0;\n";
-      for (size_t k = 0; k < d0; ++k) o << "  j[" << k << "] = i[" << k << "];\n";
-      o << "  long long ib[" << std::max<size_t>(nb, 1) << "]; ib[0] = 0;";
-      for (size_t k = 0; k < nb; ++k) o << " ib[" << k << "] = i[" << d0 + k << "];";
-      o << "\n";
-      for (size_t t = 0; t < m; ++t) {
-        std::string var = "q" + std::to_string(t);
-        bcastIndex(o, var, in(1 + t).shape, bshape, "ib");
-        o << "  j[" << d0 + t << "] = fx_wrap(" << conv(call(n.in[1 + t], var), in(1 + t).dtype, "long long") << ", "
-          << sx(src.shape[d0 + t]) << ");\n";
-      }
-      for (size_t k = d0 + m; k < rs; ++k) o << "  j[" << k << "] = i[" << k - m + nb << "];\n";
-      o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
-    } else if (n.op == "tri") {
-      size_t r = n.shape.size();
-      std::string a = bc(0);
-      o << "  long long dd = i[" << r - 1 << "] - i[" << r - 2 << "];\n";
-      o << "  bool keep = " << (n.iv.at(0) ? "dd >= " : "dd <= ") << sx(n.sv.at(0)) << ";\n";
-      o << "  return keep ? " << conv(a, in(0).dtype, ct) << " : (" << ct << ")0;\n";
-    } else if (n.op == "slice_scatter") {
-      size_t d = static_cast<size_t>(n.iv.at(0));
-      size_t r = n.shape.size();
-      o << "  long long p = i[" << d << "] - " << sx(n.sv[0]) << ";\n";
-      o << "  if (p >= 0 && i[" << d << "] < " << sx(n.sv[1]) << " && p % " << sx(n.sv[2]) << " == 0) {\n";
-      o << "    long long j[" << r << "];";
-      for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
-      o << " j[" << d << "] = p / " << sx(n.sv[2]) << ";\n";
-      o << "    return " << conv(call(n.in[1], "j"), in(1).dtype, ct) << ";\n  }\n";
-      o << "  return " << conv(call(n.in[0], "i"), in(0).dtype, ct) << ";\n";
-    } else if (n.op == "select_scatter") {
-      size_t d = static_cast<size_t>(n.iv.at(0));
-      size_t r = n.shape.size();
-      o << "  if (i[" << d << "] == " << sx(n.sv.at(0)) << ") {\n";
-      o << "    long long j[" << std::max<size_t>(r - 1, 1) << "]; j[0] = 0;";
-      for (size_t k = 0, q = 0; k < r; ++k)
-        if (k != d) o << " j[" << q++ << "] = i[" << k << "];";
-      o << "\n    return " << conv(call(n.in[1], "j"), in(1).dtype, ct) << ";\n  }\n";
-      o << "  return " << conv(call(n.in[0], "i"), in(0).dtype, ct) << ";\n";
-    } else if (n.op == "cumsum") {
-      size_t d = static_cast<size_t>(n.iv.at(0));
-      size_t r = n.shape.size();
-      std::string acc = ct == "long long" || ct == "bool" ? "long long" : ct;
-      o << "  long long j[" << std::max<size_t>(r, 1) << "]; j[0] = 0;";
-      for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
-      o << "\n  " << acc << " s = 0;\n  for (long long k = 0; k <= i[" << d << "]; ++k) { j[" << d << "] = k; s = fx_r_"
-        << suffix(n.dtype) << "(s + " << conv(call(n.in[0], "j"), in(0).dtype, acc) << "); }\n";
-      o << "  return " << round(n.dtype, "s") << ";\n";
-    } else if (n.op == "rotary") {
-      // vLLM rotary_embedding on in[0] ([T, ...] viewed as [T, H, head]) with positions in[1]
-      // ([T]) and cos_sin_cache in[2] ([P, rot]: cos | sin); every product and sum rounded.
-      const GNode& x = in(0);
-      size_t r = x.shape.size();
-      int64_t head = n.iv.at(0), rot = n.iv.at(1), half = rot / 2;
-      bool neox = n.iv.at(2) != 0;
-      o << "  long long lin = 0;";
-      for (size_t k = 1; k < r; ++k) o << " lin = lin * " << sx(x.shape[k]) << " + i[" << k << "];";
-      o << "\n  long long w = lin % " << head << "LL;\n";
-      o << "  " << ct << " self = " << conv(call(n.in[0], "i"), x.dtype, ct) << ";\n";
-      o << "  if (w >= " << rot << "LL) return self;\n";
-      o << "  long long q0[1]; q0[0] = i[0];\n";
-      o << "  long long p = " << conv(call(n.in[1], "q0"), in(1).dtype, "long long") << ";\n";
-      o << "  bool first; long long k, partner;\n";
-      if (neox)
-        o << "  first = w < " << half << "LL; k = first ? w : w - " << half << "LL; partner = first ? lin + " << half
-          << "LL : lin - " << half << "LL;\n";
-      else
-        o << "  first = (w % 2) == 0; k = w / 2; partner = first ? lin + 1 : lin - 1;\n";
-      o << "  long long cc[2]; cc[0] = p; cc[1] = k; long long sc[2]; sc[0] = p; sc[1] = k + " << half << "LL;\n";
-      o << "  float cs = " << round(n.dtype, conv(call(n.in[2], "cc"), in(2).dtype, "float")) << ";\n";
-      o << "  float sn = " << round(n.dtype, conv(call(n.in[2], "sc"), in(2).dtype, "float")) << ";\n";
-      o << "  long long j[" << std::max<size_t>(r, 1) << "]; j[0] = i[0]; { long long t = partner;";
-      for (size_t k = r; k-- > 1;) o << " j[" << k << "] = t % " << sx(x.shape[k]) << "; t /= " << sx(x.shape[k]) << ";";
-      o << " }\n";
-      o << "  float other = " << conv(call(n.in[0], "j"), x.dtype, "float") << ";\n";
-      o << "  return first ? " << round(n.dtype, round(n.dtype, "self * cs") + " - " + round(n.dtype, "other * sn"))
-        << " : " << round(n.dtype, round(n.dtype, "self * cs") + " + " + round(n.dtype, "other * sn")) << ";\n";
-    } else if (n.op == "scatter") {
-      emitScatter(o, n, ct);
-    } else if (n.op == "topk") {
-      emitTopk(o, n, ct);
-    } else if (n.op == "histc") {
-      emitHistc(o, n, ct);
-    } else if (n.op == "grouped_mm") {
-      emitGroupedMm(o, n, ct);
-    } else if (n.op == "conv") {
-      emitConv(o, n, ct);
-    } else if (n.op == "reduce") {
+    if (n.op == "reduce") {
+      // A reduction is computed once per row by the kernel body (Codegen::emit) into the context.
       o << "  return c.r" << id << ";\n";
     } else {
-      fail("codegen: unknown op {}", n.op);
+      (this->*bodyEmitter(n.op))(o, n, ct);
     }
     o << "}\n";
     funcs_ << o.str();
+  }
+
+  // Writes the body of a node's device function (computing type `ct`) to `o`.
+  using BodyEmitter = void (Emitter::*)(std::ostringstream& o, const GNode& n, const std::string& ct);
+
+  // The body emitter of GNode op `op` (every op but reduce; codegen.h lists them).
+  static BodyEmitter bodyEmitter(const std::string& op) {
+    static const std::map<std::string, BodyEmitter> emitters = {
+        {"load", &Emitter::emitLoad},
+        {"const", &Emitter::emitConst},
+        {"unary", &Emitter::emitUnary},
+        {"binary", &Emitter::emitBinary},
+        {"cast", &Emitter::emitCast},
+        {"where", &Emitter::emitWhere},
+        {"clamp", &Emitter::emitClamp},
+        {"remap", &Emitter::emitRemap},
+        {"cat", &Emitter::emitCat},
+        {"pad", &Emitter::emitPad},
+        {"iota", &Emitter::emitIota},
+        {"eye", &Emitter::emitEye},
+        {"gather", &Emitter::emitGather},
+        {"index", &Emitter::emitIndex},
+        {"tri", &Emitter::emitTri},
+        {"slice_scatter", &Emitter::emitSliceScatter},
+        {"select_scatter", &Emitter::emitSelectScatter},
+        {"cumsum", &Emitter::emitCumsum},
+        {"rotary", &Emitter::emitRotary},
+        {"scatter", &Emitter::emitScatter},
+        {"topk", &Emitter::emitTopk},
+        {"histc", &Emitter::emitHistc},
+        {"grouped_mm", &Emitter::emitGroupedMm},
+        {"conv", &Emitter::emitConv},
+    };
+    auto it = emitters.find(op);
+    if (it == emitters.end()) fail("codegen: unknown op {}", op);
+    return it->second;
+  }
+
+  // Operand k of `n`.
+  const GNode& operand(const GNode& n, size_t k) const { return cg_.node(n.in.at(k)); }
+
+  // Operand k of elementwise node `n` read at the output index broadcast to its shape (the
+  // index vector jk is declared in `o`).
+  std::string broadcastOperand(std::ostringstream& o, const GNode& n, size_t k) {
+    std::string var = "j" + std::to_string(k);
+    bcastIndex(o, var, operand(n, k).shape, n.shape, "i");
+    return call(n.in[k], var);
+  }
+
+  // load: the element of memory tensor `mem` at the index (strided), converted from its stored type.
+  void emitLoad(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    const MemTensor& m = cg_.mem(n.mem);
+    int p = ptr(m.tref);
+    // The pointer argument already points at the tensor's first element (the runtime adds
+    // the TensorRef's offset), so only the strides enter the index here.
+    o << "  long long off = 0";
+    for (size_t k = 0; k < m.shape.size(); ++k) o << " + i[" << k << "] * " << sx(m.stride[k]);
+    o << ";\n";
+    std::string raw = "((const " + std::string(storeType(m.dtype)) + "*)c.p" + std::to_string(p) + ")[off]";
+    std::string v;
+    switch (m.dtype) {
+      case DType::BF16: v = "fx_ld_bf16(" + raw + ")"; break;
+      case DType::F16: v = "fx_ld_f16(" + raw + ")"; break;
+      case DType::F8E4M3FN: v = "fx_ld_f8e4m3fn(" + raw + ")"; break;
+      case DType::F8E5M2: v = "fx_ld_f8e5m2(" + raw + ")"; break;
+      case DType::Bool: v = "(" + raw + " != 0)"; break;
+      default: v = "(" + computeType(m.dtype) + ")" + raw; break;
+    }
+    o << "  return " << conv(v, m.dtype, ct) << ";\n";
+  }
+
+  // const: a symbolic size (sv[0], a kernel int argument) or the number f[0] as a literal.
+  void emitConst(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    if (!n.sv.empty())
+      o << "  return " << conv(sx(n.sv[0]), DType::I64, ct) << ";\n";
+    else if (ct == "float" || ct == "double")
+      o << "  return " << round(n.dtype, floatLit(n.f.at(0), ct == "double")) << ";\n";
+    else if (ct == "bool")
+      o << "  return " << (n.f.at(0) != 0 ? "true" : "false") << ";\n";
+    else
+      o << "  return " << round(n.dtype, integerLiteral(n.f.at(0), n.origin)) << ";\n";
+  }
+
+  // unary: n.s of in[0] (broadcast), rounded to the node's dtype.
+  void emitUnary(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    std::string a = broadcastOperand(o, n, 0);
+    const DType in_dtype = operand(n, 0).dtype;
+    if (n.s == "not") {
+      o << "  return !(" << conv(a, in_dtype, "bool") << ");\n";
+      return;
+    }
+    // A predicate (bool result) computes in its operand's type.
+    std::string t = ct == "bool" ? computeType(in_dtype) : ct;
+    std::string e = unaryExpr(n, conv(a, in_dtype, t), t, ct);
+    o << "  return " << round(n.dtype, conv(e, n.dtype == DType::Bool ? in_dtype : n.dtype, ct)) << ";\n";
+  }
+
+  // The unary ops that are one libm call on the operand: their float and double functions.
+  static const std::map<std::string, std::pair<const char*, const char*>>& libmUnaryOps() {
+    static const std::map<std::string, std::pair<const char*, const char*>> ops = {
+        {"exp", {"expf", "exp"}},         {"log", {"logf", "log"}},       {"sqrt", {"sqrtf", "sqrt"}},
+        {"sin", {"sinf", "sin"}},         {"cos", {"cosf", "cos"}},       {"tanh", {"tanhf", "tanh"}},
+        {"erf", {"erff", "erf"}},         {"floor", {"floorf", "floor"}}, {"ceil", {"ceilf", "ceil"}},
+        {"round", {"rintf", "rint"}},     {"log1p", {"log1pf", "log1p"}}, {"expm1", {"expm1f", "expm1"}},
+        {"exp2", {"exp2f", "exp2"}},      {"log2", {"log2f", "log2"}},    {"log10", {"log10f", "log10"}},
+        {"trunc", {"truncf", "trunc"}},   {"tan", {"tanf", "tan"}},       {"atan", {"atanf", "atan"}},
+        {"sinh", {"sinhf", "sinh"}},      {"cosh", {"coshf", "cosh"}},
+    };
+    return ops;
+  }
+
+  // Unary op n.s of `x` (already in the computing type `t`) as an expression; `ct` is the
+  // node's own computing type.
+  std::string unaryExpr(const GNode& n, const std::string& x, const std::string& t, const std::string& ct) {
+    const std::string& f = n.s;
+    bool d = t == "double";
+    auto fn = [&](const char* fl, const char* db) { return std::string(d ? db : fl) + "(" + x + ")"; };
+    auto libm = libmUnaryOps().find(f);
+    if (libm != libmUnaryOps().end()) return fn(libm->second.first, libm->second.second);
+    if (f == "neg") return "-(" + x + ")";
+    if (f == "abs") return t == "long long" ? "llabs(" + x + ")" : fn("fabsf", "fabs");
+    if (f == "rsqrt") return d ? "(1.0 / sqrt(" + x + "))" : "(1.0f / sqrtf(" + x + "))";
+    if (f == "reciprocal") return d ? "(1.0 / (" + x + "))" : "(1.0f / (" + x + "))";
+    if (f == "sigmoid") return "fx_sigmoid(" + x + ")";
+    if (f == "silu") return "((" + x + ") * fx_sigmoid(" + x + "))";
+    if (f == "relu") return "fx_maxp(" + x + ", (" + t + ")0)";
+    if (f == "gelu")
+      return d ? "(0.5 * (" + x + ") * (1.0 + erf((" + x + ") * 0.70710678118654752)))"
+               : "(0.5f * (" + x + ") * (1.0f + erff((" + x + ") * 0.70710678118654752f)))";
+    if (f == "gelu_tanh")
+      return "(0.5f * (" + x + ") * (1.0f + tanhf(0.79788456080286536f * ((" + x + ") + 0.044715f * (" + x +
+             ") * (" + x + ") * (" + x + ")))))";
+    if (f == "bnot") return ct == "bool" ? "!(" + x + ")" : "~(" + x + ")";
+    if (f == "sign") return "(" + t + ")(((" + x + ") > 0) - ((" + x + ") < 0))";
+    if (f == "square") return "((" + x + ") * (" + x + "))";
+    if (f == "log_sigmoid")  // min(x, 0) - log1p(exp(-|x|)), stable for large |x|
+      return d ? "(fmin(" + x + ", 0.0) - log1p(exp(-fabs(" + x + "))))"
+               : "(fminf(" + x + ", 0.0f) - log1pf(expf(-fabsf(" + x + "))))";
+    if (f == "softplus") {  // f = {beta, threshold}: x*beta > threshold ? x : log1p(exp(x*beta))/beta
+      std::string beta = floatLit(n.f.size() > 0 ? n.f[0] : 1.0, d), thr = floatLit(n.f.size() > 1 ? n.f[1] : 20.0, d);
+      return "((" + x + ") * " + beta + " > " + thr + " ? (" + x + ") : " + (d ? "log1p(exp(" : "log1pf(expf(") + "(" +
+             x + ") * " + beta + ")) / " + beta + ")";
+    }
+    if (f == "isnan") return "((" + x + ") != (" + x + "))";
+    if (f == "isinf") return "isinf(" + x + ")";
+    if (f == "finite_or_zero") return "(isinf(" + x + ") ? (" + t + ")0 : (" + x + "))";
+    fail("codegen: unknown unary op {}", f);
+  }
+
+  // binary: n.s of in[0] and in[1] (both broadcast), rounded to the node's dtype.
+  void emitBinary(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    std::string a = broadcastOperand(o, n, 0), b = broadcastOperand(o, n, 1);
+    const std::string& f = n.s;
+    bool cmp = f == "eq" || f == "ne" || f == "lt" || f == "le" || f == "gt" || f == "ge";
+    bool logic = f == "and" || f == "or";
+    // Comparisons compute in a type both operands fit (f64, f32, bool or int64), logic ops in bool.
+    std::string t;
+    if (cmp) {
+      DType x = operand(n, 0).dtype, y = operand(n, 1).dtype;
+      t = (x == DType::F64 || y == DType::F64) ? "double"
+          : (ir::isFloating(x) || ir::isFloating(y)) ? "float"
+          : (x == DType::Bool && y == DType::Bool) ? "bool" : "long long";
+    } else if (logic) {
+      t = "bool";
+    } else {
+      t = ct;
+    }
+    std::string x = conv(a, operand(n, 0).dtype, t), y = conv(b, operand(n, 1).dtype, t);
+    std::string e = binaryExpr(f, x, y, t);
+    DType rt = (cmp || logic) ? DType::Bool : n.dtype;
+    o << "  return " << round(n.dtype, conv("(" + e + ")", rt, ct)) << ";\n";
+  }
+
+  // The binary ops that are one C operator between the operands.
+  static const std::map<std::string, const char*>& infixBinaryOps() {
+    static const std::map<std::string, const char*> ops = {
+        {"add", " + "},  {"sub", " - "},  {"mul", " * "}, {"div", " / "},  {"eq", " == "}, {"ne", " != "},
+        {"lt", " < "},   {"le", " <= "},  {"gt", " > "},  {"ge", " >= "},  {"and", " && "}, {"or", " || "},
+        {"band", " & "}, {"bor", " | "},  {"bxor", " ^ "},
+    };
+    return ops;
+  }
+
+  // Binary op `f` of `x` and `y` (both already in the computing type `t`) as an expression.
+  std::string binaryExpr(const std::string& f, const std::string& x, const std::string& y, const std::string& t) {
+    auto infix = infixBinaryOps().find(f);
+    if (infix != infixBinaryOps().end()) return x + infix->second + y;
+    if (f == "div_trunc")
+      return t == "long long" ? x + " / " + y : (t == "double" ? "trunc(" : "truncf(") + x + " / " + y + ")";
+    if (f == "div_floor")
+      return t == "long long" ? "fx_floordiv(" + x + ", " + y + ")"
+                              : (t == "double" ? "floor(" : "floorf(") + x + " / " + y + ")";
+    if (f == "pow")
+      return t == "double"  ? "pow(" + x + ", " + y + ")"
+             : t == "float" ? "powf(" + x + ", " + y + ")"
+                            : "(long long)pow((double)" + x + ", (double)" + y + ")";
+    if (f == "max") return "fx_maxp(" + x + ", " + y + ")";
+    if (f == "min") return "fx_minp(" + x + ", " + y + ")";
+    if (f == "rem")
+      return t == "long long" ? "fx_remainder(" + x + ", " + y + ")"
+             : t == "double"  ? "(" + x + " - floor(" + x + " / " + y + ") * " + y + ")"
+                              : "(" + x + " - floorf(" + x + " / " + y + ") * " + y + ")";
+    if (f == "fmod")
+      return t == "long long" ? "(" + x + " % " + y + ")" : (t == "double" ? "fmod(" : "fmodf(") + x + ", " + y + ")";
+    fail("codegen: unknown binary op {}", f);
+  }
+
+  // cast: in[0] converted to the node's dtype (a float to an integer truncates).
+  void emitCast(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    std::string a = broadcastOperand(o, n, 0);
+    DType from = operand(n, 0).dtype;
+    std::string e = conv(a, from, ct);
+    if (ct == "long long" && computeType(from) != "long long" && computeType(from) != "bool")
+      e = "((long long)(" + a + "))";
+    o << "  return " << round(n.dtype, e) << ";\n";
+  }
+
+  // where: in[0] ? in[1] : in[2], all broadcast.
+  void emitWhere(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    std::string p = broadcastOperand(o, n, 0), a = broadcastOperand(o, n, 1), b = broadcastOperand(o, n, 2);
+    o << "  return "
+      << round(n.dtype, conv(p, operand(n, 0).dtype, "bool") + " ? " + conv(a, operand(n, 1).dtype, ct) + " : " +
+                            conv(b, operand(n, 2).dtype, ct))
+      << ";\n";
+  }
+
+  // clamp: in[0] at least f[0] (when iv[0]) and at most f[1] (when iv[1]).
+  void emitClamp(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    std::string x = conv(broadcastOperand(o, n, 0), operand(n, 0).dtype, ct);
+    std::string e = x;
+    bool d = ct == "double";
+    if (n.iv.at(0)) e = "fx_maxp(" + e + ", (" + ct + ")" + (ct == "long long" ? std::to_string(static_cast<long long>(n.f.at(0))) : floatLit(n.f.at(0), d)) + ")";
+    if (n.iv.at(1)) e = "fx_minp(" + e + ", (" + ct + ")" + (ct == "long long" ? std::to_string(static_cast<long long>(n.f.at(1))) : floatLit(n.f.at(1), d)) + ")";
+    o << "  return " << round(n.dtype, e) << ";\n";
+  }
+
+  // remap: in[0] read at the index its view kind n.s maps the output index to (j).
+  void emitRemap(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    const GNode& src = operand(n, 0);
+    size_t ri = src.shape.size();
+    o << "  long long j[" << std::max<size_t>(ri, 1) << "]; j[0] = 0;\n";
+    if (n.s == "reshape") {
+      linearIndex(o, "jr", n.shape, src.shape, "i");
+      for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = jr[" << k << "];\n";
+    } else if (n.s == "permute") {
+      for (size_t k = 0; k < n.iv.size(); ++k) o << "  j[" << n.iv[k] << "] = i[" << k << "];\n";
+    } else if (n.s == "slice") {
+      for (size_t k = 0; k < ri; ++k)
+        o << "  j[" << k << "] = " << (static_cast<int64_t>(k) == n.iv[0] ? sx(n.sv[0]) + " + i[" + std::to_string(k) + "] * " + sx(n.sv[1]) : "i[" + std::to_string(k) + "]") << ";\n";
+    } else if (n.s == "select") {
+      size_t d = static_cast<size_t>(n.iv[0]);
+      for (size_t k = 0, q = 0; k < ri; ++k)
+        o << "  j[" << k << "] = " << (k == d ? sx(n.sv[0]) : "i[" + std::to_string(q++) + "]") << ";\n";
+    } else if (n.s == "unsqueeze") {
+      size_t d = static_cast<size_t>(n.iv[0]);
+      for (size_t k = 0, q = 0; q < n.shape.size(); ++q) {
+        if (q == d) continue;
+        o << "  j[" << k++ << "] = i[" << q << "];\n";
+      }
+    } else if (n.s == "squeeze") {
+      std::set<int64_t> dims(n.iv.begin(), n.iv.end());
+      for (size_t k = 0, q = 0; k < ri; ++k)
+        o << "  j[" << k << "] = " << (dims.count(static_cast<int64_t>(k)) ? std::string("0") : "i[" + std::to_string(q++) + "]") << ";\n";
+    } else if (n.s == "repeat") {  // out dim lead + k reads src dim k modulo its size
+      size_t lead = n.shape.size() - ri;
+      for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = i[" << lead + k << "] % " << sx(src.shape[k]) << ";\n";
+    } else if (n.s == "repeat_interleave") {  // iv[0] = dim, sv[0] = repeats
+      for (size_t k = 0; k < ri; ++k)
+        o << "  j[" << k << "] = i[" << k << "]" << (static_cast<int64_t>(k) == n.iv.at(0) ? " / " + sx(n.sv.at(0)) : "")
+          << ";\n";
+    } else if (n.s == "expand") {
+      bcastIndex(o, "jb", src.shape, n.shape, "i");
+      for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = jb[" << k << "];\n";
+    } else {
+      fail("codegen: unknown remap {}", n.s);
+    }
+    o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
+  }
+
+  // cat: the operand whose extent along iv[0] holds the index (empty operands skipped), read
+  // at the index less that operand's start.
+  void emitCat(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    size_t d = static_cast<size_t>(n.iv[0]);
+    size_t r = n.shape.size();
+    o << "  long long j[" << r << "];";
+    for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
+    o << "\n  long long p = i[" << d << "];\n";
+    SymExpr start = SymExpr::integer(0);
+    for (size_t k = 0; k < n.in.size(); ++k) {
+      const GNode& s = operand(n, k);
+      SymExpr sz = s.shape.size() == r ? s.shape[d] : SymExpr::integer(0);
+      if (sz.isInt() && sz.intValue() == 0) continue;
+      SymExpr end = start + sz;
+      o << "  if (p < " << sx(end) << ") { j[" << d << "] = p - " << sx(start) << "; return "
+        << conv(call(n.in[k], "j"), s.dtype, ct) << "; }\n";
+      start = end;
+    }
+    o << "  return (" << ct << ")0;\n";
+  }
+
+  // pad: in[0] shifted by the leading pads (sv pairs from the last dim), f[0] outside it.
+  void emitPad(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    const GNode& src = operand(n, 0);
+    size_t r = n.shape.size();
+    o << "  long long j[" << std::max<size_t>(r, 1) << "]; j[0] = 0;";
+    for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
+    o << "\n";
+    for (size_t p = 0; p * 2 < n.sv.size(); ++p) {
+      size_t dim = r - 1 - p;
+      o << "  j[" << dim << "] = i[" << dim << "] - " << sx(n.sv[2 * p]) << "; if (j[" << dim << "] < 0 || j[" << dim
+        << "] >= " << sx(src.shape[dim]) << ") return " << round(n.dtype, "(" + ct + ")" + floatLit(n.f.at(0), true)) << ";\n";
+    }
+    o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
+  }
+
+  // iota: f[0] + f[1] * index[iv[0]], computed in f64.
+  void emitIota(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    o << "  return " << round(n.dtype, "(" + ct + ")(" + floatLit(n.f.at(0), true) + " + " + floatLit(n.f.at(1), true) +
+                                           " * (double)i[" + std::to_string(n.iv.at(0)) + "])")
+      << ";\n";
+  }
+
+  // eye: 1 on the diagonal of the two dims, else 0.
+  void emitEye(std::ostringstream& o, const GNode&, const std::string& ct) {
+    o << "  return i[0] == i[1] ? (" << ct << ")1 : (" << ct << ")0;\n";
+  }
+
+  // gather (iv[1] = 3), index_select (1) and embedding (2): in[0] read where in[1] points
+  // along iv[0] (negative indices wrap).
+  void emitGather(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    const GNode& src = operand(n, 0);
+    const GNode& idx = operand(n, 1);
+    int64_t kind = n.iv.at(1);
+    size_t rs = src.shape.size();
+    o << "  long long j[" << std::max<size_t>(rs, 1) << "]; j[0] = 0;\n";
+    if (kind == 2) {  // embedding: out = idx.shape + [H]
+      size_t ri = idx.shape.size();
+      o << "  long long q[" << std::max<size_t>(ri, 1) << "]; q[0] = 0;";
+      for (size_t k = 0; k < ri; ++k) o << " q[" << k << "] = i[" << k << "];";
+      o << "\n  j[0] = " << conv(call(n.in[1], "q"), idx.dtype, "long long") << "; j[1] = i[" << ri << "];\n";
+    } else {
+      size_t d = static_cast<size_t>(n.iv.at(0));
+      for (size_t k = 0; k < rs; ++k) o << "  j[" << k << "] = i[" << k << "];\n";
+      if (kind == 1) {
+        o << "  long long q[1]; q[0] = i[" << d << "];\n";
+        o << "  j[" << d << "] = fx_wrap(" << conv(call(n.in[1], "q"), idx.dtype, "long long") << ", " << sx(src.shape[d]) << ");\n";
+      } else {
+        o << "  j[" << d << "] = fx_wrap(" << conv(call(n.in[1], "i"), idx.dtype, "long long") << ", " << sx(src.shape[d]) << ");\n";
+      }
+    }
+    o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
+  }
+
+  // index: advanced indexing of in[0] from dim iv[0] by the index tensors in[1..], which
+  // broadcast together to the output dims they replace.
+  void emitIndex(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    const GNode& src = operand(n, 0);
+    size_t d0 = static_cast<size_t>(n.iv.at(0));
+    size_t m = n.in.size() - 1;
+    size_t nb = n.shape.size() + m - src.shape.size();
+    std::vector<SymExpr> bshape(n.shape.begin() + static_cast<long>(d0), n.shape.begin() + static_cast<long>(d0 + nb));
+    size_t rs = src.shape.size();
+    o << "  long long j[" << std::max<size_t>(rs, 1) << "]; j[0] = 0;\n";
+    for (size_t k = 0; k < d0; ++k) o << "  j[" << k << "] = i[" << k << "];\n";
+    o << "  long long ib[" << std::max<size_t>(nb, 1) << "]; ib[0] = 0;";
+    for (size_t k = 0; k < nb; ++k) o << " ib[" << k << "] = i[" << d0 + k << "];";
+    o << "\n";
+    for (size_t t = 0; t < m; ++t) {
+      std::string var = "q" + std::to_string(t);
+      bcastIndex(o, var, operand(n, 1 + t).shape, bshape, "ib");
+      o << "  j[" << d0 + t << "] = fx_wrap(" << conv(call(n.in[1 + t], var), operand(n, 1 + t).dtype, "long long")
+        << ", " << sx(src.shape[d0 + t]) << ");\n";
+    }
+    for (size_t k = d0 + m; k < rs; ++k) o << "  j[" << k << "] = i[" << k - m + nb << "];\n";
+    o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
+  }
+
+  // tri: triu (iv[0] = 1) / tril of in[0] with diagonal sv[0].
+  void emitTri(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    size_t r = n.shape.size();
+    std::string a = broadcastOperand(o, n, 0);
+    o << "  long long dd = i[" << r - 1 << "] - i[" << r - 2 << "];\n";
+    o << "  bool keep = " << (n.iv.at(0) ? "dd >= " : "dd <= ") << sx(n.sv.at(0)) << ";\n";
+    o << "  return keep ? " << conv(a, operand(n, 0).dtype, ct) << " : (" << ct << ")0;\n";
+  }
+
+  // slice_scatter: in[1] at the positions start, start + step, ... (< end) along iv[0]
+  // (sv = start, end, step), else in[0].
+  void emitSliceScatter(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    size_t d = static_cast<size_t>(n.iv.at(0));
+    size_t r = n.shape.size();
+    o << "  long long p = i[" << d << "] - " << sx(n.sv[0]) << ";\n";
+    o << "  if (p >= 0 && i[" << d << "] < " << sx(n.sv[1]) << " && p % " << sx(n.sv[2]) << " == 0) {\n";
+    o << "    long long j[" << r << "];";
+    for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
+    o << " j[" << d << "] = p / " << sx(n.sv[2]) << ";\n";
+    o << "    return " << conv(call(n.in[1], "j"), operand(n, 1).dtype, ct) << ";\n  }\n";
+    o << "  return " << conv(call(n.in[0], "i"), operand(n, 0).dtype, ct) << ";\n";
+  }
+
+  // select_scatter: in[1] where the index along iv[0] is sv[0], else in[0].
+  void emitSelectScatter(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    size_t d = static_cast<size_t>(n.iv.at(0));
+    size_t r = n.shape.size();
+    o << "  if (i[" << d << "] == " << sx(n.sv.at(0)) << ") {\n";
+    o << "    long long j[" << std::max<size_t>(r - 1, 1) << "]; j[0] = 0;";
+    for (size_t k = 0, q = 0; k < r; ++k)
+      if (k != d) o << " j[" << q++ << "] = i[" << k << "];";
+    o << "\n    return " << conv(call(n.in[1], "j"), operand(n, 1).dtype, ct) << ";\n  }\n";
+    o << "  return " << conv(call(n.in[0], "i"), operand(n, 0).dtype, ct) << ";\n";
+  }
+
+  // cumsum along iv[0]: a loop over the elements up to the index, rounded at every step.
+  void emitCumsum(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    size_t d = static_cast<size_t>(n.iv.at(0));
+    size_t r = n.shape.size();
+    std::string acc = ct == "long long" || ct == "bool" ? "long long" : ct;
+    o << "  long long j[" << std::max<size_t>(r, 1) << "]; j[0] = 0;";
+    for (size_t k = 0; k < r; ++k) o << " j[" << k << "] = i[" << k << "];";
+    o << "\n  " << acc << " s = 0;\n  for (long long k = 0; k <= i[" << d << "]; ++k) { j[" << d << "] = k; s = fx_r_"
+      << suffix(n.dtype) << "(s + " << conv(call(n.in[0], "j"), operand(n, 0).dtype, acc) << "); }\n";
+    o << "  return " << round(n.dtype, "s") << ";\n";
+  }
+
+  // vLLM rotary_embedding on in[0] ([T, ...] viewed as [T, H, head]) with positions in[1]
+  // ([T]) and cos_sin_cache in[2] ([P, rot]: cos | sin); every product and sum rounded.
+  // iv = {head size, rotary dim, neox: pairs are the halves (1) or adjacent elements (0)}.
+  void emitRotary(std::ostringstream& o, const GNode& n, const std::string& ct) {
+    const GNode& x = operand(n, 0);
+    size_t r = x.shape.size();
+    int64_t head = n.iv.at(0), rot = n.iv.at(1), half = rot / 2;
+    bool neox = n.iv.at(2) != 0;
+    o << "  long long lin = 0;";
+    for (size_t k = 1; k < r; ++k) o << " lin = lin * " << sx(x.shape[k]) << " + i[" << k << "];";
+    o << "\n  long long w = lin % " << head << "LL;\n";
+    o << "  " << ct << " self = " << conv(call(n.in[0], "i"), x.dtype, ct) << ";\n";
+    o << "  if (w >= " << rot << "LL) return self;\n";
+    o << "  long long q0[1]; q0[0] = i[0];\n";
+    o << "  long long p = " << conv(call(n.in[1], "q0"), operand(n, 1).dtype, "long long") << ";\n";
+    o << "  bool first; long long k, partner;\n";
+    if (neox)
+      o << "  first = w < " << half << "LL; k = first ? w : w - " << half << "LL; partner = first ? lin + " << half
+        << "LL : lin - " << half << "LL;\n";
+    else
+      o << "  first = (w % 2) == 0; k = w / 2; partner = first ? lin + 1 : lin - 1;\n";
+    o << "  long long cc[2]; cc[0] = p; cc[1] = k; long long sc[2]; sc[0] = p; sc[1] = k + " << half << "LL;\n";
+    o << "  float cs = " << round(n.dtype, conv(call(n.in[2], "cc"), operand(n, 2).dtype, "float")) << ";\n";
+    o << "  float sn = " << round(n.dtype, conv(call(n.in[2], "sc"), operand(n, 2).dtype, "float")) << ";\n";
+    o << "  long long j[" << std::max<size_t>(r, 1) << "]; j[0] = i[0]; { long long t = partner;";
+    for (size_t k = r; k-- > 1;) o << " j[" << k << "] = t % " << sx(x.shape[k]) << "; t /= " << sx(x.shape[k]) << ";";
+    o << " }\n";
+    o << "  float other = " << conv(call(n.in[0], "j"), x.dtype, "float") << ";\n";
+    o << "  return first ? " << round(n.dtype, round(n.dtype, "self * cs") + " - " + round(n.dtype, "other * sn"))
+      << " : " << round(n.dtype, round(n.dtype, "self * cs") + " + " + round(n.dtype, "other * sn")) << ";\n";
   }
 
   // scatter (iv[1] = 0: last write wins, 1: add), index_add (iv[1] = 2, f[0] = alpha) and
@@ -831,6 +939,220 @@ std::string initVal(const std::string& kind, const std::string& acc) {
   return mx ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL";
 }
 
+// The reductions reachable from the outputs, in creation (topological) order; a pointwise
+// kernel (kred 0) may have none.
+std::vector<int> reachableReductions(const Codegen& cg, const std::vector<StoredOutput>& outputs, int kred) {
+  std::vector<int> reductions;
+  std::set<int> seen;
+  std::vector<int> stack;
+  for (const auto& so : outputs) stack.push_back(so.gnode);
+  while (!stack.empty()) {
+    int k = stack.back();
+    stack.pop_back();
+    if (!seen.insert(k).second) continue;
+    const GNode& g = cg.node(k);
+    if (g.op == "reduce") reductions.push_back(k);
+    for (int a : g.in) stack.push_back(a);
+  }
+  std::sort(reductions.begin(), reductions.end());
+  if (kred == 0 && !reductions.empty()) fail("codegen: reduction in a pointwise kernel ({})", cg.node(reductions[0]).origin);
+  return reductions;
+}
+
+// The graph nodes fused into a kernel: its members' origins, each once, in member order.
+std::vector<std::string> fusedNodeNames(const Codegen& cg, const std::vector<int>& members) {
+  std::vector<std::string> names;
+  for (int m : members) {
+    if (!cg.node(m).origin.empty()) {
+      bool seen = false;
+      for (const auto& s : names) seen = seen || s == cg.node(m).origin;
+      if (!seen) names.push_back(cg.node(m).origin);
+    }
+  }
+  return names;
+}
+
+// Computed value `v` converted to the type a destination of dtype `t` stores.
+std::string storedValue(DType t, const std::string& v) {
+  switch (t) {
+    case DType::BF16: return "fx_st_bf16(" + v + ")";
+    case DType::F16: return "fx_st_f16(" + v + ")";
+    case DType::F8E4M3FN: return "fx_st_f8e4m3fn(" + v + ")";
+    case DType::F8E5M2: return "fx_st_f8e5m2(" + v + ")";
+    case DType::Bool: return "(unsigned char)(" + v + " ? 1 : 0)";
+    default: return "(" + std::string(storeType(t)) + ")(" + v + ")";
+  }
+}
+
+// The body of a generated kernel: the loop over its domain (grid-stride over the elements, or
+// one CTA per row whose reductions are computed first) storing every output at each domain
+// index d. The emitter numbers int arguments in the order the body names them.
+class KernelBody {
+ public:
+  // `out_ptr`: each output's pointer parameter.
+  KernelBody(const Codegen& cg, Emitter& em, const std::vector<SymExpr>& domain, int kred,
+             const std::vector<StoredOutput>& outputs, const std::vector<int>& out_ptr)
+      : cg_(cg), em_(em), domain_(domain), kred_(kred), outputs_(outputs), out_ptr_(out_ptr) {}
+
+  // A pointwise kernel: one thread per element of the domain (grid-stride loop).
+  std::string pointwise() {
+    const size_t R = domain_.size();
+    std::ostringstream body;
+    body << "  const long long n = " << em_.sx(numelOf(domain_)) << ";\n";
+    body << "  for (long long lin = (long long)blockIdx.x * blockDim.x + threadIdx.x; lin < n; lin += (long long)gridDim.x * blockDim.x) {\n";
+    body << "    long long d[" << std::max<size_t>(R, 1) << "]; d[0] = 0;\n";
+    if (R > 0) unravel(body, "lin", 0, R, "d");
+    storeOutputs(body);
+    body << "  }\n";
+    return body.str();
+  }
+
+  // A row kernel: one CTA per row (the leading dims); each of `reductions` is computed over
+  // the row's columns (the trailing kred dims) before the columns' outputs are stored.
+  std::string rows(const std::vector<int>& reductions) {
+    const size_t R = domain_.size();
+    std::ostringstream body;
+    size_t lead = R - static_cast<size_t>(kred_);
+    std::vector<SymExpr> rows_shape(domain_.begin(), domain_.begin() + static_cast<long>(lead));
+    std::vector<SymExpr> cols_shape(domain_.begin() + static_cast<long>(lead), domain_.end());
+    body << "  const long long rows = " << em_.sx(numelOf(rows_shape)) << ", cols = " << em_.sx(numelOf(cols_shape)) << ";\n";
+    body << "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+    body << "    long long d[" << std::max<size_t>(R, 1) << "]; d[0] = 0;\n";
+    if (lead > 0) unravel(body, "row", 0, lead, "d");
+    for (int r : reductions) reduceRow(body, r, lead);
+    body << "    for (long long col = threadIdx.x; col < cols; col += blockDim.x) {\n";
+    std::ostringstream un;
+    unravel(un, "col", lead, R, "d");
+    body << un.str();
+    storeOutputs(body);
+    body << "    }\n";
+    body << "    __syncthreads();\n";
+    body << "  }\n";
+    return body.str();
+  }
+
+ private:
+  // Linear index `lin` over domain dims [from, to) as their coordinates var[from..to).
+  void unravel(std::ostringstream& o, const std::string& lin, size_t from, size_t to, const std::string& var) {
+    o << "    { long long t = " << lin << ";";
+    for (size_t k = to; k-- > from;) {
+      if (k > from)
+        o << " " << var << "[" << k << "] = t % " << em_.sx(domain_[k]) << "; t /= " << em_.sx(domain_[k]) << ";";
+      else
+        o << " " << var << "[" << k << "] = t;";
+    }
+    o << " }\n";
+  }
+
+  // Reduction `r` of the current row: each thread folds a strided share of the columns, the
+  // block combines them, and the result goes to the context (c.r<r>) for the nodes reading it.
+  void reduceRow(std::ostringstream& body, int r, size_t lead) {
+    const GNode& red = cg_.node(r);
+    const GNode& src = cg_.node(red.in.at(0));
+    std::string acc = accType(red, src);
+    std::string op = red.s == "max" ? "FxMax()" : red.s == "min" ? "FxMin()" : "FxSum()";
+    std::string comb = red.s == "max" ? "fx_maxp(a, v)" : red.s == "min" ? "fx_minp(a, v)" : "a + v";
+    body << "    { " << acc << " a = " << initVal(red.s, acc) << ";\n";
+    body << "      for (long long col = threadIdx.x; col < cols; col += blockDim.x) {\n";
+    std::ostringstream un;
+    unravel(un, "col", lead, domain_.size(), "d");
+    body << "  " << un.str();
+    body << "        " << acc << " v = " << em_.conv(em_.call(red.in[0], "d"), src.dtype, acc) << "; a = " << comb << ";\n";
+    body << "      }\n";
+    body << "      a = fx_block_reduce(a, " << op << ");\n";
+    std::string res = red.s == "mean" ? "(a / (" + acc + ")cols)" : "a";
+    body << "      c.r" << r << " = " << em_.round(red.dtype, em_.conv(res, red.s == "mean" || red.s == "sum" ? (acc == "long long" ? DType::I64 : acc == "double" ? DType::F64 : DType::F32) : src.dtype, computeType(red.dtype))) << ";\n";
+    body << "    }\n";
+  }
+
+  // Every output's value at the domain index d written to its destination.
+  void storeOutputs(std::ostringstream& o) {
+    for (size_t q = 0; q < outputs_.size(); ++q) {
+      const StoredOutput& so = outputs_[q];
+      const GNode& g = cg_.node(so.gnode);
+      std::ostringstream blk;
+      std::string var = "s" + std::to_string(q);
+      // A per-row value (a row statistic of another shape, e.g. without keepdim) is stored
+      // once per row, by the first column, at the row's linear index.
+      bool per_row = so.per_row || storedPerRow(g.shape, domain_, kred_);
+      if (per_row)
+        em_.linearIndex(blk, var, rowsOf(domain_, kred_), g.shape, "d");
+      else if (broadcastsTo(g.shape, domain_))
+        em_.bcastIndex(blk, var, g.shape, domain_, "d");
+      else
+        em_.linearIndex(blk, var, domain_, g.shape, "d");
+      o << "    " << (per_row ? "if (col == 0) {" : "{") << blk.str();
+      o << "      long long off = 0";
+      for (size_t k = 0; k < so.dest.shape.size(); ++k) o << " + " << var << "[" << k << "] * " << em_.sx(so.dest.stride[k]);
+      o << ";\n";
+      std::string v = em_.call(so.gnode, var);
+      std::string ptr = "((" + std::string(storeType(so.dest.dtype)) + "*)c.p" + std::to_string(out_ptr_[q]) + ")[off]";
+      o << "      " << ptr << " = " << storedValue(so.dest.dtype, v) << ";\n    }\n";
+    }
+  }
+
+  const Codegen& cg_;
+  Emitter& em_;
+  const std::vector<SymExpr>& domain_;
+  const int kred_;
+  const std::vector<StoredOutput>& outputs_;
+  const std::vector<int>& out_ptr_;
+};
+
+// Threads per block: 256, or for a row kernel whose row length is known, a block that fits it
+// (32 to 512).
+int threadsPerBlock(const std::vector<SymExpr>& domain, int kred) {
+  int threads = 256;
+  if (kred > 0) {
+    size_t lead = domain.size() - static_cast<size_t>(kred);
+    std::vector<SymExpr> cols_shape(domain.begin() + static_cast<long>(lead), domain.end());
+    SymExpr cols = numelOf(cols_shape);
+    if (cols.isInt()) {
+      int64_t cv = cols.intValue();
+      threads = cv <= 32 ? 32 : cv <= 64 ? 64 : cv <= 128 ? 128 : cv <= 2048 ? 256 : 512;
+    }
+  }
+  return threads;
+}
+
+// The grid: a pointwise kernel's blocks cover its domain, at most 132 * 16 of them (the loop
+// strides over the rest); a row kernel has one block per row.
+std::vector<SymExpr> launchGrid(const std::vector<SymExpr>& domain, int kred, int threads) {
+  if (kred == 0) {
+    SymExpr blocks = SymExpr::apply(SymExpr::Kind::CeilDiv, {numelOf(domain), SymExpr::integer(threads)});
+    return {SymExpr::apply(SymExpr::Kind::Min, {blocks, SymExpr::integer(132 * 16)}), SymExpr::integer(1),
+            SymExpr::integer(1)};
+  }
+  size_t lead = domain.size() - static_cast<size_t>(kred);
+  std::vector<SymExpr> rows_shape(domain.begin(), domain.begin() + static_cast<long>(lead));
+  return {SymExpr::apply(SymExpr::Kind::Min, {numelOf(rows_shape), SymExpr::integer(2147483647)}), SymExpr::integer(1),
+          SymExpr::integer(1)};
+}
+
+// The kernel's whole source: the prelude, its context (pointer and int parameters, then the
+// rows' reduction results), the node functions and the entry `name` that fills the context
+// and runs `body`. The body is emitted first: the int parameters are those it registered.
+std::string kernelSource(const Codegen& cg, const Emitter& em, const std::string& name,
+                         const std::vector<int>& reductions, const std::string& body, int threads) {
+  std::ostringstream src;
+  src << generatedPrelude();
+  src << "struct FxCtx {\n";
+  for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << "  void* p" << k << ";\n";
+  for (size_t k = 0; k < em.int_args_.size(); ++k) src << "  long long e" << k << ";\n";
+  for (int r : reductions) src << "  " << computeType(cg.node(r).dtype) << " r" << r << ";\n";
+  src << "};\n";
+  src << em.funcs_.str();
+  src << "extern \"C\" __global__ void __launch_bounds__(" << threads << ") " << name << "(";
+  for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << (k ? ", " : "") << "void* p" << k;
+  for (size_t k = 0; k < em.int_args_.size(); ++k)
+    src << (k || !em.tensor_args_.empty() ? ", " : "") << "long long e" << k;
+  src << ") {\n  FxCtx c;\n";
+  for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << "  c.p" << k << " = p" << k << ";\n";
+  for (size_t k = 0; k < em.int_args_.size(); ++k) src << "  c.e" << k << " = e" << k << ";\n";
+  src << body << "}\n";
+  return src.str();
+}
+
 }  // namespace
 
 KernelSource Codegen::emit(const std::string& name, const std::vector<int>& members,
@@ -839,171 +1161,21 @@ KernelSource Codegen::emit(const std::string& name, const std::vector<int>& memb
   KernelSource ks;
   ks.name = name;
   ks.kind = kred > 0 ? "row" : "pointwise";
-  // Reductions reachable from the outputs, in creation (topological) order.
-  std::vector<int> reductions;
-  {
-    std::set<int> seen;
-    std::vector<int> stack;
-    for (const auto& so : outputs) stack.push_back(so.gnode);
-    while (!stack.empty()) {
-      int k = stack.back();
-      stack.pop_back();
-      if (!seen.insert(k).second) continue;
-      const GNode& g = node(k);
-      if (g.op == "reduce") reductions.push_back(k);
-      for (int a : g.in) stack.push_back(a);
-    }
-    std::sort(reductions.begin(), reductions.end());
-    if (kred == 0 && !reductions.empty()) fail("codegen: reduction in a pointwise kernel ({})", node(reductions[0]).origin);
-  }
+  const std::vector<int> reductions = reachableReductions(*this, outputs, kred);
   for (const auto& so : outputs) em.emitNode(so.gnode);
   for (int r : reductions) em.emitNode(node(r).in.at(0));
-  for (int m : members) {
-    if (!node(m).origin.empty()) {
-      bool seen = false;
-      for (const auto& s : ks.nodes) seen = seen || s == node(m).origin;
-      if (!seen) ks.nodes.push_back(node(m).origin);
-    }
-  }
+  ks.nodes = fusedNodeNames(*this, members);
   // Output pointers get parameter slots after the inputs the functions use.
   std::vector<int> out_ptr;
   for (const auto& so : outputs) out_ptr.push_back(em.ptr(so.dest.tref));
-
-  const size_t R = domain.size();
-  std::ostringstream body;
-  auto unravel = [&](std::ostringstream& o, const std::string& lin, size_t from, size_t to, const std::string& var) {
-    o << "    { long long t = " << lin << ";";
-    for (size_t k = to; k-- > from;) {
-      if (k > from)
-        o << " " << var << "[" << k << "] = t % " << em.sx(domain[k]) << "; t /= " << em.sx(domain[k]) << ";";
-      else
-        o << " " << var << "[" << k << "] = t;";
-    }
-    o << " }\n";
-  };
-  auto rowDims = [&]() { return rowsOf(domain, kred); };
-  auto isRowOutput = [&](const std::vector<SymExpr>& shape) { return storedPerRow(shape, domain, kred); };
-  auto stores = [&](std::ostringstream& o) {
-    for (size_t q = 0; q < outputs.size(); ++q) {
-      const StoredOutput& so = outputs[q];
-      const GNode& g = node(so.gnode);
-      std::ostringstream blk;
-      std::string var = "s" + std::to_string(q);
-      // A per-row value (a row statistic of another shape, e.g. without keepdim) is stored
-      // once per row, by the first column, at the row's linear index.
-      bool per_row = so.per_row || isRowOutput(g.shape);
-      if (per_row)
-        em.linearIndex(blk, var, rowDims(), g.shape, "d");
-      else if (broadcastsTo(g.shape, domain))
-        em.bcastIndex(blk, var, g.shape, domain, "d");
-      else
-        em.linearIndex(blk, var, domain, g.shape, "d");
-      o << "    " << (per_row ? "if (col == 0) {" : "{") << blk.str();
-      o << "      long long off = 0";
-      for (size_t k = 0; k < so.dest.shape.size(); ++k) o << " + " << var << "[" << k << "] * " << em.sx(so.dest.stride[k]);
-      o << ";\n";
-      std::string v = em.call(so.gnode, var);
-      std::string st;
-      std::string ptr = "((" + std::string(storeType(so.dest.dtype)) + "*)c.p" + std::to_string(out_ptr[q]) + ")[off]";
-      switch (so.dest.dtype) {
-        case DType::BF16: st = "fx_st_bf16(" + v + ")"; break;
-        case DType::F16: st = "fx_st_f16(" + v + ")"; break;
-        case DType::F8E4M3FN: st = "fx_st_f8e4m3fn(" + v + ")"; break;
-        case DType::F8E5M2: st = "fx_st_f8e5m2(" + v + ")"; break;
-        case DType::Bool: st = "(unsigned char)(" + v + " ? 1 : 0)"; break;
-        default: st = "(" + std::string(storeType(so.dest.dtype)) + ")(" + v + ")"; break;
-      }
-      o << "      " << ptr << " = " << st << ";\n    }\n";
-    }
-  };
-  SymExpr n_all = numelOf(domain);
-  if (kred == 0) {
-    body << "  const long long n = " << em.sx(n_all) << ";\n";
-    body << "  for (long long lin = (long long)blockIdx.x * blockDim.x + threadIdx.x; lin < n; lin += (long long)gridDim.x * blockDim.x) {\n";
-    body << "    long long d[" << std::max<size_t>(R, 1) << "]; d[0] = 0;\n";
-    if (R > 0) unravel(body, "lin", 0, R, "d");
-    stores(body);
-    body << "  }\n";
-  } else {
-    size_t lead = R - static_cast<size_t>(kred);
-    std::vector<SymExpr> rows_shape(domain.begin(), domain.begin() + static_cast<long>(lead));
-    std::vector<SymExpr> cols_shape(domain.begin() + static_cast<long>(lead), domain.end());
-    body << "  const long long rows = " << em.sx(numelOf(rows_shape)) << ", cols = " << em.sx(numelOf(cols_shape)) << ";\n";
-    body << "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n";
-    body << "    long long d[" << std::max<size_t>(R, 1) << "]; d[0] = 0;\n";
-    if (lead > 0) unravel(body, "row", 0, lead, "d");
-    for (int r : reductions) {
-      const GNode& red = node(r);
-      const GNode& src = node(red.in.at(0));
-      std::string acc = accType(red, src);
-      std::string op = red.s == "max" ? "FxMax()" : red.s == "min" ? "FxMin()" : "FxSum()";
-      std::string comb = red.s == "max" ? "fx_maxp(a, v)" : red.s == "min" ? "fx_minp(a, v)" : "a + v";
-      body << "    { " << acc << " a = " << initVal(red.s, acc) << ";\n";
-      body << "      for (long long col = threadIdx.x; col < cols; col += blockDim.x) {\n";
-      std::ostringstream un;
-      unravel(un, "col", lead, R, "d");
-      body << "  " << un.str();
-      body << "        " << acc << " v = " << em.conv(em.call(red.in[0], "d"), src.dtype, acc) << "; a = " << comb << ";\n";
-      body << "      }\n";
-      body << "      a = fx_block_reduce(a, " << op << ");\n";
-      std::string res = red.s == "mean" ? "(a / (" + acc + ")cols)" : "a";
-      body << "      c.r" << r << " = " << em.round(red.dtype, em.conv(res, red.s == "mean" || red.s == "sum" ? (acc == "long long" ? DType::I64 : acc == "double" ? DType::F64 : DType::F32) : src.dtype, computeType(red.dtype))) << ";\n";
-      body << "    }\n";
-    }
-    body << "    for (long long col = threadIdx.x; col < cols; col += blockDim.x) {\n";
-    std::ostringstream un;
-    unravel(un, "col", lead, R, "d");
-    body << un.str();
-    stores(body);
-    body << "    }\n";
-    body << "    __syncthreads();\n";
-    body << "  }\n";
-  }
-
-  std::ostringstream src;
-  src << generatedPrelude();
-  src << "struct FxCtx {\n";
-  for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << "  void* p" << k << ";\n";
-  // Int args are registered while emitting the body, so the struct lists them afterwards.
-  std::ostringstream ctx_tail;
-  for (int r : reductions) ctx_tail << "  " << computeType(node(r).dtype) << " r" << r << ";\n";
-  std::string funcs = em.funcs_.str();
-  std::string body_s = body.str();
-  for (size_t k = 0; k < em.int_args_.size(); ++k) src << "  long long e" << k << ";\n";
-  src << ctx_tail.str() << "};\n";
-  src << funcs;
-  int threads = 256;
-  if (kred > 0) {
-    size_t lead = R - static_cast<size_t>(kred);
-    std::vector<SymExpr> cols_shape(domain.begin() + static_cast<long>(lead), domain.end());
-    SymExpr cols = numelOf(cols_shape);
-    if (cols.isInt()) {
-      int64_t cv = cols.intValue();
-      threads = cv <= 32 ? 32 : cv <= 64 ? 64 : cv <= 128 ? 128 : cv <= 2048 ? 256 : 512;
-    }
-  }
-  src << "extern \"C\" __global__ void __launch_bounds__(" << threads << ") " << name << "(";
-  for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << (k ? ", " : "") << "void* p" << k;
-  for (size_t k = 0; k < em.int_args_.size(); ++k)
-    src << (k || !em.tensor_args_.empty() ? ", " : "") << "long long e" << k;
-  src << ") {\n  FxCtx c;\n";
-  for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << "  c.p" << k << " = p" << k << ";\n";
-  for (size_t k = 0; k < em.int_args_.size(); ++k) src << "  c.e" << k << " = e" << k << ";\n";
-  src << body_s << "}\n";
-  ks.source = src.str();
+  KernelBody body(*this, em, domain, kred, outputs, out_ptr);
+  const std::string body_s = kred == 0 ? body.pointwise() : body.rows(reductions);
+  const int threads = threadsPerBlock(domain, kred);
+  ks.source = kernelSource(*this, em, name, reductions, body_s, threads);
   ks.tensor_args = em.tensor_args_;
   ks.int_args = em.int_args_;
   ks.block = {SymExpr::integer(threads), SymExpr::integer(1), SymExpr::integer(1)};
-  if (kred == 0) {
-    SymExpr blocks = SymExpr::apply(SymExpr::Kind::CeilDiv, {n_all, SymExpr::integer(threads)});
-    ks.grid = {SymExpr::apply(SymExpr::Kind::Min, {blocks, SymExpr::integer(132 * 16)}), SymExpr::integer(1),
-               SymExpr::integer(1)};
-  } else {
-    size_t lead = R - static_cast<size_t>(kred);
-    std::vector<SymExpr> rows_shape(domain.begin(), domain.begin() + static_cast<long>(lead));
-    ks.grid = {SymExpr::apply(SymExpr::Kind::Min, {numelOf(rows_shape), SymExpr::integer(2147483647)}),
-               SymExpr::integer(1), SymExpr::integer(1)};
-  }
+  ks.grid = launchGrid(domain, kred, threads);
   return ks;
 }
 

@@ -34,6 +34,145 @@ int Lowerer::inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr
   return tres;
 }
 
+// One fxfuse op as a launch of a kernel of kernels/ (lib.silu_and_mul, lib.rms_norm,
+// lib.quant_fp8, lib.rms_norm_quant_fp8): its operands in memory, the input as T rows of H,
+// and one method per kernel adding that launch's arguments.
+struct Lowerer::FxfuseLibraryCall {
+  Lowerer& L;
+  Node& n;
+  const std::string& name;  // the op, fxfuse.<name>.default
+  const std::string& kind;  // quant kind
+  DType xd;                 // the input's dtype (bf16 or f16), also the weight's and residual's
+  Value* out0;
+  int tx;                   // the input
+  SymExpr H, T, xrs;        // hidden size, rows (tokens), the input's row stride
+  int tw, tsc, tub;         // weight, scale, scale upper bound (-1: none)
+  int tres;                 // the residual the kernel updates in place (-1: none)
+  Value* res_out;           // the graph's value of the updated residual
+
+  // The input's arguments, common to the norm and quant kernels.
+  void rowInputArgs(pb::KernelLaunch* k) {
+    L.argI(k, "num_tokens", T);
+    L.argI(k, "hidden_size", H);
+    L.argD(k, "dtype", xd);
+    L.argT(k, "input", tx);
+    L.argI(k, "input_row_stride", xrs);
+  }
+
+  // The FP8 quant's scale arguments: a static scale is the given tensor; a dynamic one is
+  // computed into `scale_out` (or into a scratch tensor when the graph does not use it).
+  void scaleArgs(pb::KernelLaunch* k, Value* scale_out) {
+    std::string sk = kind == "static_tensor"    ? "static_per_tensor"
+                     : kind == "dynamic_token"  ? "dynamic_per_token"
+                     : kind == "dynamic_tensor" ? "dynamic_per_tensor"
+                     : kind == "dynamic_group"  ? "dynamic_per_group"
+                                                : "";
+    if (sk.empty()) L.unsupported(n, "unknown quant kind '" + kind + "'");
+    L.argS(k, "scale_kind", sk);
+    if (kind == "static_tensor") {
+      if (tsc < 0) L.unsupported(n, "static quant without a scale");
+      L.argT(k, "scale", tsc);
+    } else {
+      int tso;
+      if (scale_out) {
+        tso = L.freshFor(scale_out);
+        L.mat_[scale_out] = tso;
+      } else {
+        std::vector<SymExpr> ss = kind == "dynamic_token" ? std::vector<SymExpr>{T}
+                                  : kind == "dynamic_tensor"
+                                      ? std::vector<SymExpr>{I(1)}
+                                      : std::vector<SymExpr>{T, floorDiv(H, I(L.intArg(n, "group_size", 128)))};
+        tso = L.freshTensor(DType::F32, ss, n.name + ".scale");
+      }
+      L.argT(k, "scale", tso);
+    }
+    if (kind == "dynamic_group") L.argI(k, "group_size", I(L.intArg(n, "group_size", 0)));
+    if (tub >= 0) L.argT(k, "scale_ub", tub);
+    L.argS(k, "scale_application", L.flag(n, "divide", false) ? "divide" : "multiply_by_reciprocal");
+    L.argF(k, "min_abs", L.num(n, "min_abs", 0.0));
+    L.argF(k, "min_scale", L.num(n, "min_scale", 4.359654017857143e-06));
+  }
+
+  // The weight, when there is one, in the input's dtype.
+  void weightArgs(pb::KernelLaunch* k) {
+    if (tw >= 0) {
+      L.argT(k, "weight", tw);
+      L.argD(k, "weight_dtype", xd);
+    }
+  }
+
+  // The residual the kernel adds to the input and updates in place; `rounded_sum_default`: the
+  // variance of the rounded sum unless the node says.
+  void residualArgs(pb::KernelLaunch* k, bool rounded_sum_default) {
+    L.argT(k, "residual", tres);
+    L.argI(k, "residual_row_stride", H);
+    L.argS(k, "residual_variance",
+           L.flag(n, "variance_of_rounded_sum", rounded_sum_default) ? "rounded_sum" : "unrounded_sum");
+    if (res_out) L.mat_[res_out] = tres;
+  }
+
+  // silu_and_mul[_quant]: silu of the input's first half times its second half (H / 2 each).
+  void siluAndMul(pb::KernelLaunch* k) {
+    SymExpr d = floorDiv(H, I(2));
+    k->set_kernel("lib.silu_and_mul");
+    L.argI(k, "num_tokens", T);
+    L.argI(k, "hidden_size", d);
+    L.argD(k, "dtype", xd);
+    L.argT(k, "input", tx);
+    L.argI(k, "input_row_stride", xrs);
+    int to = L.freshFor(out0);
+    L.argD(k, "output_dtype", out0->type.dtype);
+    L.argT(k, "output", to);
+    L.argI(k, "output_row_stride", d);
+    if (name == "silu_and_mul_quant") {
+      L.argT(k, "scale", tsc);
+      L.argS(k, "scale_application", "multiply_by_reciprocal");
+    }
+    L.mat_[out0] = to;
+  }
+
+  // rms_norm, fused_add_rms_norm (the residual added first and updated in place).
+  void rmsNorm(pb::KernelLaunch* k, bool fused_add) {
+    k->set_kernel("lib.rms_norm");
+    rowInputArgs(k);
+    weightArgs(k);
+    int to = L.freshFor(out0);
+    L.argT(k, "output", to);
+    L.argI(k, "output_row_stride", H);
+    if (fused_add) residualArgs(k, false);
+    L.argScalar(k, n, "epsilon", 1e-6);
+    L.mat_[out0] = to;
+  }
+
+  // quant_fp8 of the input; the scale is output 1 when dynamic.
+  void quantFp8(pb::KernelLaunch* k) {
+    k->set_kernel("lib.quant_fp8");
+    rowInputArgs(k);
+    int to = L.freshFor(out0);
+    L.argT(k, "output", to);
+    L.argI(k, "output_row_stride", H);
+    scaleArgs(k, n.output(1));
+    L.mat_[out0] = to;
+  }
+
+  // rms_norm_quant, fused_add_rms_norm_quant: the norm's FP8 quant; a dynamic scale is the
+  // output after the residual's.
+  void rmsNormQuant(pb::KernelLaunch* k, bool fused_add) {
+    k->set_kernel("lib.rms_norm_quant_fp8");
+    rowInputArgs(k);
+    weightArgs(k);
+    if (fused_add) residualArgs(k, true);
+    L.argScalar(k, n, "epsilon", 1e-6);
+    int to = L.freshFor(out0);
+    L.argT(k, "output", to);
+    L.argI(k, "output_row_stride", H);
+    scaleArgs(k, n.output(fused_add ? 2 : 1));
+    L.mat_[out0] = to;
+  }
+};
+
+// The fxfuse ops the kernels of kernels/ take (one 16-bit dtype throughout, no separate `up`,
+// the scale forms they implement) as one launch; false leaves the node to generated code.
 bool Lowerer::lowerFxfuseLibrary(Node& n) {
   if (!opts_.library_kernels) return false;
   const std::string name = n.target.substr(7, n.target.size() - 7 - 8);  // fxfuse.<name>.default
@@ -79,7 +218,7 @@ bool Lowerer::lowerFxfuseLibrary(Node& n) {
   int tw = w ? mat(w, n) : -1;
   if (tw >= 0 && !isContiguous(trefs_[static_cast<size_t>(tw)])) tw = copyTo(tw, n.name);
   // Scale tensors.
-  Value* scale = valArg(n, is_sm && name == "silu_and_mul_quant" ? "scale" : "scale");
+  Value* scale = valArg(n, "scale");
   int tsc = scale ? mat(scale, n) : -1;
   Value* ub = valArg(n, "scale_ub");
   int tub = ub ? mat(ub, n) : -1;
@@ -91,115 +230,16 @@ bool Lowerer::lowerFxfuseLibrary(Node& n) {
     res_out = n.output(1);
     tres = inPlaceResidual(n, residual, X.shape, xd, res_out);
   }
-  auto scaleSpec = [&](pb::KernelLaunch* k, const std::string& kind_s, Value* scale_out_v) {
-    std::string sk = kind_s == "static_tensor"    ? "static_per_tensor"
-                     : kind_s == "dynamic_token"  ? "dynamic_per_token"
-                     : kind_s == "dynamic_tensor" ? "dynamic_per_tensor"
-                     : kind_s == "dynamic_group"  ? "dynamic_per_group"
-                                                  : "";
-    if (sk.empty()) unsupported(n, "unknown quant kind '" + kind_s + "'");
-    argS(k, "scale_kind", sk);
-    if (kind_s == "static_tensor") {
-      if (tsc < 0) unsupported(n, "static quant without a scale");
-      argT(k, "scale", tsc);
-    } else {
-      int tso;
-      if (scale_out_v) {
-        tso = freshFor(scale_out_v);
-        mat_[scale_out_v] = tso;
-      } else {
-        std::vector<SymExpr> ss = kind_s == "dynamic_token" ? std::vector<SymExpr>{T}
-                                  : kind_s == "dynamic_tensor"
-                                      ? std::vector<SymExpr>{I(1)}
-                                      : std::vector<SymExpr>{T, floorDiv(H, I(intArg(n, "group_size", 128)))};
-        tso = freshTensor(DType::F32, ss, n.name + ".scale");
-      }
-      argT(k, "scale", tso);
-    }
-    if (kind_s == "dynamic_group") argI(k, "group_size", I(intArg(n, "group_size", 0)));
-    if (tub >= 0) argT(k, "scale_ub", tub);
-    argS(k, "scale_application", flag(n, "divide", false) ? "divide" : "multiply_by_reciprocal");
-    argF(k, "min_abs", num(n, "min_abs", 0.0));
-    argF(k, "min_scale", num(n, "min_scale", 4.359654017857143e-06));
-  };
-  auto common = [&](pb::KernelLaunch* k) {
-    argI(k, "num_tokens", T);
-    argI(k, "hidden_size", H);
-    argD(k, "dtype", xd);
-    argT(k, "input", tx);
-    argI(k, "input_row_stride", xrs);
-  };
-  if (is_sm) {
-    SymExpr d = floorDiv(H, I(2));
-    pb::Step* st = addStep({n.name}, name);
-    auto* k = st->mutable_kernel();
-    k->set_kernel("lib.silu_and_mul");
-    argI(k, "num_tokens", T);
-    argI(k, "hidden_size", d);
-    argD(k, "dtype", xd);
-    argT(k, "input", tx);
-    argI(k, "input_row_stride", xrs);
-    int to = freshFor(out0);
-    argD(k, "output_dtype", out0->type.dtype);
-    argT(k, "output", to);
-    argI(k, "output_row_stride", d);
-    if (name == "silu_and_mul_quant") {
-      argT(k, "scale", tsc);
-      argS(k, "scale_application", "multiply_by_reciprocal");
-    }
-    mat_[out0] = to;
-    stats_.library++;
-    return true;
-  }
-  pb::Step* st = addStep({n.name}, name);
-  auto* k = st->mutable_kernel();
-  if (is_rn || is_far) {
-    k->set_kernel("lib.rms_norm");
-    common(k);
-    if (tw >= 0) {
-      argT(k, "weight", tw);
-      argD(k, "weight_dtype", xd);
-    }
-    int to = freshFor(out0);
-    argT(k, "output", to);
-    argI(k, "output_row_stride", H);
-    if (is_far) {
-      argT(k, "residual", tres);
-      argI(k, "residual_row_stride", H);
-      argS(k, "residual_variance", flag(n, "variance_of_rounded_sum", false) ? "rounded_sum" : "unrounded_sum");
-      if (res_out) mat_[res_out] = tres;
-    }
-    argScalar(k, n, "epsilon", 1e-6);
-    mat_[out0] = to;
-  } else if (is_q) {
-    k->set_kernel("lib.quant_fp8");
-    common(k);
-    int to = freshFor(out0);
-    argT(k, "output", to);
-    argI(k, "output_row_stride", H);
-    scaleSpec(k, kind, n.output(1));
-    mat_[out0] = to;
-  } else {
-    bool far = name == "fused_add_rms_norm_quant";
-    k->set_kernel("lib.rms_norm_quant_fp8");
-    common(k);
-    if (tw >= 0) {
-      argT(k, "weight", tw);
-      argD(k, "weight_dtype", xd);
-    }
-    if (far) {
-      argT(k, "residual", tres);
-      argI(k, "residual_row_stride", H);
-      argS(k, "residual_variance", flag(n, "variance_of_rounded_sum", true) ? "rounded_sum" : "unrounded_sum");
-      if (res_out) mat_[res_out] = tres;
-    }
-    argScalar(k, n, "epsilon", 1e-6);
-    int to = freshFor(out0);
-    argT(k, "output", to);
-    argI(k, "output_row_stride", H);
-    scaleSpec(k, kind, n.output(far ? 2 : 1));
-    mat_[out0] = to;
-  }
+  FxfuseLibraryCall call{*this, n, name, kind, xd, out0, tx, H, T, xrs, tw, tsc, tub, tres, res_out};
+  pb::KernelLaunch* k = addStep({n.name}, name)->mutable_kernel();
+  if (is_sm)
+    call.siluAndMul(k);
+  else if (is_rn || is_far)
+    call.rmsNorm(k, is_far);
+  else if (is_q)
+    call.quantFp8(k);
+  else
+    call.rmsNormQuant(k, name == "fused_add_rms_norm_quant");
   stats_.library++;
   return true;
 }

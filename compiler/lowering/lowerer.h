@@ -610,14 +610,35 @@ class Lowerer {
   bool lowerRowComposite(Node& n);
   int trailingSource(Node& n, Value* x, const std::set<int64_t>& dims, std::vector<SymExpr>* shape);
   void batchOperands(Node& n, int& ta, TRef& A, int& tb, TRef& B);
+  struct MatmulLowering;  // matmul.cc: one GEMM's operands, cuBLASLt step and epilogue
   attention::AttentionShapeFacts attentionFacts(int q4, int k4, int v4, int o4, bool has_mask, bool fp8_out) const;
   bool lowerFxfuseLibrary(Node& n);
+  struct FxfuseLibraryCall;  // fxfuse_ops.cc: one fxfuse op as a launch of a kernel of kernels/
   int inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr>& shape, DType dt, Value* res_out);
   bool lowerFusedAllReduceNorm(Node& n);
   void lowerFxfuseGenerated(Node& n);
   struct FxfuseMath;  // fxfuse_ops.cc: the fused ops' math as generated code
   void lowerRotary(Node& n);
   void finish();
+
+  // ------------------------------------------------------------------ views (lowering.cc)
+  // tryAlias's forms, one per kind of view: each makes the node's outputs views of its input
+  // in memory, `src` (`out`: output 0, null when absent), and returns false when this instance
+  // cannot alias (the node is then lowered by the other rules).
+  using AliasForm = bool (Lowerer::*)(Node& n, const TRef& src, Value* out);
+  static AliasForm aliasForm(const std::string& target);
+  void aliasOf(Value* out, const TRef& src, std::vector<SymExpr> shape, std::vector<SymExpr> stride, SymExpr offset);
+  bool aliasSame(Node& n, const TRef& src, Value* out);
+  bool aliasReshape(Node& n, const TRef& src, Value* out);
+  std::optional<std::vector<SymExpr>> viewStrides(const TRef& src, const std::vector<SymExpr>& shape);
+  bool aliasPermute(Node& n, const TRef& src, Value* out);
+  bool aliasUnsqueeze(Node& n, const TRef& src, Value* out);
+  bool aliasSqueeze(Node& n, const TRef& src, Value* out);
+  bool aliasExpand(Node& n, const TRef& src, Value* out);
+  bool aliasSlice(Node& n, const TRef& src, Value* out);
+  bool aliasSelect(Node& n, const TRef& src, Value* out);
+  bool aliasAsStrided(Node& n, const TRef& src, Value* out);
+  bool aliasSplit(Node& n, const TRef& src, Value* out);
 
   // ------------------------------------------------------------------ generated-op rules
   // (generated_rules.cc: public so that its table can name them; called only through it)

@@ -67,6 +67,50 @@ struct ViewResult {
   SymExpr offset;
 };
 
+namespace {
+
+bool isAllReduceTarget(const std::string& t) {
+  return t == "fxfuse.all_reduce.default" || t == "vllm.all_reduce.default" ||
+         t == "_c10d_functional.all_reduce.default";
+}
+
+// Casts, which alias their input when the dtype does not change.
+bool isCastTarget(const std::string& t) {
+  return t == "prims.convert_element_type.default" || t == "aten._to_copy.default" || t == "aten.to.dtype" ||
+         t == "aten.to.dtype_layout" || t == "aten.type_as.default" || t == "aten.view.dtype";
+}
+
+}  // namespace
+
+// The alias form of a view target; null for a target that is no view.
+Lowerer::AliasForm Lowerer::aliasForm(const std::string& t) {
+  // Identities; an all-reduce at one rank; casts to the same dtype.
+  if (isIdentityTarget(t) || isAllReduceTarget(t) || isCastTarget(t)) return &Lowerer::aliasSame;
+  static const std::map<std::string, AliasForm> forms = {
+      {"aten.view.default", &Lowerer::aliasReshape},
+      {"aten.reshape.default", &Lowerer::aliasReshape},
+      {"aten._unsafe_view.default", &Lowerer::aliasReshape},
+      {"aten.permute.default", &Lowerer::aliasPermute},
+      {"aten.transpose.int", &Lowerer::aliasPermute},
+      {"aten.t.default", &Lowerer::aliasPermute},
+      {"aten.unsqueeze.default", &Lowerer::aliasUnsqueeze},
+      {"aten.squeeze.dim", &Lowerer::aliasSqueeze},
+      {"aten.squeeze.dims", &Lowerer::aliasSqueeze},
+      {"aten.squeeze.default", &Lowerer::aliasSqueeze},
+      {"aten.expand.default", &Lowerer::aliasExpand},
+      {"aten.slice.Tensor", &Lowerer::aliasSlice},
+      {"aten.select.int", &Lowerer::aliasSelect},
+      {"aten.as_strided.default", &Lowerer::aliasAsStrided},
+      {"aten.split.Tensor", &Lowerer::aliasSplit},
+      {"aten.split_with_sizes.default", &Lowerer::aliasSplit},
+      {"aten.chunk.default", &Lowerer::aliasSplit},
+      {"aten.unbind.int", &Lowerer::aliasSplit},
+  };
+  auto it = forms.find(t);
+  return it == forms.end() ? nullptr : it->second;
+}
+
+// A view node as an alias of its input's memory (a TensorRef, no step) when it can be one.
 bool Lowerer::tryAlias(Node& n) {
   const std::string& t = n.target;
   Value* self = nullptr;
@@ -75,217 +119,243 @@ bool Lowerer::tryAlias(Node& n) {
     if (self) break;
   }
   if (!self || self->kind != ir::ValueKind::Tensor) return false;
-  bool is_view = isIdentityTarget(t) || t == "aten.view.default" || t == "aten.reshape.default" ||
-                 t == "aten._unsafe_view.default" || t == "aten.permute.default" || t == "aten.transpose.int" ||
-                 t == "aten.t.default" || t == "aten.unsqueeze.default" || t == "aten.squeeze.dim" ||
-                 t == "aten.squeeze.dims" || t == "aten.squeeze.default" || t == "aten.expand.default" ||
-                 t == "aten.slice.Tensor" || t == "aten.select.int" || t == "aten.as_strided.default" ||
-                 t == "aten.split.Tensor" || t == "aten.split_with_sizes.default" || t == "aten.unbind.int" ||
-                 t == "aten.chunk.default" || t == "fxfuse.all_reduce.default" || t == "vllm.all_reduce.default" ||
-                 t == "_c10d_functional.all_reduce.default" || t == "aten.view.dtype" ||
-                 t == "prims.convert_element_type.default" || t == "aten._to_copy.default" ||
-                 t == "aten.to.dtype" || t == "aten.to.dtype_layout" || t == "aten.type_as.default";
-  if (!is_view) return false;
-  bool collective = t == "fxfuse.all_reduce.default" || t == "vllm.all_reduce.default" ||
-                    t == "_c10d_functional.all_reduce.default";
-  if (collective && opts_.world_size > 1) return false;
+  AliasForm form = aliasForm(t);
+  if (!form) return false;
+  if (isAllReduceTarget(t) && opts_.world_size > 1) return false;
   if (t == "aten.dropout.default" && flag(n, "train", false)) unsupported(n, "dropout in training mode");
   // Casts are views only when the dtype does not change (`aten.to.device` may carry a dtype:
   // HF rotary's `inv_freq.to(device, dtype=f32)`).
-  if (t == "prims.convert_element_type.default" || t == "aten._to_copy.default" || t == "aten.to.dtype" ||
-      t == "aten.to.dtype_layout" || t == "aten.type_as.default" || t == "aten.view.dtype" || t == "aten.to.device") {
+  if (isCastTarget(t) || t == "aten.to.device") {
     if (!n.output(0) || n.output(0)->type.dtype != self->type.dtype) return false;
   }
   if (pending(self)) return false;  // an index remap inside the open group instead
   auto it = mat_.find(self);
   if (it == mat_.end()) return false;
   const TRef src = trefs_[static_cast<size_t>(it->second)];
-  const size_t r = src.shape.size();
+  return (this->*form)(n, src, n.output(0));
+}
 
-  auto make = [&](Value* out, std::vector<SymExpr> shape, std::vector<SymExpr> stride, SymExpr offset) {
-    if (!out) return;
-    TRef nt;
-    nt.buffer = src.buffer;
-    nt.dtype = src.dtype;
-    nt.shape = std::move(shape);
-    nt.stride = std::move(stride);
-    nt.offset = std::move(offset);
-    nt.name = out->name;
-    mat_[out] = newTRef(std::move(nt));
-    stats_.aliases++;
-  };
-  Value* out = n.output(0);
-  if (isIdentityTarget(t) || collective || t == "prims.convert_element_type.default" || t == "aten._to_copy.default" ||
-      t == "aten.to.dtype" || t == "aten.to.dtype_layout" || t == "aten.type_as.default" || t == "aten.view.dtype") {
-    if (t == "aten.contiguous.default" && !isContiguous(src)) return false;
-    make(out, src.shape, src.stride, src.offset);
+// `out` (none: nothing to do) as a view of src's buffer.
+void Lowerer::aliasOf(Value* out, const TRef& src, std::vector<SymExpr> shape, std::vector<SymExpr> stride,
+                      SymExpr offset) {
+  if (!out) return;
+  TRef nt;
+  nt.buffer = src.buffer;
+  nt.dtype = src.dtype;
+  nt.shape = std::move(shape);
+  nt.stride = std::move(stride);
+  nt.offset = std::move(offset);
+  nt.name = out->name;
+  mat_[out] = newTRef(std::move(nt));
+  stats_.aliases++;
+}
+
+// Identities, casts and one-rank all-reduces: the input itself (`contiguous` only when it is).
+bool Lowerer::aliasSame(Node& n, const TRef& src, Value* out) {
+  if (n.target == "aten.contiguous.default" && !isContiguous(src)) return false;
+  aliasOf(out, src, src.shape, src.stride, src.offset);
+  return true;
+}
+
+// view / reshape: contiguous strides, or where the input is not contiguous, strides that
+// keep its element order (none: a reshape that must copy).
+bool Lowerer::aliasReshape(Node&, const TRef& src, Value* out) {
+  std::vector<SymExpr> shape = out ? out->type.shape : std::vector<SymExpr>{};
+  if (!out) return true;
+  if (isContiguous(src)) {
+    aliasOf(out, src, shape, contiguousStrides(shape), src.offset);
     return true;
   }
-  if (t == "aten.view.default" || t == "aten.reshape.default" || t == "aten._unsafe_view.default") {
-    std::vector<SymExpr> shape = out ? out->type.shape : std::vector<SymExpr>{};
-    if (!out) return true;
-    if (isContiguous(src)) {
-      make(out, shape, contiguousStrides(shape), src.offset);
+  std::optional<std::vector<SymExpr>> strides = viewStrides(src, shape);
+  if (!strides) return false;
+  aliasOf(out, src, shape, *strides, src.offset);
+  return true;
+}
+
+// torch's computeStride: the strides of `shape` viewing src's elements in order, splitting and
+// merging dims only within contiguous chunks (comparisons at the hints); none when the view
+// needs a copy.
+std::optional<std::vector<SymExpr>> Lowerer::viewStrides(const TRef& src, const std::vector<SymExpr>& shape) {
+  const size_t r = src.shape.size();
+  std::vector<SymExpr> ns(shape.size());
+  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
+  SymExpr chunk_base = r ? src.stride[r - 1] : I(1);
+  SymExpr tensor_numel = I(1), view_numel = I(1);
+  for (int64_t td = static_cast<int64_t>(r) - 1; td >= 0; --td) {
+    tensor_numel = tensor_numel * src.shape[static_cast<size_t>(td)];
+    if (td == 0 || (!isOne(src.shape[static_cast<size_t>(td - 1)]) &&
+                    src.stride[static_cast<size_t>(td - 1)] != tensor_numel * chunk_base)) {
+      while (view_d >= 0 && (hint(view_numel) < hint(tensor_numel) || isOne(shape[static_cast<size_t>(view_d)]))) {
+        ns[static_cast<size_t>(view_d)] = view_numel * chunk_base;
+        view_numel = view_numel * shape[static_cast<size_t>(view_d)];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (td > 0) {
+        chunk_base = src.stride[static_cast<size_t>(td - 1)];
+        tensor_numel = I(1);
+        view_numel = I(1);
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return ns;
+}
+
+// permute, transpose, t: the input's dims reordered.
+bool Lowerer::aliasPermute(Node& n, const TRef& src, Value* out) {
+  const std::string& t = n.target;
+  const size_t r = src.shape.size();
+  std::vector<int64_t> perm;
+  if (t == "aten.permute.default") {
+    perm = intList(n, "dims");
+  } else {
+    int64_t a = t == "aten.t.default" ? 0 : intArg(n, "dim0", 0), b = t == "aten.t.default" ? 1 : intArg(n, "dim1", 1);
+    if (r < 2) {
+      aliasOf(out, src, src.shape, src.stride, src.offset);
       return true;
     }
-    // torch's computeStride: split/merge within contiguous chunks (comparisons at the hints).
-    std::vector<SymExpr> ns(shape.size());
-    int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
-    SymExpr chunk_base = r ? src.stride[r - 1] : I(1);
-    SymExpr tensor_numel = I(1), view_numel = I(1);
-    for (int64_t td = static_cast<int64_t>(r) - 1; td >= 0; --td) {
-      tensor_numel = tensor_numel * src.shape[static_cast<size_t>(td)];
-      if (td == 0 || (!isOne(src.shape[static_cast<size_t>(td - 1)]) &&
-                      src.stride[static_cast<size_t>(td - 1)] != tensor_numel * chunk_base)) {
-        while (view_d >= 0 && (hint(view_numel) < hint(tensor_numel) || isOne(shape[static_cast<size_t>(view_d)]))) {
-          ns[static_cast<size_t>(view_d)] = view_numel * chunk_base;
-          view_numel = view_numel * shape[static_cast<size_t>(view_d)];
-          view_d--;
-        }
-        if (view_numel != tensor_numel) return false;
-        if (td > 0) {
-          chunk_base = src.stride[static_cast<size_t>(td - 1)];
-          tensor_numel = I(1);
-          view_numel = I(1);
-        }
-      }
-    }
-    if (view_d != -1) return false;
-    make(out, shape, ns, src.offset);
-    return true;
+    a = normDim(n, a, r);
+    b = normDim(n, b, r);
+    for (size_t k = 0; k < r; ++k) perm.push_back(static_cast<int64_t>(k));
+    std::swap(perm[static_cast<size_t>(a)], perm[static_cast<size_t>(b)]);
   }
-  if (t == "aten.permute.default" || t == "aten.transpose.int" || t == "aten.t.default") {
-    std::vector<int64_t> perm;
-    if (t == "aten.permute.default") {
-      perm = intList(n, "dims");
-    } else {
-      int64_t a = t == "aten.t.default" ? 0 : intArg(n, "dim0", 0), b = t == "aten.t.default" ? 1 : intArg(n, "dim1", 1);
-      if (r < 2) {
-        make(out, src.shape, src.stride, src.offset);
-        return true;
-      }
-      a = normDim(n, a, r);
-      b = normDim(n, b, r);
-      for (size_t k = 0; k < r; ++k) perm.push_back(static_cast<int64_t>(k));
-      std::swap(perm[static_cast<size_t>(a)], perm[static_cast<size_t>(b)]);
-    }
-    if (perm.size() != r) unsupported(n, "permutation of another rank");
-    std::vector<SymExpr> sh, st;
-    for (int64_t p : perm) {
-      p = normDim(n, p, r);
-      sh.push_back(src.shape[static_cast<size_t>(p)]);
-      st.push_back(src.stride[static_cast<size_t>(p)]);
-    }
-    make(out, sh, st, src.offset);
-    return true;
+  if (perm.size() != r) unsupported(n, "permutation of another rank");
+  std::vector<SymExpr> sh, st;
+  for (int64_t p : perm) {
+    p = normDim(n, p, r);
+    sh.push_back(src.shape[static_cast<size_t>(p)]);
+    st.push_back(src.stride[static_cast<size_t>(p)]);
   }
-  if (t == "aten.unsqueeze.default") {
-    int64_t d = intArg(n, "dim", 0);
-    if (d < 0) d += static_cast<int64_t>(r) + 1;
-    if (d < 0 || d > static_cast<int64_t>(r)) unsupported(n, "unsqueeze dim out of range");
-    auto sh = src.shape;
-    auto st = src.stride;
-    SymExpr s = static_cast<size_t>(d) < r ? src.shape[static_cast<size_t>(d)] * src.stride[static_cast<size_t>(d)] : I(1);
-    sh.insert(sh.begin() + d, I(1));
-    st.insert(st.begin() + d, s);
-    make(out, sh, st, src.offset);
-    return true;
-  }
-  if (t == "aten.squeeze.dim" || t == "aten.squeeze.dims" || t == "aten.squeeze.default") {
-    std::set<int64_t> dims;
-    if (t == "aten.squeeze.default") {
-      for (size_t k = 0; k < r; ++k)
-        if (isOne(src.shape[k])) dims.insert(static_cast<int64_t>(k));
-    } else {
-      for (int64_t d : t == "aten.squeeze.dim" ? std::vector<int64_t>{intArg(n, "dim", 0)} : intList(n, "dim"))
-        if (r > 0 && isOne(src.shape[static_cast<size_t>(normDim(n, d, r))])) dims.insert(normDim(n, d, r));
-    }
-    std::vector<SymExpr> sh, st;
+  aliasOf(out, src, sh, st, src.offset);
+  return true;
+}
+
+// unsqueeze: a size-1 dim inserted at dim (negative: from the end).
+bool Lowerer::aliasUnsqueeze(Node& n, const TRef& src, Value* out) {
+  const size_t r = src.shape.size();
+  int64_t d = intArg(n, "dim", 0);
+  if (d < 0) d += static_cast<int64_t>(r) + 1;
+  if (d < 0 || d > static_cast<int64_t>(r)) unsupported(n, "unsqueeze dim out of range");
+  auto sh = src.shape;
+  auto st = src.stride;
+  SymExpr s = static_cast<size_t>(d) < r ? src.shape[static_cast<size_t>(d)] * src.stride[static_cast<size_t>(d)] : I(1);
+  sh.insert(sh.begin() + d, I(1));
+  st.insert(st.begin() + d, s);
+  aliasOf(out, src, sh, st, src.offset);
+  return true;
+}
+
+// squeeze of the named dims (those of size 1) or of every size-1 dim.
+bool Lowerer::aliasSqueeze(Node& n, const TRef& src, Value* out) {
+  const std::string& t = n.target;
+  const size_t r = src.shape.size();
+  std::set<int64_t> dims;
+  if (t == "aten.squeeze.default") {
     for (size_t k = 0; k < r; ++k)
-      if (!dims.count(static_cast<int64_t>(k))) {
-        sh.push_back(src.shape[k]);
-        st.push_back(src.stride[k]);
-      }
-    make(out, sh, st, src.offset);
-    return true;
+      if (isOne(src.shape[k])) dims.insert(static_cast<int64_t>(k));
+  } else {
+    for (int64_t d : t == "aten.squeeze.dim" ? std::vector<int64_t>{intArg(n, "dim", 0)} : intList(n, "dim"))
+      if (r > 0 && isOne(src.shape[static_cast<size_t>(normDim(n, d, r))])) dims.insert(normDim(n, d, r));
   }
-  if (t == "aten.expand.default") {
-    if (!out) return true;
-    const auto& osh = out->type.shape;
-    if (osh.size() < r) unsupported(n, "expand to a lower rank");
-    std::vector<SymExpr> st(osh.size(), I(0));
-    size_t off = osh.size() - r;
-    for (size_t k = 0; k < r; ++k) st[k + off] = (isOne(src.shape[k]) && !isOne(osh[k + off])) ? I(0) : src.stride[k];
-    make(out, osh, st, src.offset);
-    return true;
-  }
-  if (out && (t == "aten.slice.Tensor" || t == "aten.expand.default") && out->type.shape.size() < r)
-    unsupported(n, "output rank does not fit the input");
-  if (t == "aten.slice.Tensor") {
-    if (!out || r == 0) return false;
-    int64_t d = normDim(n, intArg(n, "dim", 0), r);
-    auto sh = src.shape, st = src.stride;
-    SymExpr start = sizeArg(n, "start").value_or(I(0));
-    if (start.isInt() && start.intValue() < 0) start = start + src.shape[static_cast<size_t>(d)];
-    if (start.isInt() && start.intValue() < 0) start = I(0);
-    SymExpr step = sizeArg(n, "step").value_or(I(1));
-    checkSliceFits(n, start, step, src.shape[static_cast<size_t>(d)], out->type.shape[static_cast<size_t>(d)]);
-    sh[static_cast<size_t>(d)] = out->type.shape[static_cast<size_t>(d)];
-    st[static_cast<size_t>(d)] = st[static_cast<size_t>(d)] * step;
-    make(out, sh, st, src.offset + start * src.stride[static_cast<size_t>(d)]);
-    return true;
-  }
-  if (t == "aten.select.int") {
-    if (!out) return true;
-    int64_t d = normDim(n, intArg(n, "dim", 0), r);
-    SymExpr idx = requiredSize(n, "index");
-    if (idx.isInt() && idx.intValue() < 0) idx = idx + src.shape[static_cast<size_t>(d)];
-    auto sh = src.shape, st = src.stride;
-    sh.erase(sh.begin() + d);
-    st.erase(st.begin() + d);
-    make(out, sh, st, src.offset + idx * src.stride[static_cast<size_t>(d)]);
-    return true;
-  }
-  if (t == "aten.as_strided.default") {
-    auto sh = sizeList(n, "size"), st = sizeList(n, "stride");
-    SymExpr off = sizeArg(n, "storage_offset").value_or(src.offset);
-    make(out, sh, st, off);
-    return true;
-  }
-  if (t == "aten.split.Tensor" || t == "aten.split_with_sizes.default" || t == "aten.chunk.default" ||
-      t == "aten.unbind.int") {
-    int64_t d = normDim(n, intArg(n, "dim", 0), r);
-    SymExpr start = I(0);
-    for (size_t q = 0; q < n.numOutputs(); ++q) {
-      Value* o = n.output(q);
-      SymExpr len;
-      if (t == "aten.unbind.int") {
-        len = I(1);
-      } else if (o) {
-        len = o->type.shape[static_cast<size_t>(d)];
-      } else if (t == "aten.split_with_sizes.default") {
-        len = sizeList(n, "split_sizes").at(q);
-      } else if (t == "aten.split.Tensor") {
-        len = requiredSize(n, "split_size");
-      } else {
-        unsupported(n, "chunk with an unused output");
-      }
-      if (o) {
-        auto sh = src.shape, st = src.stride;
-        SymExpr off = src.offset + start * src.stride[static_cast<size_t>(d)];
-        if (t == "aten.unbind.int") {
-          sh.erase(sh.begin() + d);
-          st.erase(st.begin() + d);
-        } else {
-          sh[static_cast<size_t>(d)] = len;
-        }
-        make(o, sh, st, off);
-      }
-      start = start + len;
+  std::vector<SymExpr> sh, st;
+  for (size_t k = 0; k < r; ++k)
+    if (!dims.count(static_cast<int64_t>(k))) {
+      sh.push_back(src.shape[k]);
+      st.push_back(src.stride[k]);
     }
-    return true;
+  aliasOf(out, src, sh, st, src.offset);
+  return true;
+}
+
+// expand: broadcast dims (size 1 to more) and new leading dims get stride 0.
+bool Lowerer::aliasExpand(Node& n, const TRef& src, Value* out) {
+  if (!out) return true;
+  const size_t r = src.shape.size();
+  const auto& osh = out->type.shape;
+  if (osh.size() < r) unsupported(n, "expand to a lower rank");
+  std::vector<SymExpr> st(osh.size(), I(0));
+  size_t off = osh.size() - r;
+  for (size_t k = 0; k < r; ++k) st[k + off] = (isOne(src.shape[k]) && !isOne(osh[k + off])) ? I(0) : src.stride[k];
+  aliasOf(out, src, osh, st, src.offset);
+  return true;
+}
+
+// slice: the output's extent along dim from start (negative: from the end) by step.
+bool Lowerer::aliasSlice(Node& n, const TRef& src, Value* out) {
+  const size_t r = src.shape.size();
+  if (out && out->type.shape.size() < r) unsupported(n, "output rank does not fit the input");
+  if (!out || r == 0) return false;
+  int64_t d = normDim(n, intArg(n, "dim", 0), r);
+  auto sh = src.shape, st = src.stride;
+  SymExpr start = sizeArg(n, "start").value_or(I(0));
+  if (start.isInt() && start.intValue() < 0) start = start + src.shape[static_cast<size_t>(d)];
+  if (start.isInt() && start.intValue() < 0) start = I(0);
+  SymExpr step = sizeArg(n, "step").value_or(I(1));
+  checkSliceFits(n, start, step, src.shape[static_cast<size_t>(d)], out->type.shape[static_cast<size_t>(d)]);
+  sh[static_cast<size_t>(d)] = out->type.shape[static_cast<size_t>(d)];
+  st[static_cast<size_t>(d)] = st[static_cast<size_t>(d)] * step;
+  aliasOf(out, src, sh, st, src.offset + start * src.stride[static_cast<size_t>(d)]);
+  return true;
+}
+
+// select: one index along dim, which the view drops.
+bool Lowerer::aliasSelect(Node& n, const TRef& src, Value* out) {
+  if (!out) return true;
+  const size_t r = src.shape.size();
+  int64_t d = normDim(n, intArg(n, "dim", 0), r);
+  SymExpr idx = requiredSize(n, "index");
+  if (idx.isInt() && idx.intValue() < 0) idx = idx + src.shape[static_cast<size_t>(d)];
+  auto sh = src.shape, st = src.stride;
+  sh.erase(sh.begin() + d);
+  st.erase(st.begin() + d);
+  aliasOf(out, src, sh, st, src.offset + idx * src.stride[static_cast<size_t>(d)]);
+  return true;
+}
+
+// as_strided: the given sizes, strides and storage offset (default: the input's offset).
+bool Lowerer::aliasAsStrided(Node& n, const TRef& src, Value* out) {
+  auto sh = sizeList(n, "size"), st = sizeList(n, "stride");
+  SymExpr off = sizeArg(n, "storage_offset").value_or(src.offset);
+  aliasOf(out, src, sh, st, off);
+  return true;
+}
+
+// split, split_with_sizes, chunk, unbind: consecutive pieces along dim, one per output
+// (unbind's pieces drop the dim).
+bool Lowerer::aliasSplit(Node& n, const TRef& src, Value*) {
+  const std::string& t = n.target;
+  const size_t r = src.shape.size();
+  int64_t d = normDim(n, intArg(n, "dim", 0), r);
+  SymExpr start = I(0);
+  for (size_t q = 0; q < n.numOutputs(); ++q) {
+    Value* o = n.output(q);
+    SymExpr len;
+    if (t == "aten.unbind.int") {
+      len = I(1);
+    } else if (o) {
+      len = o->type.shape[static_cast<size_t>(d)];
+    } else if (t == "aten.split_with_sizes.default") {
+      len = sizeList(n, "split_sizes").at(q);
+    } else if (t == "aten.split.Tensor") {
+      len = requiredSize(n, "split_size");
+    } else {
+      unsupported(n, "chunk with an unused output");
+    }
+    if (o) {
+      auto sh = src.shape, st = src.stride;
+      SymExpr off = src.offset + start * src.stride[static_cast<size_t>(d)];
+      if (t == "aten.unbind.int") {
+        sh.erase(sh.begin() + d);
+        st.erase(st.begin() + d);
+      } else {
+        sh[static_cast<size_t>(d)] = len;
+      }
+      aliasOf(o, src, sh, st, off);
+    }
+    start = start + len;
   }
-  return false;
+  return true;
 }
 
 // ---------------------------------------------------------------------------------- row composites
