@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole fxfuse test suite (what CI runs): installs missing Debian packages, runs every
 # Bazel test except those tagged `gpu`, then the CLI bad/hostile-input tests under ASan/UBSan,
-# the layering check, then the fuzzers (six readers and the whole pipeline) for a bounded time
-# under ASan/UBSan. Prints "N passed, M failed" last; exits non-zero on any failure.
+# the layering and function-length checks, then the fuzzers (six readers and the whole
+# pipeline) for a bounded time under ASan/UBSan. Prints "N passed, M failed" last; exits non-zero on any failure.
 # It also builds and tests examples/external_workspace (the fxfuse_plan rule used from another
 # workspace, see docs/runtime.md; about 8 minutes on 2 cores; FXFUSE_EXTERNAL_WORKSPACE=0 skips it).
 #
@@ -47,6 +47,12 @@ if python3 tests/architecture/check_layers.py --self-test && python3 tests/archi
   passed=$((passed + 1)); echo "layering: PASSED"
 else
   failed=$((failed + 1)); echo "layering: FAILED"
+fi
+# No function over 150 lines in lowering or the runtime (docs/architecture.md).
+if python3 tests/architecture/check_function_length.py --self-test && python3 tests/architecture/check_function_length.py .; then
+  passed=$((passed + 1)); echo "function length: PASSED"
+else
+  failed=$((failed + 1)); echo "function length: FAILED"
 fi
 
 fuzz_seconds="${FXFUSE_FUZZ_SECONDS:-20}"
