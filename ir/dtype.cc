@@ -16,8 +16,8 @@ struct DTypeInfo {
 };
 
 constexpr std::array<DTypeInfo, 22> kInfo = {{
-    {DType::Undefined, "undef", "torch.undefined", "UNKNOWN", 0, 0},
-    {DType::Bool, "b8", "torch.bool", "BOOL", 12, 1},
+    {DType::DTYPE_UNSPECIFIED, "undef", "torch.undefined", "UNKNOWN", 0, 0},
+    {DType::BOOL, "b8", "torch.bool", "BOOL", 12, 1},
     {DType::U8, "u8", "torch.uint8", "BYTE", 1, 1},
     {DType::I8, "i8", "torch.int8", "CHAR", 2, 1},
     {DType::I16, "i16", "torch.int16", "SHORT", 3, 2},
@@ -110,7 +110,7 @@ bool isIntegral(DType t, bool include_bool) {
     case DType::U8: case DType::I8: case DType::I16: case DType::I32: case DType::I64:
     case DType::U16: case DType::U32: case DType::U64:
       return true;
-    case DType::Bool:
+    case DType::BOOL:
       return include_bool;
     default:
       return false;
@@ -125,7 +125,7 @@ std::optional<double> scalarFromBytes(DType t, std::string_view bytes) {
     return static_cast<double>(v);
   };
   switch (t) {
-    case DType::Bool: return bytes[0] != 0 ? 1.0 : 0.0;
+    case DType::BOOL: return bytes[0] != 0 ? 1.0 : 0.0;
     case DType::U8: return as(uint8_t{});
     case DType::I8: return as(int8_t{});
     case DType::I16: return as(int16_t{});

@@ -8,12 +8,12 @@
 #include <string>
 #include <string_view>
 
+#include "proto/dtype.h"
+
 namespace fxfuse::ir {
 
-enum class DType : uint8_t {
-  Undefined = 0, Bool, U8, I8, I16, I32, I64, F16, BF16, F32, F64,
-  F8E4M3FN, F8E5M2, F8E4M3FNUZ, F8E5M2FNUZ, U16, U32, U64, C32, C64, C128, F8E8M0FNU,
-};
+// fxfuse::DType (proto/dtype.h, generated from fxfuse_ir.proto): the one dtype enum.
+using ::fxfuse::DType;
 
 // Short name used in .fxg text and FX annotations: "bf16", "f32", "f8e4m3fn", "i64", "b8".
 std::string_view dtypeName(DType t);
@@ -22,7 +22,7 @@ std::optional<DType> dtypeFromTorchName(std::string_view s); // "torch.bfloat16"
 std::optional<DType> dtypeFromExportScalarType(int64_t v);   // torch.export ScalarType ints
 std::optional<DType> dtypeFromExportScalarTypeName(std::string_view s);  // "BFLOAT16"
 std::string_view torchDtypeName(DType t);                    // "torch.bfloat16"
-int dtypeBytes(DType t);                                     // 0 for Undefined
+int dtypeBytes(DType t);                                     // 0 for DTYPE_UNSPECIFIED
 bool isFloating(DType t);
 bool isFp8(DType t);
 bool isComplex(DType t);  // c32, c64, c128

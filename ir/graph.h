@@ -37,7 +37,7 @@ enum class Layout : uint8_t { Unspecified = 0, Strided, SparseCoo, SparseCsr, Ot
 enum class MemoryFormat : uint8_t { Unspecified = 0, Contiguous, ChannelsLast, ChannelsLast3d, Preserve };
 
 struct TensorType {
-  DType dtype = DType::Undefined;
+  DType dtype = DType::DTYPE_UNSPECIFIED;
   std::vector<SymExpr> shape;
   std::vector<SymExpr> stride;  // same rank as shape
   SymExpr storage_offset;       // 0 by default
@@ -101,7 +101,7 @@ struct Attr {
   bool b = false;
   std::string s;   // String, Op target, Opaque type, SpecialFloat ("inf", "-inf", "nan")
   std::string s2;  // Opaque repr
-  ir::DType dtype = ir::DType::Undefined;
+  ir::DType dtype = ir::DType::DTYPE_UNSPECIFIED;
   ir::Device device;
   ir::Layout layout = ir::Layout::Unspecified;
   ir::MemoryFormat memory_format = ir::MemoryFormat::Unspecified;

@@ -144,7 +144,7 @@ SymExpr symFromProto(const pb::SymExpr& p, const std::string& ctx, int depth = 0
 pb::DType dtypeToProto(DType t) { return static_cast<pb::DType>(static_cast<int>(t)); }
 DType dtypeFromProto(pb::DType t, const std::string& ctx) {
   int v = static_cast<int>(t);
-  if (v < 0 || v > static_cast<int>(DType::F8E8M0FNU)) fail("{}: unknown dtype {}", ctx, v);
+  if (v < 0 || v > static_cast<int>(kLastDType)) fail("{}: unknown dtype {}", ctx, v);
   return static_cast<DType>(v);
 }
 

@@ -87,8 +87,8 @@ std::string srepr(const SymExpr& e) {
 // ------------------------------------------------------------------ dtypes
 
 DType promoteFloat(DType a, DType b) {
-  if (a == b || b == DType::Undefined) return a;
-  if (a == DType::Undefined) return b;
+  if (a == b || b == DType::DTYPE_UNSPECIFIED) return a;
+  if (a == DType::DTYPE_UNSPECIFIED) return b;
   if (a == DType::F64 || b == DType::F64) return DType::F64;
   return DType::F32;  // f32 with anything 16-bit, or f16 with bf16
 }
@@ -102,7 +102,7 @@ std::string bareOp(const std::string& target) {
 
 DType tensorArgDType(const Node& n, const char* name) {
   const Attr* a = n.arg(name);
-  return a && a->isValue() && a->value->isTensor() ? a->value->type.dtype : DType::Undefined;
+  return a && a->isValue() && a->value->isTensor() ? a->value->type.dtype : DType::DTYPE_UNSPECIFIED;
 }
 
 // The dtype the fxfuse op's torch reference implementation returns in output `slot`
@@ -114,8 +114,8 @@ DType naturalDType(const Node& n, size_t slot) {
     const Attr* a = n.arg("norm_dtype");
     return a && a->kind == Attr::Kind::DType ? a->dtype : fallback;
   };
-  auto normOut = [&](DType norm) { return dt("weight") == DType::Undefined ? norm : promoteFloat(norm, dt("weight")); };
-  DType residual_or_input = dt("residual") != DType::Undefined ? dt("residual") : dt("input");
+  auto normOut = [&](DType norm) { return dt("weight") == DType::DTYPE_UNSPECIFIED ? norm : promoteFloat(norm, dt("weight")); };
+  DType residual_or_input = dt("residual") != DType::DTYPE_UNSPECIFIED ? dt("residual") : dt("input");
   if (op == "fxfuse.rms_norm") return normOut(normDType(dt("input")));
   if (op == "fxfuse.fused_add_rms_norm") return slot == 0 ? normOut(normDType(dt("residual"))) : dt("residual");
   if (op == "fxfuse.quant_fp8" || op == "fxfuse.rms_norm_quant") return slot == 0 ? DType::F8E4M3FN : DType::F32;
@@ -127,7 +127,7 @@ DType naturalDType(const Node& n, size_t slot) {
   if (op == "fxfuse.all_reduce") return dt("input");
   if (op == "fxfuse.all_reduce_rms_norm") return slot == 0 ? normOut(normDType(residual_or_input)) : residual_or_input;
   if (op == "fxfuse.all_reduce_rms_norm_quant") return slot == 0 ? DType::F8E4M3FN : residual_or_input;
-  return DType::Undefined;  // not an fxfuse op: the IR dtype is what torch returns
+  return DType::DTYPE_UNSPECIFIED;  // not an fxfuse op: the IR dtype is what torch returns
 }
 
 // torch.export's ScalarType number of `t` (the inverse of dtypeFromExportScalarType).
@@ -569,7 +569,7 @@ class GraphWriter {
         const Value* v = n.output(i);
         if (!v || !v->isTensor()) continue;
         DType natural = naturalDType(n, i);
-        if (natural == DType::Undefined || natural == v->type.dtype) continue;
+        if (natural == DType::DTYPE_UNSPECIFIED || natural == v->type.dtype) continue;
         if (natural != DType::F32 || !isFloating(v->type.dtype))
           nodeError(n, fmt::format("output {} is {} where the op library returns {}", i, dtypeName(v->type.dtype),
                                    dtypeName(natural)));

@@ -73,7 +73,7 @@ std::string legacyStorage(DType t) {
     case DType::I16: return "ShortStorage";
     case DType::I8: return "CharStorage";
     case DType::U8: return "ByteStorage";
-    case DType::Bool: return "BoolStorage";
+    case DType::BOOL: return "BoolStorage";
     default: return {};
   }
 }

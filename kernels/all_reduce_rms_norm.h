@@ -73,7 +73,7 @@ Status InitAllReduceWorkspace(const AllReduceWorkspace& workspace, cudaStream_t 
 struct AllReduceRmsNormParams {
   int64_t num_tokens = 0;
   int64_t hidden_size = 0;
-  DType dtype = DType::kBFloat16;  // input, residual, weight, allreduce_out, norm_out: bf16 or fp16
+  DType dtype = DType::BF16;  // input, residual, weight, allreduce_out, norm_out: bf16 or fp16
   const void* input = nullptr;     // [T, H] this rank's partial sums (not written)
   void* residual = nullptr;        // optional [T, H], read, then overwritten with z
   void* allreduce_out = nullptr;   // optional [T, H] a (may equal input: written after every read)

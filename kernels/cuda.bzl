@@ -15,6 +15,11 @@ NVCC = "/usr/local/cuda/bin/nvcc"
 # "compiler/runtime/embedded.h" are relative to it.
 _FXFUSE_ROOT = Label("//kernels:cuda.bzl").workspace_root
 
+# The one dtype enum (generated from the IR proto) is part of every kernel's API: each nvcc
+# action gets the header, each library the dependency.
+_DTYPE_HEADER = str(Label("//proto:dtype.h"))
+_DTYPE_LIBRARY = str(Label("//proto:dtype"))
+
 def _include_roots():
     """-I flags for fxfuse's tree and the calling package's repository (sources and generated)."""
     repo = native.repository_name()
@@ -60,7 +65,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = [], nvcc_flags = 
         obj = name + "_" + src[:-len(".cu")].replace("/", "_") + ".o"
         native.genrule(
             name = obj.replace(".", "_"),
-            srcs = [src] + hdrs + cuda_hdrs,
+            srcs = [src] + hdrs + cuda_hdrs + [_DTYPE_HEADER],
             outs = [obj],
             cmd = " ".join([NVCC] + NVCC_FLAGS + nvcc_flags + _include_roots() + [
                 "-isystem /usr/local/cuda/include",
@@ -74,6 +79,6 @@ def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = [], nvcc_flags = 
         name = name,
         srcs = objs,
         hdrs = hdrs,
-        deps = deps + ["@cuda//:cudart_static", "@cuda//:headers"],
+        deps = deps + [_DTYPE_LIBRARY, "@cuda//:cudart_static", "@cuda//:headers"],
         **kwargs
     )

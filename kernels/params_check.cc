@@ -231,13 +231,13 @@ Status SiluAndMulParams::Check() const {
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckD16(op, "dtype", dtype));
   FXFUSE_KERNELS_RETURN_IF_ERROR(
       CheckMatrix(op, "input", input, input_row_stride, 2 * hidden_size, 2));
-  if (output_dtype != dtype && output_dtype != DType::kFloat8E4M3) {
+  if (output_dtype != dtype && output_dtype != DType::F8E4M3FN) {
     return Invalid(op, std::string("output_dtype must be dtype (") + DTypeName(dtype) +
                            ") or float8_e4m3fn, got " + DTypeName(output_dtype));
   }
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckMatrix(op, "output", output, output_row_stride, hidden_size,
                                              DTypeSize(output_dtype)));
-  if (output_dtype == DType::kFloat8E4M3) {
+  if (output_dtype == DType::F8E4M3FN) {
     if (scale == nullptr) return Invalid(op, "scale is null (needed for float8_e4m3fn output)");
     if (!IsAligned(scale, 4)) return Invalid(op, "scale is not 4-byte aligned");
   }

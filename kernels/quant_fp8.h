@@ -41,7 +41,7 @@ struct Fp8ScaleSpec {
 struct QuantFp8Params {
   int64_t num_tokens = 0;           // T >= 0
   int64_t hidden_size = 0;          // H >= 1
-  DType dtype = DType::kBFloat16;   // input: bf16 or fp16
+  DType dtype = DType::BF16;   // input: bf16 or fp16
   const void* input = nullptr;      // [T, H] dtype
   int64_t input_row_stride = 0;     // elements, >= H (0 = H)
   void* output = nullptr;           // [T, H] float8_e4m3fn

@@ -21,8 +21,8 @@ namespace fxfuse::kernels {
 struct RmsNormParams {
   int64_t num_tokens = 0;                 // T >= 0 (T = 0 launches nothing)
   int64_t hidden_size = 0;                // H >= 1
-  DType dtype = DType::kBFloat16;         // of input, residual and output: bf16 or fp16
-  DType weight_dtype = DType::kBFloat16;  // must equal dtype when there is a weight
+  DType dtype = DType::BF16;         // of input, residual and output: bf16 or fp16
+  DType weight_dtype = DType::BF16;  // must equal dtype when there is a weight
   const void* input = nullptr;            // [T, H] dtype
   int64_t input_row_stride = 0;           // >= H
   const void* weight = nullptr;           // optional [H] weight_dtype, contiguous

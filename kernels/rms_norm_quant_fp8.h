@@ -24,8 +24,8 @@ namespace fxfuse::kernels {
 struct RmsNormQuantFp8Params {
   int64_t num_tokens = 0;
   int64_t hidden_size = 0;
-  DType dtype = DType::kBFloat16;         // input and residual: bf16 or fp16
-  DType weight_dtype = DType::kBFloat16;  // must equal dtype when there is a weight
+  DType dtype = DType::BF16;         // input and residual: bf16 or fp16
+  DType weight_dtype = DType::BF16;  // must equal dtype when there is a weight
   const void* input = nullptr;            // [T, H] dtype
   int64_t input_row_stride = 0;
   const void* weight = nullptr;           // optional [H] contiguous; null: no weight multiply

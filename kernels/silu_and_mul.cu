@@ -176,7 +176,7 @@ Status SiluAndMul(const SiluAndMulParams& p, cudaStream_t stream) {
   FXFUSE_KERNELS_RETURN_IF_ERROR(p.Check());
   if (p.num_tokens == 0) return Status::Ok();
   const int64_t d = p.hidden_size;
-  const bool fp8 = p.output_dtype == DType::kFloat8E4M3;
+  const bool fp8 = p.output_dtype == DType::F8E4M3FN;
   device::SiluAndMulArgs a;
   a.num_rows = p.num_tokens;
   a.d = static_cast<int>(d);
@@ -195,9 +195,9 @@ Status SiluAndMul(const SiluAndMulParams& p, cudaStream_t stream) {
       internal::ChooseRowLaunchConfig(p.num_tokens, d, vectorizable, sm_count, p.tuning, &config,
                                       internal::RowWork::kSiluAndMul));
   switch (p.dtype) {
-    case DType::kBFloat16:
+    case DType::BF16:
       return device::LaunchSiluAndMulForOutput<__nv_bfloat16>(fp8, p.num_tokens, config, a, stream);
-    case DType::kFloat16:
+    case DType::F16:
       return device::LaunchSiluAndMulForOutput<__half>(fp8, p.num_tokens, config, a, stream);
     default:
       return Status::InvalidArgument(std::string("SiluAndMul: unsupported dtype ") + DTypeName(p.dtype));

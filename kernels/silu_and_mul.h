@@ -20,10 +20,10 @@ namespace fxfuse::kernels {
 struct SiluAndMulParams {
   int64_t num_tokens = 0;                 // T >= 0
   int64_t hidden_size = 0;                // d >= 1: output width; the input has 2d columns
-  DType dtype = DType::kBFloat16;         // input: bf16 or fp16
+  DType dtype = DType::BF16;         // input: bf16 or fp16
   const void* input = nullptr;            // [T, 2d] dtype
   int64_t input_row_stride = 0;           // elements, >= 2d (0 = 2d)
-  DType output_dtype = DType::kBFloat16;  // dtype, or kFloat8E4M3 (static per-tensor scale)
+  DType output_dtype = DType::BF16;  // dtype, or kFloat8E4M3 (static per-tensor scale)
   void* output = nullptr;                 // [T, d] output_dtype
   int64_t output_row_stride = 0;          // elements, >= d (0 = d)
   const float* scale = nullptr;           // FP8 output only: [1] fp32 device memory

@@ -5,29 +5,31 @@ namespace fxfuse::kernels {
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat16:
+    case DType::F16:
       return "float16";
-    case DType::kBFloat16:
+    case DType::BF16:
       return "bfloat16";
-    case DType::kFloat32:
+    case DType::F32:
       return "float32";
-    case DType::kFloat8E4M3:
+    case DType::F8E4M3FN:
       return "float8_e4m3fn";
+    default:
+      return "unsupported dtype";
   }
-  return "unknown dtype";
 }
 
 int DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat16:
-    case DType::kBFloat16:
+    case DType::F16:
+    case DType::BF16:
       return 2;
-    case DType::kFloat32:
+    case DType::F32:
       return 4;
-    case DType::kFloat8E4M3:
+    case DType::F8E4M3FN:
       return 1;
+    default:
+      return 0;
   }
-  return 0;
 }
 
 const char* Fp8ScaleKindName(Fp8ScaleKind kind) {

@@ -5,18 +5,17 @@
 
 #include <cstdint>
 
+#include "proto/dtype.h"
+
 namespace fxfuse::kernels {
 
-enum class DType : uint8_t {
-  kFloat16,     // IEEE binary16
-  kBFloat16,    // bfloat16
-  kFloat32,     // IEEE binary32 (scales)
-  kFloat8E4M3,  // float8_e4m3fn: no infinities, max ±448, NaN = S.1111.111
-};
+// The kernels take fxfuse's one dtype enum (proto/dtype.h); they support F16, BF16, F32 (scales)
+// and F8E4M3FN (float8_e4m3fn: no infinities, max ±448, NaN = S.1111.111).
+using ::fxfuse::DType;
 
 const char* DTypeName(DType dtype);
 int DTypeSize(DType dtype);
-inline bool IsD16(DType dtype) { return dtype == DType::kFloat16 || dtype == DType::kBFloat16; }
+inline bool IsD16(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
 
 // torch.finfo(torch.float8_e4m3fn).max: every quant clamps to ±kFp8E4m3Max before converting.
 inline constexpr float kFp8E4m3Max = 448.0f;

@@ -18,7 +18,7 @@ std::string computeType(DType t) {
     case DType::F64: return "double";
     case DType::F32: case DType::F16: case DType::BF16: case DType::F8E4M3FN: case DType::F8E5M2:
       return "float";
-    case DType::Bool: return "bool";
+    case DType::BOOL: return "bool";
     case DType::I64: case DType::I32: case DType::I16: case DType::I8: case DType::U8:
       return "long long";
     default:
@@ -41,7 +41,7 @@ const char* storeType(DType t) {
     case DType::F64: return "double";
     case DType::F32: return "float";
     case DType::F16: case DType::BF16: return "unsigned short";
-    case DType::F8E4M3FN: case DType::F8E5M2: case DType::U8: case DType::Bool: return "unsigned char";
+    case DType::F8E4M3FN: case DType::F8E5M2: case DType::U8: case DType::BOOL: return "unsigned char";
     case DType::I64: return "long long";
     case DType::I32: return "int";
     case DType::I16: return "short";
@@ -367,7 +367,7 @@ class Emitter {
       case DType::F16: v = "fx_ld_f16(" + raw + ")"; break;
       case DType::F8E4M3FN: v = "fx_ld_f8e4m3fn(" + raw + ")"; break;
       case DType::F8E5M2: v = "fx_ld_f8e5m2(" + raw + ")"; break;
-      case DType::Bool: v = "(" + raw + " != 0)"; break;
+      case DType::BOOL: v = "(" + raw + " != 0)"; break;
       default: v = "(" + computeType(m.dtype) + ")" + raw; break;
     }
     o << "  return " << conv(v, m.dtype, ct) << ";\n";
@@ -396,7 +396,7 @@ class Emitter {
     // A predicate (bool result) computes in its operand's type.
     std::string t = ct == "bool" ? computeType(in_dtype) : ct;
     std::string e = unaryExpr(n, conv(a, in_dtype, t), t, ct);
-    o << "  return " << round(n.dtype, conv(e, n.dtype == DType::Bool ? in_dtype : n.dtype, ct)) << ";\n";
+    o << "  return " << round(n.dtype, conv(e, n.dtype == DType::BOOL ? in_dtype : n.dtype, ct)) << ";\n";
   }
 
   // The unary ops that are one libm call on the operand: their float and double functions.
@@ -463,7 +463,7 @@ class Emitter {
       DType x = operand(n, 0).dtype, y = operand(n, 1).dtype;
       t = (x == DType::F64 || y == DType::F64) ? "double"
           : (ir::isFloating(x) || ir::isFloating(y)) ? "float"
-          : (x == DType::Bool && y == DType::Bool) ? "bool" : "long long";
+          : (x == DType::BOOL && y == DType::BOOL) ? "bool" : "long long";
     } else if (logic) {
       t = "bool";
     } else {
@@ -471,7 +471,7 @@ class Emitter {
     }
     std::string x = conv(a, operand(n, 0).dtype, t), y = conv(b, operand(n, 1).dtype, t);
     std::string e = binaryExpr(f, x, y, t);
-    DType rt = (cmp || logic) ? DType::Bool : n.dtype;
+    DType rt = (cmp || logic) ? DType::BOOL : n.dtype;
     o << "  return " << round(n.dtype, conv("(" + e + ")", rt, ct)) << ";\n";
   }
 
@@ -979,7 +979,7 @@ std::string storedValue(DType t, const std::string& v) {
     case DType::F16: return "fx_st_f16(" + v + ")";
     case DType::F8E4M3FN: return "fx_st_f8e4m3fn(" + v + ")";
     case DType::F8E5M2: return "fx_st_f8e5m2(" + v + ")";
-    case DType::Bool: return "(unsigned char)(" + v + " ? 1 : 0)";
+    case DType::BOOL: return "(unsigned char)(" + v + " ? 1 : 0)";
     default: return "(" + std::string(storeType(t)) + ")(" + v + ")";
   }
 }

@@ -27,7 +27,7 @@ namespace fxfuse::lowering {
 // A tensor in memory as the generated code sees it (mirrors a plan TensorRef).
 struct MemTensor {
   int tref = -1;
-  ir::DType dtype = ir::DType::Undefined;
+  ir::DType dtype = ir::DType::DTYPE_UNSPECIFIED;
   std::vector<ir::SymExpr> shape, stride;
   ir::SymExpr offset;
 };
@@ -68,7 +68,7 @@ struct GNode {
   std::string op;
   std::string s;
   std::vector<int> in;
-  ir::DType dtype = ir::DType::Undefined;
+  ir::DType dtype = ir::DType::DTYPE_UNSPECIFIED;
   std::vector<ir::SymExpr> shape;
   std::vector<double> f;
   std::vector<int64_t> iv;

@@ -403,8 +403,8 @@ void Lowerer::lowerUnary(Node& n, const GenOut& g) {
   int a = operand(valArg(n, "self"), n);
   std::string f = unaryFunctions().at(n.target);
   DType ct = ir::isFloating(odt) ? odt : cg_.node(a).dtype;
-  if (f == "not") ct = DType::Bool;
-  int res = gUnary(f, a, ct == DType::Bool && f != "not" && f != "bnot" ? odt : ct, osh, o);
+  if (f == "not") ct = DType::BOOL;
+  int res = gUnary(f, a, ct == DType::BOOL && f != "not" && f != "bnot" ? odt : ct, osh, o);
   if (f == "softplus") cg_.node(res).f = {num(n, "beta", 1.0), num(n, "threshold", 20.0)};
   define(out, gCast(res, odt, osh, o));
 }
@@ -423,7 +423,7 @@ void Lowerer::lowerBinary(Node& n, const GenOut& g) {
   std::string f = binaryFunctions().at(n.target);
   DType ct = odt;
   if (f == "eq" || f == "ne" || f == "lt" || f == "le" || f == "gt" || f == "ge" || f == "and" || f == "or")
-    ct = DType::Bool;
+    ct = DType::BOOL;
   define(out, gBin(f, a, c, ct, osh, o));
 }
 
@@ -781,7 +781,7 @@ void Lowerer::lowerIndexPut(Node& n, const GenOut& g) {
   std::vector<SymExpr> want = x->type.shape;
   if (index->type.shape.size() != 1 || want.empty()) unsupported(n, "index_put with an index that is not 1-D");
   want[0] = index->type.shape[0];
-  if (index->type.dtype == DType::Bool || values->type.shape != want)
+  if (index->type.dtype == DType::BOOL || values->type.shape != want)
     unsupported(n, "index_put with a boolean index or values that are not [index, ...]");
   int id = gnode("scatter", "", {operand(x, n), operand(index, n), operand(values, n)}, odt, osh, o);
   cg_.node(id).iv = {0, flag(n, "accumulate", false) ? 2 : 3};
@@ -870,7 +870,7 @@ void Lowerer::lowerIndex(Node& n, const GenOut& g) {
     const Attr& e = l->list[k];
     if (e.isNone()) continue;
     if (!e.isValue()) unsupported(n, "non-tensor index");
-    if (e.value->type.dtype == DType::Bool || e.value->type.dtype == DType::U8) unsupported(n, "boolean mask indexing");
+    if (e.value->type.dtype == DType::BOOL || e.value->type.dtype == DType::U8) unsupported(n, "boolean mask indexing");
     if (first < 0) first = static_cast<int64_t>(k);
     if (last >= 0 && last != static_cast<int64_t>(k) - 1) unsupported(n, "non-adjacent advanced indices");
     last = static_cast<int64_t>(k);
@@ -964,8 +964,8 @@ void Lowerer::lowerDiff(Node& n, const GenOut& g) {
   cg_.node(lo).iv = {d};
   cg_.node(lo).sv = {I(0), I(1)};
   member(lo);
-  DType ct = x->type.dtype == DType::Bool ? DType::Bool : odt;
-  define(out, gBin(ct == DType::Bool ? "bxor" : "sub", hi, lo, odt, osh, o));
+  DType ct = x->type.dtype == DType::BOOL ? DType::BOOL : odt;
+  define(out, gBin(ct == DType::BOOL ? "bxor" : "sub", hi, lo, odt, osh, o));
 }
 
 void Lowerer::lowerTriangle(Node& n, const GenOut& g) {

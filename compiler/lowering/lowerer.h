@@ -71,14 +71,14 @@ inline bool isIdentityTarget(const std::string& t) {
 // node's name (the origin of the gnodes it adds).
 struct GenOut {
   Value* out = nullptr;
-  DType odt = DType::Undefined;
+  DType odt = DType::DTYPE_UNSPECIFIED;
   std::vector<SymExpr> osh;
   std::string o;
 };
 
 struct TRef {
   int buffer = -1;
-  DType dtype = DType::Undefined;
+  DType dtype = DType::DTYPE_UNSPECIFIED;
   std::vector<SymExpr> shape, stride;
   SymExpr offset;
   std::string name;
@@ -440,7 +440,7 @@ class Lowerer {
     const Attr* a = arg(n, name);
     if (!a) unsupported(n, "missing argument '" + name + "'");
     if (a->isValue()) return operand(a->value, n);
-    if (a->kind == Attr::Kind::Bool) return constNum(a->b ? 1 : 0, DType::Bool);
+    if (a->kind == Attr::Kind::Bool) return constNum(a->b ? 1 : 0, DType::BOOL);
     if (a->kind == Attr::Kind::Int) return constNum(static_cast<double>(a->i), DType::I64);
     if (auto d = a->asDouble()) return constNum(*d, DType::F64);
     if (auto s = a->asSize()) return constSym(*s);

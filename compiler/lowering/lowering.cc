@@ -21,40 +21,18 @@ namespace fxfuse::lowering {
 
 using namespace detail;  // NOLINT: the Lowerer's aliases (pb, DType, Node, ...), lowerer.h
 
-pb::DType toPlanDType(DType t) {
-  switch (t) {
-    case DType::Bool: return pb::BOOL;
-    case DType::U8: return pb::U8;
-    case DType::I8: return pb::I8;
-    case DType::I16: return pb::I16;
-    case DType::I32: return pb::I32;
-    case DType::I64: return pb::I64;
-    case DType::F16: return pb::F16;
-    case DType::BF16: return pb::BF16;
-    case DType::F32: return pb::F32;
-    case DType::F64: return pb::F64;
-    case DType::F8E4M3FN: return pb::F8E4M3FN;
-    case DType::F8E5M2: return pb::F8E5M2;
-    default: fail("launch plans do not support dtype {}", ir::dtypeName(t));
-  }
+// Launch plans hold the real and integer dtypes BOOL..F8E5M2 of the one DType enum (the
+// plan's fields are fxfuse_ir.proto's DType, so the value carries over by a cast).
+bool planHoldsDType(DType t) { return t >= DType::BOOL && t <= DType::F8E5M2; }
+
+fxfuse::ir::v1::DType toPlanDType(DType t) {
+  if (!planHoldsDType(t)) fail("launch plans do not support dtype {}", ir::dtypeName(t));
+  return static_cast<fxfuse::ir::v1::DType>(t);
 }
 
-DType fromPlanDType(pb::DType t) {
-  switch (t) {
-    case pb::BOOL: return DType::Bool;
-    case pb::U8: return DType::U8;
-    case pb::I8: return DType::I8;
-    case pb::I16: return DType::I16;
-    case pb::I32: return DType::I32;
-    case pb::I64: return DType::I64;
-    case pb::F16: return DType::F16;
-    case pb::BF16: return DType::BF16;
-    case pb::F32: return DType::F32;
-    case pb::F64: return DType::F64;
-    case pb::F8E4M3FN: return DType::F8E4M3FN;
-    case pb::F8E5M2: return DType::F8E5M2;
-    default: return DType::Undefined;
-  }
+DType fromPlanDType(fxfuse::ir::v1::DType t) {
+  const auto d = static_cast<DType>(t);
+  return planHoldsDType(d) ? d : DType::DTYPE_UNSPECIFIED;
 }
 
 namespace detail {

@@ -61,7 +61,10 @@ std::string planToBinary(const fxfuse::plan::v1::Plan& p);
 // One line per step, plus the arena report (used by `fxfuse run --describe` and tests).
 std::string describePlan(const fxfuse::plan::v1::Plan& p);
 
-fxfuse::plan::v1::DType toPlanDType(ir::DType t);
-ir::DType fromPlanDType(fxfuse::plan::v1::DType t);
+// A dtype in a launch plan (fxfuse_ir.proto's DType): fails for dtypes plans do not hold
+// (complex, the FNUZ and E8M0 FP8 forms, unsigned beyond U8); fromPlanDType maps those to
+// DTYPE_UNSPECIFIED.
+fxfuse::ir::v1::DType toPlanDType(ir::DType t);
+ir::DType fromPlanDType(fxfuse::ir::v1::DType t);
 
 }  // namespace fxfuse::lowering

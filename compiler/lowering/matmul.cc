@@ -85,7 +85,7 @@ struct Lowerer::MatmulLowering {
   bool fp8 = false, rowwise = false;
   int tsa = -1, tsb = -1, tsr = -1;
   // The result D [batch,] M x N (in f32 before a row-wise epilogue) and C (the bias as a matrix).
-  DType odt = DType::Undefined, ddt = DType::Undefined;
+  DType odt = DType::DTYPE_UNSPECIFIED, ddt = DType::DTYPE_UNSPECIFIED;
   std::vector<SymExpr> dsh{};
   int td = -1, tc = -1;
   bool bias_vec = false;  // the bias is a vector [N]: cuBLASLt's bias epilogue
@@ -275,7 +275,7 @@ struct Lowerer::MatmulLowering {
     mm->set_a_dtype(toPlanDType(A.dtype));
     mm->set_b_dtype(toPlanDType(B.dtype));
     mm->set_d_dtype(toPlanDType(ddt));
-    mm->set_compute(pb::F32);
+    mm->set_compute(fxfuse::ir::v1::F32);
     mm->set_alpha(alpha);
     mm->set_beta(tc >= 0 ? beta : 0.0);
     mm->set_scale_mode(fp8 ? (rowwise ? pb::SCALE_NONE : pb::SCALE_PER_TENSOR) : pb::SCALE_NONE);

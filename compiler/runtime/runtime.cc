@@ -22,6 +22,7 @@
 namespace fxfuse::runtime {
 
 namespace pb = fxfuse::plan::v1;
+namespace irpb = fxfuse::ir::v1;  // the plan's dtype fields: the IR proto's DType
 namespace k = fxfuse::kernels;
 
 namespace {
@@ -34,38 +35,36 @@ void checkLt(cublasStatus_t s, const std::string& what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt error in {}: {}", what, cublasLt().cublasLtGetStatusString(s));
 }
 
-int bytesOf(pb::DType t) { return ir::dtypeBytes(lowering::fromPlanDType(t)); }
+int bytesOf(irpb::DType t) { return ir::dtypeBytes(lowering::fromPlanDType(t)); }
 
-k::DType kdtype(pb::DType t, const std::string& what) {
+// The plan dtype `t` as the kernels library takes it (F16, BF16, F32 or F8E4M3FN).
+k::DType kdtype(irpb::DType t, const std::string& what) {
+  const DType d = lowering::fromPlanDType(t);
+  if (!k::IsD16(d) && d != DType::F32 && d != DType::F8E4M3FN)
+    fail("{}: dtype {} is not supported by the kernels library", what, irpb::DType_Name(t));
+  return d;
+}
+
+cudaDataType_t cudaType(irpb::DType t, const std::string& what) {
   switch (t) {
-    case pb::BF16: return k::DType::kBFloat16;
-    case pb::F16: return k::DType::kFloat16;
-    case pb::F32: return k::DType::kFloat32;
-    case pb::F8E4M3FN: return k::DType::kFloat8E4M3;
-    default: fail("{}: dtype {} is not supported by the kernels library", what, pb::DType_Name(t));
+    case irpb::BF16: return CUDA_R_16BF;
+    case irpb::F16: return CUDA_R_16F;
+    case irpb::F32: return CUDA_R_32F;
+    case irpb::F8E4M3FN: return CUDA_R_8F_E4M3;
+    case irpb::F8E5M2: return CUDA_R_8F_E5M2;
+    default: fail("{}: dtype {} is not supported by cuBLASLt steps", what, irpb::DType_Name(t));
   }
 }
 
-cudaDataType_t cudaType(pb::DType t, const std::string& what) {
+ncclDataType_t ncclType(irpb::DType t, const std::string& what) {
   switch (t) {
-    case pb::BF16: return CUDA_R_16BF;
-    case pb::F16: return CUDA_R_16F;
-    case pb::F32: return CUDA_R_32F;
-    case pb::F8E4M3FN: return CUDA_R_8F_E4M3;
-    case pb::F8E5M2: return CUDA_R_8F_E5M2;
-    default: fail("{}: dtype {} is not supported by cuBLASLt steps", what, pb::DType_Name(t));
-  }
-}
-
-ncclDataType_t ncclType(pb::DType t, const std::string& what) {
-  switch (t) {
-    case pb::BF16: return ncclBfloat16;
-    case pb::F16: return ncclFloat16;
-    case pb::F32: return ncclFloat32;
-    case pb::F64: return ncclFloat64;
-    case pb::I32: return ncclInt32;
-    case pb::I64: return ncclInt64;
-    default: fail("{}: NCCL does not reduce dtype {}", what, pb::DType_Name(t));
+    case irpb::BF16: return ncclBfloat16;
+    case irpb::F16: return ncclFloat16;
+    case irpb::F32: return ncclFloat32;
+    case irpb::F64: return ncclFloat64;
+    case irpb::I32: return ncclInt32;
+    case irpb::I64: return ncclInt64;
+    default: fail("{}: NCCL does not reduce dtype {}", what, irpb::DType_Name(t));
   }
 }
 
@@ -94,16 +93,14 @@ k::AllReduceAlgorithm algorithmFromEnv() {
   fail("FXFUSE_ALLREDUCE={} is not one of auto, oneshot, twoshot, nccl", v);
 }
 
-AttnDType attnType(pb::DType t, const std::string& what) {
-  switch (t) {
-    case pb::BF16: return AttnDType::kBF16;
-    case pb::F16: return AttnDType::kF16;
-    case pb::F32: return AttnDType::kF32;
-    case pb::BOOL: return AttnDType::kBool;
-    case pb::F8E4M3FN: return AttnDType::kF8E4M3;
-    default: fail("{}: attention does not support dtype {}", what, pb::DType_Name(t));
-  }
+// A dtype as the reference attention kernel takes it (BF16, F16, F32, BOOL masks, F8E4M3FN
+// outputs): a device tensor's, or a plan argument's.
+DType attnType(DType d, const std::string& what) {
+  if (!k::IsD16(d) && d != DType::F32 && d != DType::BOOL && d != DType::F8E4M3FN)
+    fail("{}: attention does not support dtype {}", what, ir::dtypeName(d));
+  return d;
 }
+DType attnType(irpb::DType t, const std::string& what) { return attnType(lowering::fromPlanDType(t), what); }
 
 // The sm90 attention kernels for a rt.attention step (plan arg impl = "sm90"): split-KV decode
 // for a few query rows per KV head without a causal offset (Sq == Sk or no causal mask), else the
@@ -112,13 +109,13 @@ AttnDType attnType(pb::DType t, const std::string& what) {
 // workspace is allocated here and freed with the step.
 std::function<cudaError_t(cudaStream_t)> sm90Attention(const AttentionParams& q, std::vector<std::function<void()>>* cleanup) {
   namespace fa = fxfuse::attention;
-  if (q.mask_dtype != AttnDType::kNone || q.E != q.Ev) return {};
-  if (q.dtype != AttnDType::kBF16 && q.dtype != AttnDType::kF16) return {};
+  if (q.mask_dtype != DType::DTYPE_UNSPECIFIED || q.E != q.Ev) return {};
+  if (q.dtype != DType::BF16 && q.dtype != DType::F16) return {};
   if (q.B > (int64_t{1} << 16) || q.Hq > 65535 || q.Hk <= 0 || q.Hq % q.Hk != 0) return {};
-  const fa::DType dt = q.dtype == AttnDType::kBF16 ? fa::DType::kBF16 : fa::DType::kF16;
+  const fa::DType dt = q.dtype == DType::BF16 ? fa::DType::BF16 : fa::DType::F16;
   fa::DType out_dt;
   if (q.out_dtype == q.dtype) out_dt = dt;
-  else if (q.out_dtype == AttnDType::kF8E4M3) out_dt = fa::DType::kF8E4M3;
+  else if (q.out_dtype == DType::F8E4M3FN) out_dt = fa::DType::F8E4M3FN;
   else return {};
   if (q.q_stride[3] != 1 || q.k_stride[3] != 1 || q.v_stride[3] != 1 || q.o_stride[3] != 1) return {};
   // Fields both kernels' params share.
@@ -364,7 +361,7 @@ DeviceTensor Session::tensor(int id) const {
   DeviceTensor d;
   const auto& t = plan_.tensors(id);
   d.data = pointer(id);
-  d.dtype = t.dtype();
+  d.dtype = lowering::fromPlanDType(t.dtype());
   for (const auto& e : t.shape()) d.shape.push_back(eval(e, "tensor shape"));
   for (const auto& e : t.stride()) d.strides.push_back(eval(e, "tensor stride"));
   return d;
@@ -446,7 +443,7 @@ struct Session::KernelArgs {
 
   // Optional string, dtype and flag arguments (absent: `def`, DTYPE_UNSPECIFIED, false).
   std::string str(const std::string& n, const std::string& def) const { return has(n) ? args.at(n)->str() : def; }
-  pb::DType dtype(const std::string& n) const { return has(n) ? args.at(n)->dtype() : pb::DTYPE_UNSPECIFIED; }
+  irpb::DType dtype(const std::string& n) const { return has(n) ? args.at(n)->dtype() : irpb::DTYPE_UNSPECIFIED; }
   bool flag(const std::string& n) const { return has(n) && args.at(n)->flag(); }
 
   // The FP8 scale of lib.quant_fp8 and lib.rms_norm_quant_fp8 from their scale_* arguments.
@@ -784,7 +781,7 @@ Session::MatmulOperands Session::matmulOperands(const pb::Matmul& mm, const std:
   o.ta = cudaType(mm.a_dtype(), where);
   o.tb = cudaType(mm.b_dtype(), where);
   o.td = cudaType(mm.d_dtype(), where);
-  o.fp8 = mm.a_dtype() == pb::F8E4M3FN || mm.a_dtype() == pb::F8E5M2;
+  o.fp8 = mm.a_dtype() == irpb::F8E4M3FN || mm.a_dtype() == irpb::F8E5M2;
   o.tc = o.td;
   if (o.fp8 && (o.td == CUDA_R_8F_E4M3 || o.td == CUDA_R_8F_E5M2)) o.tc = CUDA_R_16BF;
   o.bsb = o.B.shape.size() == 3 ? o.B.strides[0] : 0;
@@ -868,7 +865,7 @@ void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& 
   lt.cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
     fail("{}: cuBLASLt has no algorithm for this matmul (M={} N={} K={}, {} x {} -> {}): {}", where, M, N, K,
-         pb::DType_Name(mm.a_dtype()), pb::DType_Name(mm.b_dtype()), pb::DType_Name(mm.d_dtype()),
+         irpb::DType_Name(mm.a_dtype()), irpb::DType_Name(mm.b_dtype()), irpb::DType_Name(mm.d_dtype()),
          lt.cublasLtGetStatusString(hs));
   // "heuristic:N" pins the N-th result (no tuning); "heuristic" is tuned by measurement.
   const bool pinned = mm.algorithm() != "heuristic" && !mm.algorithm().empty();
@@ -901,8 +898,8 @@ void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& 
   m->algo = choice.algo;
   matmul_algorithms_.push_back(fmt::format("{}: M={} N={} K={}{} {}x{}->{}: {}", where, M, N, K,
                                            batch > 1 ? fmt::format(" batch={}", batch) : "",
-                                           pb::DType_Name(mm.a_dtype()), pb::DType_Name(mm.b_dtype()),
-                                           pb::DType_Name(mm.d_dtype()), choice.summary));
+                                           irpb::DType_Name(mm.a_dtype()), irpb::DType_Name(mm.b_dtype()),
+                                           irpb::DType_Name(mm.d_dtype()), choice.summary));
 }
 
 // One Copy step: a device-to-device copy (nothing enqueued for 0 bytes).
@@ -977,7 +974,7 @@ void Session::prepareCollectives() {
 struct Session::FusedNormOperands {
   int world_size = 1;
   int64_t T = 0, H = 0;  // tokens, hidden size
-  k::DType dt = k::DType::kBFloat16;
+  k::DType dt = k::DType::BF16;
   void* input = nullptr;
   void* residual = nullptr;
   void* allreduce_out = nullptr;

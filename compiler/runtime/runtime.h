@@ -25,6 +25,7 @@
 #include "compiler/runtime/communicator.h"
 #include "compiler/runtime/embedded.h"
 #include "kernels/all_reduce_rms_norm.h"
+#include "proto/dtype.h"
 #include "proto/fxfuse_plan.pb.h"
 
 namespace fxfuse::runtime {
@@ -62,7 +63,7 @@ class Program {
 
 struct DeviceTensor {
   void* data = nullptr;
-  fxfuse::plan::v1::DType dtype = fxfuse::plan::v1::DTYPE_UNSPECIFIED;
+  DType dtype = DType::DTYPE_UNSPECIFIED;
   std::vector<int64_t> shape, strides;  // strides in elements
   int64_t numel() const;
 };

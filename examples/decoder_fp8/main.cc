@@ -30,10 +30,10 @@ int main(int argc, char** argv) {
       long long span = 1;
       for (size_t d = 0; d < t.shape.size(); ++d) span += (t.shape[d] - 1) * t.strides[d];
       void* p = nullptr;
-      int bytes = t.dtype == fxfuse::plan::v1::F8E4M3FN ? 1 : t.dtype == fxfuse::plan::v1::I64 ? 8
-                  : t.dtype == fxfuse::plan::v1::F32 ? 4 : 2;
+      int bytes = t.dtype == fxfuse::DType::F8E4M3FN ? 1 : t.dtype == fxfuse::DType::I64 ? 8
+                  : t.dtype == fxfuse::DType::F32 ? 4 : 2;
       if (cudaMalloc(&p, static_cast<size_t>(span * bytes)) != cudaSuccess) throw std::runtime_error("cudaMalloc");
-      if (rt::FillRandom(p, span, static_cast<int>(t.dtype), 7u + static_cast<unsigned>(i), nullptr) != cudaSuccess)
+      if (rt::FillRandom(p, span, t.dtype, 7u + static_cast<unsigned>(i), nullptr) != cudaSuccess)
         throw std::runtime_error("fill");
       s.setInput(static_cast<size_t>(i), p);
       bufs.push_back(p);

@@ -842,7 +842,7 @@ void readTensorConfig(ZipReader& zip, const std::string& path, const std::string
       w.member = dir + std::string(pn->str());
     }
     if (auto tm = meta.opt("tensor_meta")) {
-      w.type.dtype = DType::Undefined;
+      w.type.dtype = DType::DTYPE_UNSPECIFIED;
       auto d = tm->at("dtype");
       auto dt = d.isString() ? dtypeFromExportScalarTypeName(d.str()) : dtypeFromExportScalarType(d.integer());
       if (!dt) tm->error("unknown weight dtype");

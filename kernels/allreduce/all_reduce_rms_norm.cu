@@ -447,7 +447,7 @@ Status PlanLaunch(const AllReduceRmsNormParams& p, AllReduceAlgorithm algorithm,
   launch->mode = p.workspace.world_size == 1          ? Mode::kLocal
                  : algorithm == AllReduceAlgorithm::kOneShot ? Mode::kOneShot
                                                              : Mode::kTwoShot;
-  launch->kernel = p.dtype == DType::kBFloat16 ? KernelForMode<__nv_bfloat16>(launch->mode, config.vecs_per_thread)
+  launch->kernel = p.dtype == DType::BF16 ? KernelForMode<__nv_bfloat16>(launch->mode, config.vecs_per_thread)
                                                : KernelForMode<__half>(launch->mode, config.vecs_per_thread);
   launch->threads = config.threads;
   int per_sm = 0;

@@ -14,9 +14,12 @@
 #include <cstdint>
 #include <string>
 
+#include "proto/dtype.h"
+
 namespace fxfuse::attention {
 
-enum class DType : int { kBF16 = 0, kF16 = 1, kF8E4M3 = 2 };
+// q/k/v are BF16 or F16; the output that dtype or F8E4M3FN (fxfuse::DType, proto/dtype.h).
+using ::fxfuse::DType;
 
 const char* DTypeName(DType t);
 
@@ -26,7 +29,7 @@ const char* DTypeName(DType t);
 // token offsets into the token dimension); the batch stride is then unused and seqlen_q/k are
 // the maxima and total_q/total_k the token extents of the packed tensors.
 struct PrefillParams {
-  DType dtype = DType::kBF16;  // q, k, v
+  DType dtype = DType::BF16;  // q, k, v
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
@@ -42,7 +45,7 @@ struct PrefillParams {
   // causal_bottom_right iff j <= i + seqlen_k - seqlen_q (per sequence).
   bool causal = false;
   bool causal_bottom_right = false;
-  DType out_dtype = DType::kBF16;    // dtype, or kF8E4M3 with out_scale
+  DType out_dtype = DType::BF16;    // dtype, or kF8E4M3 with out_scale
   const float* out_scale = nullptr;  // [1] fp32 on the device
 };
 
@@ -58,7 +61,7 @@ cudaError_t LaunchPrefill(const PrefillParams& p, cudaStream_t stream);
 // layout) with strides (block, token, head) and block_table [batch, block_table_stride].
 // Context length per sequence: context_lens[b] (device int32) or max_context_len for all.
 struct DecodeParams {
-  DType dtype = DType::kBF16;
+  DType dtype = DType::BF16;
   const void* q = nullptr;
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
@@ -74,7 +77,7 @@ struct DecodeParams {
   // Query t (of num_query_tokens) sits at position context_len - num_query_tokens + t and sees
   // keys up to it (causal), or all context_len keys.
   bool causal = true;
-  DType out_dtype = DType::kBF16;
+  DType out_dtype = DType::BF16;
   const float* out_scale = nullptr;
   int num_splits = 0;           // 0: chosen from the shape (DecodeSplits)
   void* workspace = nullptr;    // DecodeWorkspaceBytes(p) bytes on the device, when splits > 1

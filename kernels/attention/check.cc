@@ -10,10 +10,10 @@ namespace {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-bool d16(DType t) { return t == DType::kBF16 || t == DType::kF16; }
+bool d16(DType t) { return t == DType::BF16 || t == DType::F16; }
 
 std::string checkOut(DType in, DType out, const float* scale) {
-  if (out == DType::kF8E4M3) return scale ? "" : "fp8 output needs out_scale";
+  if (out == DType::F8E4M3FN) return scale ? "" : "fp8 output needs out_scale";
   if (out != in) return std::string("output dtype ") + DTypeName(out) + " differs from the input dtype " + DTypeName(in);
   return "";
 }
@@ -31,11 +31,11 @@ std::string checkStrides(const char* what, const int64_t (&s)[3], bool check_bat
 
 const char* DTypeName(DType t) {
   switch (t) {
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "fp16";
-    case DType::kF8E4M3: return "fp8_e4m3";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "fp16";
+    case DType::F8E4M3FN: return "fp8_e4m3";
+    default: return "?";
   }
-  return "?";
 }
 
 std::string CheckPrefill(const PrefillParams& p) {
@@ -56,7 +56,7 @@ std::string CheckPrefill(const PrefillParams& p) {
   if (p.o_stride[1] <= 0 || p.o_stride[2] <= 0 || (dense && p.batch > 1 && p.o_stride[0] <= 0))
     return "output strides must be positive";
   // The epilogue writes 16-byte chunks of each output row.
-  const int64_t o_align = p.out_dtype == DType::kF8E4M3 ? 16 : 8;
+  const int64_t o_align = p.out_dtype == DType::F8E4M3FN ? 16 : 8;
   if (!aligned16(p.out) || p.o_stride[0] % o_align != 0 || p.o_stride[1] % o_align != 0 || p.o_stride[2] % o_align != 0)
     return "output not 16-byte aligned or an output stride is not a multiple of 16 bytes";
   if (!dense && (p.total_q < p.seqlen_q || p.total_k < p.seqlen_k)) return "varlen: total_q/total_k below the maxima";

@@ -430,7 +430,7 @@ cudaError_t launchTyped(const DecodeParams& p, cudaStream_t stream) {
   a.chunk = static_cast<int>((per_split + kTileKeys - 1) / kTileKeys * kTileKeys);
   a.scale_log2 = static_cast<float>(p.softmax_scale * 1.4426950408889634);
   a.causal = p.causal;
-  a.fp8 = p.out_dtype == DType::kF8E4M3;
+  a.fp8 = p.out_dtype == DType::F8E4M3FN;
   if (a.rows <= 4) return launchRows<E, T, 4>(a, splits, p.batch, p.heads_kv, rows_total, stream);
   if (a.rows <= 16) return launchRows<E, T, 16>(a, splits, p.batch, p.heads_kv, rows_total, stream);
   return launchRows<E, T, 64>(a, splits, p.batch, p.heads_kv, rows_total, stream);
@@ -438,7 +438,7 @@ cudaError_t launchTyped(const DecodeParams& p, cudaStream_t stream) {
 
 template <int E>
 cudaError_t launchE(const DecodeParams& p, cudaStream_t stream) {
-  return p.dtype == DType::kBF16 ? launchTyped<E, __nv_bfloat16>(p, stream) : launchTyped<E, __half>(p, stream);
+  return p.dtype == DType::BF16 ? launchTyped<E, __nv_bfloat16>(p, stream) : launchTyped<E, __half>(p, stream);
 }
 
 }  // namespace

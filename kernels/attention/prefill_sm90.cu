@@ -373,7 +373,7 @@ bool makeMap(CUtensorMap* map, const void* ptr, DType dt, int head_size, int64_t
   const cuuint64_t strides[3] = {bytes(stride[2]), bytes(stride[1]), bytes(stride[0])};
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(rows), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType t = dt == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType t = dt == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return enc(map, t, 4, const_cast<void*>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
          CUDA_SUCCESS;
@@ -400,7 +400,7 @@ cudaError_t launchTyped(const PrefillParams& p, cudaStream_t stream) {
   a.scale_log2 = static_cast<float>(p.softmax_scale * 1.4426950408889634);
   a.causal = p.causal;
   a.bottom_right = p.causal_bottom_right;
-  a.fp8 = p.out_dtype == DType::kF8E4M3;
+  a.fp8 = p.out_dtype == DType::F8E4M3FN;
   auto kernel = prefillKernel<E, T>;
   const cudaError_t attr = device::ensureSmemLimit<prefillKernel<E, T>>(Layout<E>::kBytes);
   if (attr != cudaSuccess) return attr;
@@ -413,7 +413,7 @@ cudaError_t launchTyped(const PrefillParams& p, cudaStream_t stream) {
 
 template <int E>
 cudaError_t launchE(const PrefillParams& p, cudaStream_t stream) {
-  return p.dtype == DType::kBF16 ? launchTyped<E, __nv_bfloat16>(p, stream) : launchTyped<E, __half>(p, stream);
+  return p.dtype == DType::BF16 ? launchTyped<E, __nv_bfloat16>(p, stream) : launchTyped<E, __half>(p, stream);
 }
 
 }  // namespace

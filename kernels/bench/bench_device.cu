@@ -84,7 +84,7 @@ Status FillRandomD16(void* data, int64_t count, DType dtype, float stddev, float
                      cudaStream_t stream) {
   const bool normal = lo == 0.0f && hi == 0.0f;
   const int blocks = 132 * 16;
-  if (dtype == DType::kFloat16) {
+  if (dtype == DType::F16) {
     FillRandomKernel<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(data), count, stddev, lo, hi, seed,
                                                           normal);
   } else {

@@ -157,7 +157,7 @@ Status Launch(const std::string& k, int64_t t, int64_t h, char* set, const SetLa
   void* weight = set + l.weight;
   void* out = set + l.out;
   float* scale = reinterpret_cast<float*>(set + l.scale);
-  const DType dt = DType::kBFloat16;
+  const DType dt = DType::BF16;
   if (k == "silu_and_mul" || k == "silu_and_mul_quant_fp8_static") {
     SiluAndMulParams p;
     p.num_tokens = t;
@@ -165,7 +165,7 @@ Status Launch(const std::string& k, int64_t t, int64_t h, char* set, const SetLa
     p.dtype = dt;
     p.input = in;
     p.output = out;
-    p.output_dtype = k == "silu_and_mul" ? dt : DType::kFloat8E4M3;
+    p.output_dtype = k == "silu_and_mul" ? dt : DType::F8E4M3FN;
     p.scale = scale;
     p.tuning = tuning;
     return SiluAndMul(p, stream);
@@ -307,12 +307,12 @@ json RunCase(const std::string& k, int64_t t, int64_t h, const LaunchTuning& tun
   for (int64_t s = 0; s < sets; ++s) {
     char* set = slab + s * l.total;
     const bool silu = Has(k, "silu");
-    BENCH_CHECK(FillRandomD16(set + l.in, (silu ? 2 : 1) * t * h, DType::kBFloat16, 2.0f, 0, 0, 1000 + s, stream));
+    BENCH_CHECK(FillRandomD16(set + l.in, (silu ? 2 : 1) * t * h, DType::BF16, 2.0f, 0, 0, 1000 + s, stream));
     if (Has(k, "fused_add")) {
-      BENCH_CHECK(FillRandomD16(set + l.residual, t * h, DType::kBFloat16, 2.0f, 0, 0, 2000 + s, stream));
+      BENCH_CHECK(FillRandomD16(set + l.residual, t * h, DType::BF16, 2.0f, 0, 0, 2000 + s, stream));
     }
     if (Has(k, "rms_norm")) {
-      BENCH_CHECK(FillRandomD16(set + l.weight, h, DType::kBFloat16, 0, 0.5f, 1.5f, 3000 + s, stream));
+      BENCH_CHECK(FillRandomD16(set + l.weight, h, DType::BF16, 0, 0.5f, 1.5f, 3000 + s, stream));
     }
     BENCH_CHECK(FillFloat(reinterpret_cast<float*>(set + l.scale), 1, 0.02f, stream));
   }

@@ -558,10 +558,10 @@ Status LaunchRowKernelForDType(const char* name, DType dtype, int64_t num_tokens
                                const internal::RowLaunchConfig& config, const RowKernelArgs& args,
                                cudaStream_t stream) {
   switch (dtype) {
-    case DType::kBFloat16:
+    case DType::BF16:
       return LaunchRowKernel<__nv_bfloat16, kResidual, kNorm, kOut>(name, num_tokens, config, args,
                                                                     stream);
-    case DType::kFloat16:
+    case DType::F16:
       return LaunchRowKernel<__half, kResidual, kNorm, kOut>(name, num_tokens, config, args, stream);
     default:
       return Status::InvalidArgument(std::string(name) + ": unsupported dtype " + DTypeName(dtype));

@@ -103,11 +103,11 @@ float E4m3BitsToFloat(uint8_t bits) {
 }
 
 uint16_t FloatToD16Bits(float value, DType dtype) {
-  return dtype == DType::kBFloat16 ? FloatToBFloat16Bits(value) : FloatToHalfBits(value);
+  return dtype == DType::BF16 ? FloatToBFloat16Bits(value) : FloatToHalfBits(value);
 }
 
 float D16BitsToFloat(uint16_t bits, DType dtype) {
-  return dtype == DType::kBFloat16 ? BFloat16BitsToFloat(bits) : HalfBitsToFloat(bits);
+  return dtype == DType::BF16 ? BFloat16BitsToFloat(bits) : HalfBitsToFloat(bits);
 }
 
 float Round16(float value, DType dtype) {

@@ -158,7 +158,7 @@ Status SiluAndMul(const SiluAndMulParams& p) {
   const int64_t d = p.hidden_size;
   const int64_t in_stride = ResolveStride(p.input_row_stride, 2 * d);
   const int64_t out_stride = ResolveStride(p.output_row_stride, d);
-  const bool fp8 = p.output_dtype == DType::kFloat8E4M3;
+  const bool fp8 = p.output_dtype == DType::F8E4M3FN;
   const bool divide = internal::ScaleDivides(p.scale_application, Fp8ScaleKind::kStaticPerTensor);
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     const uint16_t* in = D16Row(p.input, t, in_stride);

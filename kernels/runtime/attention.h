@@ -8,12 +8,15 @@
 
 #include <cstdint>
 
+#include "proto/dtype.h"
+
 namespace fxfuse::runtime {
 
-enum class AttnDType : int { kBF16 = 0, kF16 = 1, kF32 = 2, kBool = 3, kF8E4M3 = 4, kNone = 5 };
+// dtypes: fxfuse::DType (proto/dtype.h); BF16/F16/F32/BOOL/F8E4M3FN as noted per field.
+using ::fxfuse::DType;
 
 struct AttentionParams {
-  AttnDType dtype = AttnDType::kBF16;      // q, k, v
+  DType dtype = DType::BF16;      // q, k, v
   const void* q = nullptr;                 // [B, Hq, Sq, E], strides in elements
   const void* k = nullptr;                 // [B, Hk, Sk, E]
   const void* v = nullptr;                 // [B, Hk, Sk, Ev]
@@ -22,11 +25,11 @@ struct AttentionParams {
   int64_t q_stride[4] = {}, k_stride[4] = {}, v_stride[4] = {}, o_stride[4] = {};
   float scale = 0;                         // softmax scale (1/sqrt(E) when the graph says None)
   bool causal = false;                     // key j visible from query i iff j <= i
-  AttnDType mask_dtype = AttnDType::kNone; // bool (keep) or additive bf16/f16/f32
+  DType mask_dtype = DType::DTYPE_UNSPECIFIED; // bool (keep) or additive bf16/f16/f32
   const void* mask = nullptr;              // broadcast [B, H, Sq, Sk] (stride 0 on broadcast dims)
   int64_t mask_stride[4] = {};
-  AttnDType out_dtype = AttnDType::kBF16;  // input dtype, or kF8E4M3 with out_scale
-  AttnDType round_dtype = AttnDType::kBF16;// FP8 output: the value is rounded to this first
+  DType out_dtype = DType::BF16;  // input dtype, or kF8E4M3 with out_scale
+  DType round_dtype = DType::BF16;// FP8 output: the value is rounded to this first
   const float* out_scale = nullptr;        // [1] fp32 on the device: q = fp8(clamp(o * (1/s)))
 };
 

@@ -3,25 +3,26 @@
 #include <cuda_fp8.h>
 
 #include "kernels/runtime/attention.h"
+#include "kernels/types.h"
 
 namespace fxfuse::runtime {
 namespace {
 
 constexpr int kWarps = 4;
 
-__device__ __forceinline__ float loadAs(const void* p, int64_t i, AttnDType t) {
+__device__ __forceinline__ float loadAs(const void* p, int64_t i, DType t) {
   switch (t) {
-    case AttnDType::kBF16: return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
-    case AttnDType::kF16: return __half2float(reinterpret_cast<const __half*>(p)[i]);
-    case AttnDType::kF32: return reinterpret_cast<const float*>(p)[i];
-    case AttnDType::kBool: return reinterpret_cast<const unsigned char*>(p)[i] ? 1.0f : 0.0f;
+    case DType::BF16: return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::F16: return __half2float(reinterpret_cast<const __half*>(p)[i]);
+    case DType::F32: return reinterpret_cast<const float*>(p)[i];
+    case DType::BOOL: return reinterpret_cast<const unsigned char*>(p)[i] ? 1.0f : 0.0f;
     default: return 0.0f;
   }
 }
 
-__device__ __forceinline__ float roundTo(float x, AttnDType t) {
-  if (t == AttnDType::kBF16) return __bfloat162float(__float2bfloat16_rn(x));
-  if (t == AttnDType::kF16) return __half2float(__float2half_rn(x));
+__device__ __forceinline__ float roundTo(float x, DType t) {
+  if (t == DType::BF16) return __bfloat162float(__float2bfloat16_rn(x));
+  if (t == DType::F16) return __half2float(__float2half_rn(x));
   return x;
 }
 
@@ -56,10 +57,10 @@ __global__ void __launch_bounds__(kWarps * 32) attentionKernel(AttentionParams p
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
     float s = part * p.scale;
-    if (p.mask_dtype != AttnDType::kNone) {
+    if (p.mask_dtype != DType::DTYPE_UNSPECIFIED) {
       const int64_t mi = b * p.mask_stride[0] + h * p.mask_stride[1] + i * p.mask_stride[2] + j * p.mask_stride[3];
       float mv = loadAs(p.mask, mi, p.mask_dtype);
-      if (p.mask_dtype == AttnDType::kBool) {
+      if (p.mask_dtype == DType::BOOL) {
         if (mv == 0.0f) s = -INFINITY;
       } else {
         s += mv;
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32) attentionKernel(AttentionParams p
   const float inv = l > 0.0f ? 1.0f / l : __int_as_float(0x7fc00000);
   const int64_t obase = b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
   float qscale = 1.0f;
-  if (p.out_dtype == AttnDType::kF8E4M3) qscale = 1.0f / *p.out_scale;
+  if (p.out_dtype == DType::F8E4M3FN) qscale = 1.0f / *p.out_scale;
 #pragma unroll
   for (int t = 0; t < NE; ++t) {
     const int64_t e = lane + 32 * t;
@@ -89,12 +90,12 @@ __global__ void __launch_bounds__(kWarps * 32) attentionKernel(AttentionParams p
     const float o = acc[t] * inv;
     const int64_t oi = obase + e * p.o_stride[3];
     switch (p.out_dtype) {
-      case AttnDType::kBF16: reinterpret_cast<__nv_bfloat16*>(p.out)[oi] = __float2bfloat16_rn(o); break;
-      case AttnDType::kF16: reinterpret_cast<__half*>(p.out)[oi] = __float2half_rn(o); break;
-      case AttnDType::kF32: reinterpret_cast<float*>(p.out)[oi] = o; break;
-      case AttnDType::kF8E4M3: {
+      case DType::BF16: reinterpret_cast<__nv_bfloat16*>(p.out)[oi] = __float2bfloat16_rn(o); break;
+      case DType::F16: reinterpret_cast<__half*>(p.out)[oi] = __float2half_rn(o); break;
+      case DType::F32: reinterpret_cast<float*>(p.out)[oi] = o; break;
+      case DType::F8E4M3FN: {
         float x = roundTo(o, p.round_dtype) * qscale;
-        x = fminf(fmaxf(x, -448.0f), 448.0f);  // NaN passes through fminf/fmaxf as the other operand: keep it
+        x = fminf(fmaxf(x, -kernels::kFp8E4m3Max), kernels::kFp8E4m3Max);  // NaN passes through fminf/fmaxf as the other operand: keep it
         if (o != o) x = o;
         reinterpret_cast<__nv_fp8_e4m3*>(p.out)[oi] = __nv_fp8_e4m3(x);
         break;
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(kWarps * 32) attentionKernel(AttentionParams p
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   if (p.E <= 0 || p.E > 256 || p.Ev <= 0 || p.Ev > 256 || p.Hk <= 0 || p.Hq % p.Hk != 0) return cudaErrorInvalidValue;
   if (!p.q || !p.k || !p.v || !p.out) return cudaErrorInvalidValue;
-  if (p.out_dtype == AttnDType::kF8E4M3 && !p.out_scale) return cudaErrorInvalidValue;
+  if (p.out_dtype == DType::F8E4M3FN && !p.out_scale) return cudaErrorInvalidValue;
   const int64_t rows = p.B * p.Hq * p.Sq;
   if (rows == 0) return cudaSuccess;
   const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);

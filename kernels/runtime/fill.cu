@@ -7,9 +7,6 @@
 namespace fxfuse::runtime {
 namespace {
 
-// Values of fxfuse.plan.v1.DType.
-enum : int { BOOL = 1, U8 = 2, I8 = 3, I16 = 4, I32 = 5, I64 = 6, F16 = 7, BF16 = 8, F32 = 9, F64 = 10, F8E4M3FN = 11, F8E5M2 = 12 };
-
 __device__ __forceinline__ float uniform(uint64_t i, unsigned seed) {
   uint64_t z = i * 0x9e3779b97f4a7c15ULL + seed * 0xbf58476d1ce4e5b9ULL + 1;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -18,22 +15,22 @@ __device__ __forceinline__ float uniform(uint64_t i, unsigned seed) {
   return static_cast<float>(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
 }
 
-__global__ void fillKernel(void* data, int64_t n, int dt, unsigned seed) {
+__global__ void fillKernel(void* data, int64_t n, DType dt, unsigned seed) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float u = uniform(static_cast<uint64_t>(i), seed);
     switch (dt) {
-      case BF16: reinterpret_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16_rn(u); break;
-      case F16: reinterpret_cast<__half*>(data)[i] = __float2half_rn(u); break;
-      case F32: reinterpret_cast<float*>(data)[i] = 1.0f + 0.5f * u; break;
-      case F64: reinterpret_cast<double*>(data)[i] = u; break;
-      case F8E4M3FN: reinterpret_cast<__nv_fp8_e4m3*>(data)[i] = __nv_fp8_e4m3(u); break;
-      case F8E5M2: reinterpret_cast<__nv_fp8_e5m2*>(data)[i] = __nv_fp8_e5m2(u); break;
-      case I64: reinterpret_cast<long long*>(data)[i] = i % 7; break;
-      case I32: reinterpret_cast<int*>(data)[i] = static_cast<int>(i % 7); break;
-      case I16: reinterpret_cast<short*>(data)[i] = static_cast<short>(i % 7); break;
-      case I8: case U8: reinterpret_cast<unsigned char*>(data)[i] = static_cast<unsigned char>(i % 7); break;
-      case BOOL: reinterpret_cast<unsigned char*>(data)[i] = static_cast<unsigned char>(i & 1); break;
+      case DType::BF16: reinterpret_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16_rn(u); break;
+      case DType::F16: reinterpret_cast<__half*>(data)[i] = __float2half_rn(u); break;
+      case DType::F32: reinterpret_cast<float*>(data)[i] = 1.0f + 0.5f * u; break;
+      case DType::F64: reinterpret_cast<double*>(data)[i] = u; break;
+      case DType::F8E4M3FN: reinterpret_cast<__nv_fp8_e4m3*>(data)[i] = __nv_fp8_e4m3(u); break;
+      case DType::F8E5M2: reinterpret_cast<__nv_fp8_e5m2*>(data)[i] = __nv_fp8_e5m2(u); break;
+      case DType::I64: reinterpret_cast<long long*>(data)[i] = i % 7; break;
+      case DType::I32: reinterpret_cast<int*>(data)[i] = static_cast<int>(i % 7); break;
+      case DType::I16: reinterpret_cast<short*>(data)[i] = static_cast<short>(i % 7); break;
+      case DType::I8: case DType::U8: reinterpret_cast<unsigned char*>(data)[i] = static_cast<unsigned char>(i % 7); break;
+      case DType::BOOL: reinterpret_cast<unsigned char*>(data)[i] = static_cast<unsigned char>(i & 1); break;
       default: break;
     }
   }
@@ -41,11 +38,11 @@ __global__ void fillKernel(void* data, int64_t n, int dt, unsigned seed) {
 
 }  // namespace
 
-cudaError_t FillRandom(void* data, int64_t n, int plan_dtype, unsigned seed, cudaStream_t stream) {
+cudaError_t FillRandom(void* data, int64_t n, DType dtype, unsigned seed, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   int64_t blocks = (n + 255) / 256;
   if (blocks > 65536) blocks = 65536;
-  fillKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(data, n, plan_dtype, seed);
+  fillKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(data, n, dtype, seed);
   return cudaGetLastError();
 }
 

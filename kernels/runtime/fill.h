@@ -5,10 +5,14 @@
 
 #include <cstdint>
 
+#include "proto/dtype.h"
+
 namespace fxfuse::runtime {
 
-// `plan_dtype` is a fxfuse.plan.v1.DType value. Floats: uniform in [-1, 1) (fp32: [0.5, 1.5),
+using ::fxfuse::DType;
+
+// Fills `n` elements of `dtype`. Floats: uniform in [-1, 1) (fp32: [0.5, 1.5),
 // since fp32 inputs of LLM graphs are mostly scales); integers: i % 7; bool: alternating.
-cudaError_t FillRandom(void* data, int64_t n, int plan_dtype, unsigned seed, cudaStream_t stream);
+cudaError_t FillRandom(void* data, int64_t n, DType dtype, unsigned seed, cudaStream_t stream);
 
 }  // namespace fxfuse::runtime

@@ -42,7 +42,7 @@ ir::Value* matchSilu(ir::Value* h, std::vector<ir::Node*>* nodes, std::string* w
                    .node(&ad);
   auto core = m::Op("aten.div.Tensor", {{"self", m::Any(&gf)}, {"other", denom}}).node(&dv);
   m::MatchState st;
-  ir::DType to = ir::DType::Undefined;
+  ir::DType to = ir::DType::DTYPE_UNSPECIFIED;
   ir::Value* g = nullptr;
   ir::Node* cast = nullptr;
   if (m::Cast(core, std::nullopt, &to).node(&cast).match(h, st)) {

@@ -249,7 +249,7 @@ struct CastImpl : Impl {
   CastImpl(Pattern p, std::optional<ir::DType> t, ir::DType* o) : input(std::move(p)), to(t), to_out(o) {}
   bool matchValue(ir::Value* v, MatchState& st) const override {
     const ir::Node* n = v ? v->producer() : nullptr;
-    ir::DType d = ir::DType::Undefined;
+    ir::DType d = ir::DType::DTYPE_UNSPECIFIED;
     ir::Value* in = n ? castInput(*n, &d) : nullptr;
     if (!in) {
       st.fail(fmt::format("expected {}, got {}", str(), describe(v)));

@@ -53,7 +53,7 @@ std::optional<int64_t> intArg(const ir::Node& n, std::string_view name) {
   return a ? a->asInt() : std::nullopt;
 }
 
-bool hasKnownType(const ir::Value* v) { return v && v->isTensor() && v->type.dtype != ir::DType::Undefined; }
+bool hasKnownType(const ir::Value* v) { return v && v->isTensor() && v->type.dtype != ir::DType::DTYPE_UNSPECIFIED; }
 
 bool sameShape(const ir::Module& m, const std::vector<ir::SymExpr>& a, const std::vector<ir::SymExpr>& b) {
   if (a.size() != b.size()) return false;
@@ -90,7 +90,7 @@ std::optional<int64_t> normDim(int64_t dim, size_t rank) {
 ir::Value* castInput(const ir::Node& n, ir::DType* to) {
   const std::string& t = n.target;
   ir::Value* in = nullptr;
-  ir::DType d = ir::DType::Undefined;
+  ir::DType d = ir::DType::DTYPE_UNSPECIFIED;
   auto dtypeAttr = [&](std::string_view name) -> bool {
     const ir::Attr* a = argOf(n, name);
     if (!a || a->kind != ir::Attr::Kind::DType) return false;

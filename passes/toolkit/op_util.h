@@ -25,7 +25,7 @@ std::optional<double> numberArg(const ir::Node& n, std::string_view name);
 std::optional<int64_t> intArg(const ir::Node& n, std::string_view name);
 
 // A tensor value's dtype/shape helpers.
-inline ir::DType dtypeOf(const ir::Value* v) { return v ? v->type.dtype : ir::DType::Undefined; }
+inline ir::DType dtypeOf(const ir::Value* v) { return v ? v->type.dtype : ir::DType::DTYPE_UNSPECIFIED; }
 bool hasKnownType(const ir::Value* v);
 // Every dim statically known equal (same rank).
 bool sameShape(const ir::Module& m, const std::vector<ir::SymExpr>& a, const std::vector<ir::SymExpr>& b);

@@ -142,8 +142,8 @@ TEST_CASE("integer and bool casts", "[numerics]") {
   CHECK(roundTo(300, DType::U8) == 44);
   CHECK(roundTo(-1, DType::U8) == 255);
   CHECK(roundTo(128, DType::I8) == -128);
-  CHECK(roundTo(0.5, DType::Bool) == 1);
-  CHECK(roundTo(0.0, DType::Bool) == 0);
+  CHECK(roundTo(0.5, DType::BOOL) == 1);
+  CHECK(roundTo(0.0, DType::BOOL) == 0);
   CHECK(std::isnan(roundTo(kNaN, DType::I64)));  // poison survives
 }
 
@@ -161,7 +161,7 @@ TEST_CASE("type promotion follows torch", "[numerics]") {
   CHECK(promoteTypes(DType::BF16, DType::F16) == DType::F32);
   CHECK(promoteTypes(DType::I32, DType::F16) == DType::F16);
   CHECK(promoteTypes(DType::U8, DType::I8) == DType::I16);
-  CHECK(promoteTypes(DType::Bool, DType::I32) == DType::I32);
+  CHECK(promoteTypes(DType::BOOL, DType::I32) == DType::I32);
   CHECK(promoteTypes(DType::BF16, DType::F32) == DType::F32);
   RValue tb = RValue::ofTensor(Tensor::full({2}, DType::BF16, 1));
   RValue ti = RValue::ofTensor(Tensor::full({2}, DType::I64, 1));

@@ -385,7 +385,7 @@ TEST_CASE("scaled_dot_product_attention: GQA, causal, scale, masks, flash varian
          "key=%7, value=%8, is_causal=true, *, scale=0.5)\n",
          "output %5\noutput %6\noutput %9\noutput %10\n");
   auto out = run(g, {T({1, 4, 5, 8}, DType::F32, q), T({1, 2, 5, 8}, DType::F32, k), T({1, 2, 5, 8}, DType::F32, v),
-                     T({5, 5}, DType::Bool, mask)});
+                     T({5, 5}, DType::BOOL, mask)});
   auto ref1 = naiveAttention(q, k, v, H, Hk, S, E, true, 0.5, nullptr);
   auto ref2 = naiveAttention(q, k, v, H, Hk, S, E, false, 1 / std::sqrt(8.0), &mask);
   auto o1 = vals(out[0]), o2 = vals(out[1]), o3 = vals(out[2]);

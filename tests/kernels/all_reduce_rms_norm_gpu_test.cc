@@ -316,7 +316,7 @@ TEST_CASE("fused all-reduce + rms_norm matches the reference on simulated ranks"
                   : std::vector<AllReduceAlgorithm>{AllReduceAlgorithm::kOneShot, AllReduceAlgorithm::kTwoShot};
       for (AllReduceAlgorithm algo : algos) {
         const int64_t capacity = algo == AllReduceAlgorithm::kOneShot ? OneShotCapacity(*sim, h) : kMaxTokens;
-        for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+        for (DType dtype : {DType::BF16, DType::F16}) {
           for (int64_t t : TokenCounts(capacity)) {
             RunAndCheck(*sim, algo, dtype, t, h, sets[next++ % sets.size()]);
           }
@@ -336,7 +336,7 @@ TEST_CASE("fused all-reduce: consecutive calls without synchronization") {
       const int64_t h = 4096;
       std::unique_ptr<SimulatedRanks> sim;
       REQUIRE(SimulatedRanks::Create(ws, kMaxTokens, h, &sim).ok());
-      const DType dtype = DType::kBFloat16;
+      const DType dtype = DType::BF16;
       const int64_t sizes[] = {64, 3, 200, 1, 17, 128, 5, 90, 2, 31, 256, 8};
       const std::vector<Options> sets = OptionSets();
       struct Call {
@@ -384,7 +384,7 @@ TEST_CASE("fused all-reduce: CUDA graph replays") {
   for (int ws : {2, 4}) {
     for (AllReduceAlgorithm algo : {AllReduceAlgorithm::kOneShot, AllReduceAlgorithm::kTwoShot}) {
       const int64_t h = 8192, t = 48;
-      const DType dtype = DType::kFloat16;
+      const DType dtype = DType::F16;
       const int replays = 25;
       std::unique_ptr<SimulatedRanks> sim;
       REQUIRE(SimulatedRanks::Create(ws, kMaxTokens, h, &sim).ok());

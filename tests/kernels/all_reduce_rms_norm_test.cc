@@ -59,7 +59,7 @@ TEST_CASE("AllReduceRmsNormParams::Check") {
   p.workspace.bytes -= 1;
   CHECK(Mentions(p.Check(), "AllReduceWorkspaceBytes"));
   p = Valid();
-  p.dtype = DType::kFloat32;
+  p.dtype = DType::F32;
   CHECK(Mentions(p.Check(), "dtype"));
   p = Valid();
   p.quant_out = g_out;
@@ -106,7 +106,7 @@ TEST_CASE("thresholds table: one-shot, then two-shot, then NCCL, per world size"
       int stage = 0;  // 0 one-shot, 1 two-shot, 2 fallback: never goes back as T grows
       bool saw_one_shot = false;
       for (int64_t t = 1; t <= 65536; t *= 2) {
-        const AllReduceAlgorithm a = ChooseAllReduceAlgorithm(ws, t, h, DType::kBFloat16);
+        const AllReduceAlgorithm a = ChooseAllReduceAlgorithm(ws, t, h, DType::BF16);
         REQUIRE(a != AllReduceAlgorithm::kAuto);
         const int s = a == AllReduceAlgorithm::kOneShot ? 0 : a == AllReduceAlgorithm::kTwoShot ? 1 : 2;
         INFO("ws=" << ws << " H=" << h << " T=" << t << " " << AllReduceAlgorithmName(a));
@@ -123,14 +123,14 @@ TEST_CASE("thresholds table: one-shot, then two-shot, then NCCL, per world size"
   // the fused kernels stop at vLLM's 0.5 MB (32 tokens of H = 8192); at 2 ranks (measured on
   // two H200s, docs/benchmarks/allreduce_multigpu.md) one-shot up to 4 MiB, two-shot up to
   // 128 MiB (8192 tokens of H = 8192, where two-shot beat NCCL + add-norm 508 vs 593 us).
-  CHECK(ChooseAllReduceAlgorithm(2, 1, 8192, DType::kBFloat16) == AllReduceAlgorithm::kOneShot);
-  CHECK(ChooseAllReduceAlgorithm(8, 8, 8192, DType::kBFloat16) == AllReduceAlgorithm::kOneShot);
-  CHECK(ChooseAllReduceAlgorithm(8, 32, 8192, DType::kBFloat16) == AllReduceAlgorithm::kTwoShot);
-  CHECK(ChooseAllReduceAlgorithm(8, 33, 8192, DType::kBFloat16) == AllReduceAlgorithm::kNcclFallback);
-  CHECK(ChooseAllReduceAlgorithm(2, 256, 8192, DType::kBFloat16) == AllReduceAlgorithm::kOneShot);
-  CHECK(ChooseAllReduceAlgorithm(2, 257, 8192, DType::kBFloat16) == AllReduceAlgorithm::kTwoShot);
-  CHECK(ChooseAllReduceAlgorithm(2, 8192, 8192, DType::kBFloat16) == AllReduceAlgorithm::kTwoShot);
-  CHECK(ChooseAllReduceAlgorithm(2, 8193, 8192, DType::kBFloat16) == AllReduceAlgorithm::kNcclFallback);
+  CHECK(ChooseAllReduceAlgorithm(2, 1, 8192, DType::BF16) == AllReduceAlgorithm::kOneShot);
+  CHECK(ChooseAllReduceAlgorithm(8, 8, 8192, DType::BF16) == AllReduceAlgorithm::kOneShot);
+  CHECK(ChooseAllReduceAlgorithm(8, 32, 8192, DType::BF16) == AllReduceAlgorithm::kTwoShot);
+  CHECK(ChooseAllReduceAlgorithm(8, 33, 8192, DType::BF16) == AllReduceAlgorithm::kNcclFallback);
+  CHECK(ChooseAllReduceAlgorithm(2, 256, 8192, DType::BF16) == AllReduceAlgorithm::kOneShot);
+  CHECK(ChooseAllReduceAlgorithm(2, 257, 8192, DType::BF16) == AllReduceAlgorithm::kTwoShot);
+  CHECK(ChooseAllReduceAlgorithm(2, 8192, 8192, DType::BF16) == AllReduceAlgorithm::kTwoShot);
+  CHECK(ChooseAllReduceAlgorithm(2, 8193, 8192, DType::BF16) == AllReduceAlgorithm::kNcclFallback);
   CHECK(std::string(AllReduceAlgorithmName(AllReduceAlgorithm::kTwoShot)) == "two_shot");
 }
 
@@ -187,7 +187,7 @@ TEST_CASE("workspace layout: regions fit and grow with the capacity") {
 }
 
 TEST_CASE("reference all-reduce: fp32 sum in rank order, rounded once") {
-  const DType bf16 = DType::kBFloat16;
+  const DType bf16 = DType::BF16;
   const auto b = [](float v) { return reference::FloatToBFloat16Bits(v); };
   // 1 + 2^-8 + 2^-8: exact in fp32 (1 + 2^-7, a bf16 value); a bf16 running sum would stay at 1.
   const uint16_t r0[] = {b(1.0f), 0x8000, b(3.0f)};
@@ -201,7 +201,7 @@ TEST_CASE("reference all-reduce: fp32 sum in rank order, rounded once") {
 
 TEST_CASE("reference fused all-reduce == all-reduce then the RmsNorm and quant references") {
   const int64_t t = 3, h = 64;
-  const DType dtype = DType::kFloat16;
+  const DType dtype = DType::F16;
   std::vector<std::vector<uint16_t>> ins(4, std::vector<uint16_t>(t * h));
   std::vector<uint16_t> res(t * h), w(h);
   for (int r = 0; r < 4; ++r) {

@@ -194,7 +194,7 @@ void ExpectMatrixClose(const char* what, const std::vector<Bits>& got, const std
 inline void ExpectD16Close(const char* what, DType dtype, const std::vector<uint16_t>& got,
                            const std::vector<uint16_t>& want, int64_t rows, int64_t cols, int64_t stride,
                            const Tolerance& tol) {
-  auto is_nan = dtype == DType::kBFloat16
+  auto is_nan = dtype == DType::BF16
                     ? +[](uint16_t b) { return std::isnan(reference::BFloat16BitsToFloat(b)); }
                     : +[](uint16_t b) { return std::isnan(reference::HalfBitsToFloat(b)); };
   ExpectMatrixClose<uint16_t>(what, got, want, rows, cols, stride, tol, reference::D16UlpDistance, is_nan);

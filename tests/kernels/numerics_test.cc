@@ -39,7 +39,7 @@ TEST_CASE("bf16 rounding: exact values, ties to even, overflow, subnormals, NaN"
   const uint16_t nan = FloatToBFloat16Bits(std::nanf(""));
   CHECK(std::isnan(BFloat16BitsToFloat(nan)));
   CHECK(BFloat16BitsToFloat(0x3F81) == 1.0f + 0x1p-7f);
-  CHECK(Round16(3.14159265f, DType::kBFloat16) == 3.140625f);
+  CHECK(Round16(3.14159265f, DType::BF16) == 3.140625f);
 }
 
 TEST_CASE("fp16 rounding: exact values, ties to even, overflow to inf, subnormals, NaN") {
@@ -66,7 +66,7 @@ TEST_CASE("fp16 rounding: exact values, ties to even, overflow to inf, subnormal
   CHECK(HalfBitsToFloat(0x0001) == 0x1p-24f);
   CHECK(HalfBitsToFloat(0x7BFF) == 65504.0f);
   CHECK(std::isinf(HalfBitsToFloat(0x7C00)));
-  CHECK(Round16(3.14159265f, DType::kFloat16) == 3.140625f);
+  CHECK(Round16(3.14159265f, DType::F16) == 3.140625f);
 }
 
 TEST_CASE("fp16 and bf16 round-trip every bit pattern") {

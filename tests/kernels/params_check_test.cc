@@ -53,11 +53,11 @@ TEST_CASE("RmsNormParams::Check") {
   p.num_tokens = int64_t{1} << 31;
   CHECK(Mentions(p.Check(), "num_tokens"));
   p = ValidRmsNorm();
-  p.dtype = DType::kFloat32;
-  p.weight_dtype = DType::kFloat32;
+  p.dtype = DType::F32;
+  p.weight_dtype = DType::F32;
   CHECK(Mentions(p.Check(), "bfloat16 or float16"));
   p = ValidRmsNorm();
-  p.weight_dtype = DType::kFloat16;
+  p.weight_dtype = DType::F16;
   CHECK(Mentions(p.Check(), "weight_dtype"));
   p = ValidRmsNorm();
   p.input_row_stride = 100;
@@ -67,7 +67,7 @@ TEST_CASE("RmsNormParams::Check") {
   CHECK(Mentions(p.Check(), "aligned"));
   p = ValidRmsNorm();
   p.weight = nullptr;  // optional
-  p.weight_dtype = DType::kFloat16;
+  p.weight_dtype = DType::F16;
   CHECK(p.Check().ok());
   p = ValidRmsNorm();
   p.residual = g_in;
@@ -162,11 +162,11 @@ TEST_CASE("SiluAndMulParams::Check") {
   p.input_row_stride = 4096;  // must hold 2d
   CHECK(Mentions(p.Check(), "input row stride"));
   p.input_row_stride = 0;
-  p.output_dtype = DType::kFloat8E4M3;
+  p.output_dtype = DType::F8E4M3FN;
   CHECK(Mentions(p.Check(), "scale is null"));
   p.scale = g_scale;
   CHECK(p.Check().ok());
-  p.output_dtype = DType::kFloat16;
+  p.output_dtype = DType::F16;
   CHECK(Mentions(p.Check(), "output_dtype"));
 }
 

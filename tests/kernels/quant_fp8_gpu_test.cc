@@ -157,7 +157,7 @@ const QuantCase kCases[] = {
 
 TEST_CASE("static per-tensor FP8 matches the reference bit for bit") {
   for (const QuantCase& c : kCases) {
-    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (DType dtype : {DType::BF16, DType::F16}) {
       ScaleVariant v;
       CheckQuant(c, dtype, v);
       v.application = ScaleApplication::kDivide;
@@ -169,7 +169,7 @@ TEST_CASE("static per-tensor FP8 matches the reference bit for bit") {
 
 TEST_CASE("dynamic per-token FP8 matches the reference bit for bit") {
   for (const QuantCase& c : kCases) {
-    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (DType dtype : {DType::BF16, DType::F16}) {
       ScaleVariant v;
       v.kind = Fp8ScaleKind::kDynamicPerToken;
       CheckQuant(c, dtype, v);  // divides (vLLM kernel), MIN_SCALE floor
@@ -182,13 +182,13 @@ TEST_CASE("dynamic per-token FP8 matches the reference bit for bit") {
 
 TEST_CASE("dynamic per-tensor FP8 matches the reference bit for bit, floor or none") {
   for (const QuantCase& c : kCases) {
-    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (DType dtype : {DType::BF16, DType::F16}) {
       ScaleVariant v;
       v.kind = Fp8ScaleKind::kDynamicPerTensor;
       CheckQuant(c, dtype, v);
     }
   }
-  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
     ScaleVariant v;
     v.kind = Fp8ScaleKind::kDynamicPerTensor;
     CheckQuant({4, 4096}, dtype, v, {}, /*all_zero=*/true);  // scale = MIN_SCALE, q = 0
@@ -201,7 +201,7 @@ TEST_CASE("per-group FP8 (64, 128; row- and column-major scales) matches the ref
   const QuantCase cases[] = {{1, 4096}, {16, 5120}, {7, 8192, 8, 16}, {5, 5120, 3, 5},
                              {9, 128, 0, 0, true}, {1024, 4096}, {2, 40000 / 128 * 128}, {66000, 128}};
   for (const QuantCase& c : cases) {
-    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (DType dtype : {DType::BF16, DType::F16}) {
       for (int g : {64, 128}) {
         for (bool column_major : {false, true}) {
           ScaleVariant v;
@@ -230,7 +230,7 @@ TEST_CASE("quantization: every launch shape gives the same bits") {
       v.kind = kind;
       v.group_size = kind == Fp8ScaleKind::kDynamicPerGroup ? (k % 2 == 0 ? 128 : 64) : 0;
       v.column_major = k % 3 == 0;
-      const DType dtype = (k++ % 2 == 0) ? DType::kBFloat16 : DType::kFloat16;
+      const DType dtype = (k++ % 2 == 0) ? DType::BF16 : DType::F16;
       CheckQuant({3000, 1024, 8, 8}, dtype, v, tuning);  // more rows than resident CTAs
       CheckQuant({7, 8192}, dtype, v, tuning);
     }

@@ -48,7 +48,7 @@ TEST_CASE("rms_norm: y = round16(round16(x * inv) * w)") {
   const float inv = static_cast<float>(1.0 / std::sqrt(12.0 / 4.0));
   for (int j = 0; j < 4; ++j) {
     const float xf = BFloat16BitsToFloat(x[j]);
-    const float expected = Round16(Round16(xf * inv, DType::kBFloat16) * 1.0078125f, DType::kBFloat16);
+    const float expected = Round16(Round16(xf * inv, DType::BF16) * 1.0078125f, DType::BF16);
     CHECK(BFloat16BitsToFloat(y[j]) == expected);
   }
 }
@@ -233,12 +233,12 @@ TEST_CASE("silu_and_mul: round16(round16(silu(g)) * u), FP8 form quantizes h") {
   p.output = out.data();
   REQUIRE(SiluAndMul(p).ok());
   CHECK(BFloat16BitsToFloat(out[0]) == 0.0f);
-  const float silu1 = Round16(1.0f / (1.0f + std::exp(-1.0f)), DType::kBFloat16);
-  CHECK(BFloat16BitsToFloat(out[1]) == Round16(silu1 * 3.0f, DType::kBFloat16));
+  const float silu1 = Round16(1.0f / (1.0f + std::exp(-1.0f)), DType::BF16);
+  CHECK(BFloat16BitsToFloat(out[1]) == Round16(silu1 * 3.0f, DType::BF16));
   CHECK(std::fabs(BFloat16BitsToFloat(out[2])) < 1e-7f);
   std::vector<uint8_t> q(3);
   float scale = 0.5f;
-  p.output_dtype = DType::kFloat8E4M3;
+  p.output_dtype = DType::F8E4M3FN;
   p.output = q.data();
   p.scale = &scale;
   REQUIRE(SiluAndMul(p).ok());

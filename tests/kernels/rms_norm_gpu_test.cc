@@ -28,7 +28,7 @@ struct NormCase {
 };
 
 struct NormRun {
-  DType dtype = DType::kBFloat16;
+  DType dtype = DType::BF16;
   Residual residual = Residual::kNone;
   bool weight = true;
   bool in_place = false;
@@ -71,7 +71,7 @@ std::vector<uint16_t> CheckRmsNorm(const NormCase& c, const NormRun& run) {
       for (int64_t j = 0; j < h; ++j) r[2 * res_stride + j] = 0;
     }
   }
-  if (t > 3 && run.dtype == DType::kFloat16) {
+  if (t > 3 && run.dtype == DType::F16) {
     // fp16 overflow of the residual sum (60000 + 60000): inf in the rounded sum.
     x[3 * in_stride] = reference::FloatToHalfBits(60000.0f);
     r[3 * res_stride] = reference::FloatToHalfBits(60000.0f);
@@ -139,7 +139,7 @@ const NormCase kCases[] = {
 
 TEST_CASE("rms_norm and fused_add_rms_norm match the CPU reference") {
   for (const NormCase& c : kCases) {
-    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (DType dtype : {DType::BF16, DType::F16}) {
       for (Residual residual : {Residual::kNone, Residual::kDefault, Residual::kUnrounded}) {
         NormRun run;
         run.dtype = dtype;
@@ -157,7 +157,7 @@ TEST_CASE("rms_norm: every launch shape (vectors per thread, pipeline depth, sca
     for (const LaunchTuning& tuning : testing::AllLaunchShapes()) {
       NormRun run;
       run.residual = (k++ % 2 == 0) ? Residual::kRounded : Residual::kUnrounded;
-      run.dtype = (k % 3 == 0) ? DType::kFloat16 : DType::kBFloat16;
+      run.dtype = (k % 3 == 0) ? DType::F16 : DType::BF16;
       run.tuning = tuning;
       CheckRmsNorm(c, run);
       run.residual = Residual::kNone;
@@ -175,7 +175,7 @@ TEST_CASE("rms_norm: in place (output == input), no weight, T = 0") {
       CheckRmsNorm(c, run);
       run.in_place = false;
       run.weight = false;
-      run.dtype = DType::kFloat16;
+      run.dtype = DType::F16;
       CheckRmsNorm(c, run);
     }
   }
@@ -189,7 +189,7 @@ TEST_CASE("rms_norm: in place (output == input), no weight, T = 0") {
 TEST_CASE("fused_add_rms_norm: the residual-variance choice is observable") {
   // Same inputs under both choices: each matches its own reference (checked inside), and the
   // two outputs differ on many elements, so the option is not a no-op.
-  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
     NormRun rounded;
     rounded.dtype = dtype;
     rounded.residual = Residual::kRounded;

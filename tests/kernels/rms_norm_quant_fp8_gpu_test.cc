@@ -34,7 +34,7 @@ struct FusedCase {
 };
 
 struct FusedRun {
-  DType dtype = DType::kBFloat16;
+  DType dtype = DType::BF16;
   Fp8ScaleKind kind = Fp8ScaleKind::kStaticPerTensor;
   int group_size = 0;
   bool column_major = false;
@@ -187,7 +187,7 @@ void CheckFused(const FusedCase& c, const FusedRun& run) {
   REQUIRE(reference::RmsNormQuantFp8(cpu).ok());
   if (run.residual) testing::ExpectD16Close("residual", run.dtype, rf, r_ref, t, h, res_stride, testing::Exact());
   // Dynamic scales are max|n| / 448: within two D16 ulps of the maximum (see NormTolerance).
-  const double scale_tolerance = run.dtype == DType::kBFloat16 ? 2.0 / 128 : 2.0 / 1024;
+  const double scale_tolerance = run.dtype == DType::BF16 ? 2.0 / 128 : 2.0 / 1024;
   testing::ExpectScalesClose("scales vs reference", sf, s_ref, dynamic ? scale_tolerance : 0.0);
 
   // Reference normalized values, quantized with the GPU's scales.
@@ -223,7 +223,7 @@ const FusedCase kCases[] = {
 const FusedCase kOddCases[] = {{3, 4097}, {5, 5121, 3, 5}, {1000, 1}, {17, 24}};
 
 TEST_CASE("rms_norm + static FP8 (with and without residual) equals the chain and the reference") {
-  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
     for (bool residual : {false, true}) {
       FusedRun run;
       run.dtype = dtype;
@@ -235,7 +235,7 @@ TEST_CASE("rms_norm + static FP8 (with and without residual) equals the chain an
 }
 
 TEST_CASE("rms_norm + dynamic per-token FP8 (with and without residual) equals the chain and the reference") {
-  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
     for (bool residual : {false, true}) {
       FusedRun run;
       run.dtype = dtype;
@@ -248,7 +248,7 @@ TEST_CASE("rms_norm + dynamic per-token FP8 (with and without residual) equals t
 }
 
 TEST_CASE("rms_norm + per-group FP8 (64/128, row/column-major, residual) equals the chain and the reference") {
-  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
     for (bool residual : {false, true}) {
       for (int g : {64, 128}) {
         for (bool column_major : {false, true}) {
@@ -288,7 +288,7 @@ TEST_CASE("fused kernels: non-default options and every launch shape") {
     for (const LaunchTuning& tuning : testing::AllLaunchShapes()) {
       run.tuning = tuning;
       run.residual = k % 2 == 0;
-      run.dtype = (k++ % 3 == 0) ? DType::kFloat16 : DType::kBFloat16;
+      run.dtype = (k++ % 3 == 0) ? DType::F16 : DType::BF16;
       CheckFused({3000, 1024}, run);  // more rows than resident CTAs
       CheckFused({5, 8192, 8, 8}, run);
     }

@@ -63,7 +63,7 @@ void CheckSilu(const SiluCase& c, DType dtype, ScaleApplication application = Sc
 
   SiluAndMulParams pq = p;
   pq.output = q_fused.get();
-  pq.output_dtype = DType::kFloat8E4M3;
+  pq.output_dtype = DType::F8E4M3FN;
   pq.scale = static_cast<const float*>(s_d.get());
   pq.scale_application = application;
   FXFUSE_LAUNCH_REQUIRE(SiluAndMul(pq, nullptr));
@@ -108,12 +108,12 @@ TEST_CASE("silu_and_mul and silu_and_mul_quant match the chain and the reference
                             {5, 5121, 3, 5},  {9, 64, 0, 0, true}, {300, 4096}, {512, 8192}, {4, 28672},
                             {2, 40000},       {100000, 40},   {1000, 1}};
   for (const SiluCase& c : cases) {
-    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) CheckSilu(c, dtype);
+    for (DType dtype : {DType::BF16, DType::F16}) CheckSilu(c, dtype);
   }
-  CheckSilu({33, 4096}, DType::kBFloat16, ScaleApplication::kDivide);
+  CheckSilu({33, 4096}, DType::BF16, ScaleApplication::kDivide);
   int k = 0;
   for (const LaunchTuning& tuning : testing::AllLaunchShapes()) {
-    const DType dtype = (k++ % 2 == 0) ? DType::kBFloat16 : DType::kFloat16;
+    const DType dtype = (k++ % 2 == 0) ? DType::BF16 : DType::F16;
     CheckSilu({3000, 1024}, dtype, ScaleApplication::kDefault, tuning);  // more rows than resident CTAs
     CheckSilu({5, 8192, 8, 8}, dtype, ScaleApplication::kDefault, tuning);
   }

@@ -162,7 +162,7 @@ void* upload(const interp::Tensor& t, const rt::DeviceTensor& layout, std::vecto
 }
 
 interp::Tensor download(const rt::DeviceTensor& t) {
-  ir::DType dt = lowering::fromPlanDType(t.dtype);
+  ir::DType dt = t.dtype;
   int eb = ir::dtypeBytes(dt);
   int64_t span = spanElems(t.shape, t.strides);
   std::vector<unsigned char> host(static_cast<size_t>(std::max<int64_t>(span, 1) * eb));
@@ -511,12 +511,12 @@ void registerBench(CLI::App& app, int& exit_code) {
         continue;
       }
       rt::DeviceTensor t = s.tensor(pi.tensor());
-      int eb = ir::dtypeBytes(lowering::fromPlanDType(t.dtype));
+      int eb = ir::dtypeBytes(t.dtype);
       int64_t span = std::max<int64_t>(spanElems(t.shape, t.strides), 1);
       void* d = nullptr;
       cudaCheck(cudaMalloc(&d, static_cast<size_t>(span * eb)), "allocating an input");
       owned.owned.push_back(d);
-      cudaCheck(rt::FillRandom(d, span, static_cast<int>(t.dtype), 1234u + static_cast<unsigned>(i), nullptr), "filling an input");
+      cudaCheck(rt::FillRandom(d, span, t.dtype, 1234u + static_cast<unsigned>(i), nullptr), "filling an input");
       s.setInput(static_cast<size_t>(i), d);
     }
     cudaStream_t stream;

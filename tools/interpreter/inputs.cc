@@ -257,13 +257,13 @@ Tensor randomTensor(Tensor t, const RoleInfo& role, Rng& rng) {
       for (int64_t i = 0; i < n; ++i) d[i] = roundTo(rng.uniform(-1.0, 1.0), dt);
       break;
     case Role::Mask: {
-      if (dt == DType::Bool && shape.size() >= 2) {
+      if (dt == DType::BOOL && shape.size() >= 2) {
         int64_t rows = shape[shape.size() - 2], cols = shape.back();
         for (int64_t i = 0; i < n; ++i) {
           int64_t c = i % cols, r = (i / cols) % rows;
           d[i] = c <= r + (cols - rows) ? 1.0 : 0.0;  // causal, bottom-right aligned
         }
-      } else if (dt == DType::Bool) {
+      } else if (dt == DType::BOOL) {
         for (int64_t i = 0; i < n; ++i) d[i] = 1.0;
       } else {
         for (int64_t i = 0; i < n; ++i) d[i] = roundTo(rng.uniform(-1.0, 0.0), dt);
@@ -289,7 +289,7 @@ Tensor randomTensor(Tensor t, const RoleInfo& role, Rng& rng) {
       break;
     }
     case Role::Activation:
-      if (dt == DType::Bool) {
+      if (dt == DType::BOOL) {
         for (int64_t i = 0; i < n; ++i) d[i] = static_cast<double>(rng.below(2));
       } else if (ir::isFp8(dt)) {
         for (int64_t i = 0; i < n; ++i) d[i] = fp8Sample(rng, dt);
@@ -397,7 +397,7 @@ std::vector<RValue> Interpreter::makeInputs(uint64_t seed) {
     }
     Shape shape = evalShape(v->type.shape, ctx);
     DType dt = v->type.dtype;
-    if (dt == DType::Undefined) fail("{}: unknown dtype", ctx);
+    if (dt == DType::DTYPE_UNSPECIFIED) fail("{}: unknown dtype", ctx);
     if (ir::isLiftedScalarInput(v)) {
       // A lifted Python number: its recorded / --const value; 1.0 (a valid eps or bound of
       // either sign) when unknown, said in the note.

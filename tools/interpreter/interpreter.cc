@@ -145,7 +145,7 @@ std::vector<RValue> Call::list(const std::string& name, int pos) const {
 
 DType Call::outDType(size_t i, DType fallback) const {
   if (i < out_values.size() && out_values[i] && out_values[i]->isTensor() &&
-      out_values[i]->type.dtype != DType::Undefined)
+      out_values[i]->type.dtype != DType::DTYPE_UNSPECIFIED)
     return out_values[i]->type.dtype;
   return fallback;
 }
@@ -424,7 +424,7 @@ void Interpreter::bindSymbols() {
   // Sizes forced by a fixed dimension elsewhere in the graph.
   std::vector<ShapeEquation> eqs;
   auto tensorShape = [](const ir::Value* v) -> const std::vector<ir::SymExpr>* {
-    if (!v || !v->isTensor() || v->type.dtype == DType::Undefined) return nullptr;
+    if (!v || !v->isTensor() || v->type.dtype == DType::DTYPE_UNSPECIFIED) return nullptr;
     return &v->type.shape;
   };
   auto isOne = [](const ir::SymExpr& e) { return e.isInt() && e.intValue() == 1; };
@@ -636,7 +636,7 @@ void Interpreter::checkOutput(const ir::Node& n, size_t i, const RValue& v) {
   const ir::Value* rec = n.output(i);
   if (!rec) return;
   if (rec->isTensor()) {
-    if (rec->type.dtype == DType::Undefined) return;
+    if (rec->type.dtype == DType::DTYPE_UNSPECIFIED) return;
     if (!v.isTensor()) {
       if (v.isNone()) fail("output {} was not produced", i);
       fail("output {} should be a tensor, got {}", i, v.describe());

@@ -143,7 +143,7 @@ double roundTo(double v, DType t) {
       if (ex < -127 || ex > 127) return kNaN;
       return std::ldexp(1.0, ex);
     }
-    case DType::Bool: return std::isnan(v) ? v : (v != 0 ? 1.0 : 0.0);
+    case DType::BOOL: return std::isnan(v) ? v : (v != 0 ? 1.0 : 0.0);
     default: break;
   }
   if (std::isnan(v)) return v;
@@ -218,7 +218,7 @@ double fromBits(uint64_t bits, DType t) {
     std::memcpy(&d, &bits, 8);
     return d;
   }
-  if (t == DType::Bool) return bits ? 1.0 : 0.0;
+  if (t == DType::BOOL) return bits ? 1.0 : 0.0;
   if (ir::isIntegral(t, false)) {
     int nb = 8 * ir::dtypeBytes(t);
     bool is_signed = t == DType::I8 || t == DType::I16 || t == DType::I32 || t == DType::I64;

@@ -229,7 +229,7 @@ AttentionResult attention(const AttentionArgs& a) {
           if (a.causal && j > i) x = -std::numeric_limits<double>::infinity();
           if (mask) {
             double mv = mask->get({b, h, i, j});
-            if (mask->dtype == DType::Bool) {
+            if (mask->dtype == DType::BOOL) {
               if (mv == 0) x = -std::numeric_limits<double>::infinity();
             } else {
               x += mv;

@@ -21,7 +21,7 @@ void binary(Call& c, const RValue& a, const RValue& b, Promo promo, F f) {
   Operand oa = operand(a, "self"), ob = operand(b, "other");
   DType common = resultType({&a, &b});
   if (promo == Promo::IntToFloat && !isFloatType(common)) common = defaultFloat();
-  DType out = promo == Promo::Bool ? DType::Bool : common;
+  DType out = promo == Promo::Bool ? DType::BOOL : common;
   Operand both[2] = {oa, ob};
   Shape shape = broadcastOperands(both, 2);
   Tensor r = c.alloc(0, shape, out);
@@ -35,11 +35,11 @@ void regBinary(OpTable& t, const std::string& name, Promo promo, F f) {
 }
 
 template <typename F>
-void unary(Call& c, bool int_to_float, F f, DType out_override = DType::Undefined) {
+void unary(Call& c, bool int_to_float, F f, DType out_override = DType::DTYPE_UNSPECIFIED) {
   Tensor x = c.tensor("self", 0);
   DType common = x.dtype;
   if (int_to_float && !isFloatType(common)) common = defaultFloat();
-  DType out = out_override == DType::Undefined ? common : out_override;
+  DType out = out_override == DType::DTYPE_UNSPECIFIED ? common : out_override;
   Tensor r = c.alloc(0, x.shape, out);
   mapInto<1>(r, {Operand{&x, 0}}, common, [&](const std::array<double, 1>& v) { return f(v[0], common); });
   c.out(0, r);
@@ -163,7 +163,7 @@ void registerElementwiseOps(OpTable& t) {
     });
   });
   regBinary(t, "aten.mul", Promo::Same, [](double x, double y, DType common) {
-    return common == DType::Bool ? truthy(x) * truthy(y) : x * y;
+    return common == DType::BOOL ? truthy(x) * truthy(y) : x * y;
   });
   t.add("aten.div", [](Call& c) {
     std::string mode = c.str("rounding_mode", "", 2);
@@ -250,17 +250,17 @@ void registerElementwiseOps(OpTable& t) {
   t.alias("aten.__or__", "aten.bitwise_or");
   t.alias("aten.__xor__", "aten.bitwise_xor");
   t.add("aten.logical_not", [](Call& c) {
-    unary(c, false, [](double x, DType) { return x == 0 ? 1.0 : 0.0; }, DType::Bool);
+    unary(c, false, [](double x, DType) { return x == 0 ? 1.0 : 0.0; }, DType::BOOL);
   });
   regUnary(t, "aten.bitwise_not", false, [](double x, DType common) {
-    if (common == DType::Bool) return x == 0 ? 1.0 : 0.0;
+    if (common == DType::BOOL) return x == 0 ? 1.0 : 0.0;
     if (isFloatType(common)) fail("bitwise_not needs an integer or bool tensor");
     return static_cast<double>(~asI64(x));
   });
-  t.add("aten.isnan", [](Call& c) { unary(c, false, [](double x, DType) { return std::isnan(x) ? 1.0 : 0.0; }, DType::Bool); });
-  t.add("aten.isinf", [](Call& c) { unary(c, false, [](double x, DType) { return std::isinf(x) ? 1.0 : 0.0; }, DType::Bool); });
+  t.add("aten.isnan", [](Call& c) { unary(c, false, [](double x, DType) { return std::isnan(x) ? 1.0 : 0.0; }, DType::BOOL); });
+  t.add("aten.isinf", [](Call& c) { unary(c, false, [](double x, DType) { return std::isinf(x) ? 1.0 : 0.0; }, DType::BOOL); });
   t.add("aten.isfinite", [](Call& c) {
-    unary(c, false, [](double x, DType) { return std::isfinite(x) ? 1.0 : 0.0; }, DType::Bool);
+    unary(c, false, [](double x, DType) { return std::isfinite(x) ? 1.0 : 0.0; }, DType::BOOL);
   });
   // ------------------------------------------------------------------ where / masked_fill / clamp
   t.add("aten.where", [](Call& c) {

@@ -11,7 +11,7 @@ using namespace ops;
 
 DType scalarDType(const RValue& v) {
   switch (v.kind) {
-    case RValue::Kind::Bool: return DType::Bool;
+    case RValue::Kind::Bool: return DType::BOOL;
     case RValue::Kind::Int: return DType::I64;
     default: return defaultFloat();
   }

@@ -24,7 +24,7 @@ RValue recordedAux(Call& c, size_t i, int64_t sym_value) {
   if (v->kind == ir::ValueKind::SymInt) return RValue::ofInt(sym_value);
   if (!v->isTensor()) return RValue{};
   Shape s = c.interp->evalShape(v->type.shape, "auxiliary output");
-  return RValue::ofTensor(Tensor::full(s, v->type.dtype == DType::Undefined ? DType::F32 : v->type.dtype, 0.0));
+  return RValue::ofTensor(Tensor::full(s, v->type.dtype == DType::DTYPE_UNSPECIFIED ? DType::F32 : v->type.dtype, 0.0));
 }
 
 void sdpaCommon(Call& c, std::optional<Tensor> mask, bool causal, std::optional<double> scale, bool gqa,

@@ -278,7 +278,7 @@ void registerReductionOps(OpTable& t) {
       Tensor x = c.tensor("self", 0);
       std::optional<Shape> d = dimArg(c, 1);
       bool keepdim = c.flag("keepdim", false, 2);
-      DType od = x.dtype == DType::U8 ? DType::U8 : DType::Bool;
+      DType od = x.dtype == DType::U8 ? DType::U8 : DType::BOOL;
       c.out(0, reduce(c, x, reductionDims(x, d), keepdim, od, [any](const double* p, int64_t k) {
         for (int64_t j = 0; j < k; ++j)
           if ((p[j] != 0) == any) return any ? 1.0 : 0.0;

@@ -93,7 +93,7 @@ AdvIndex advancedIndex(const Tensor& self, const std::vector<RValue>& indices) {
       continue;
     }
     if (!r.isTensor()) fail("index: indices must be tensors or None");
-    if (r.t.dtype == DType::Bool || r.t.dtype == DType::U8) {
+    if (r.t.dtype == DType::BOOL || r.t.dtype == DType::U8) {
       // A mask over r.t.dim() dims -> one long index tensor per dim (nonzero).
       Shape ms = r.t.shape;
       for (size_t k = 0; k < ms.size(); ++k)
@@ -207,7 +207,7 @@ void indexPutOp(Call& c, bool inplace) {
 
 Tensor catTensors(Call& c, const std::vector<RValue>& items, int64_t dim) {
   std::vector<Tensor> ts;
-  DType dt = DType::Undefined;
+  DType dt = DType::DTYPE_UNSPECIFIED;
   for (const RValue& r : items) {
     if (!r.isTensor()) fail("cat: list items must be tensors");
     // Legacy: 1-D empty tensors are skipped.
@@ -568,7 +568,7 @@ void registerShapeOps(OpTable& t) {
       Tensor hi = slice(cur, dim, 1, len, 1), lo = slice(cur, dim, 0, len - 1, 1);
       Tensor next = Tensor::empty(hi.shape, dt, kNaN);
       mapInto<2>(next, {Operand{&hi, 0}, Operand{&lo, 0}}, dt, [dt](const std::array<double, 2>& v) {
-        return dt == DType::Bool ? ((v[0] != 0) != (v[1] != 0) ? 1.0 : 0.0) : v[0] - v[1];
+        return dt == DType::BOOL ? ((v[0] != 0) != (v[1] != 0) ? 1.0 : 0.0) : v[0] - v[1];
       });
       cur = next;
     }
@@ -643,7 +643,7 @@ void registerShapeOps(OpTable& t) {
     if (c.flag("train", false, 2) && c.number("p", 0.0, 1) > 0)
       c.interp->warn((c.node ? c.node->name : c.target) + ": training-mode dropout ignored (inference semantics)");
     c.out(0, x);
-    c.out(1, Tensor::full(x.shape, DType::Bool, 1.0));
+    c.out(1, Tensor::full(x.shape, DType::BOOL, 1.0));
   });
   // SymInt queries.
   t.add("aten.sym_size", [](Call& c) {
@@ -665,7 +665,7 @@ void registerShapeOps(OpTable& t) {
     Tensor x = c.tensor("self", 0);
     double v = x.item();
     c.out(0, category(x.dtype) == Category::Float ? RValue::ofFloat(v)
-             : x.dtype == DType::Bool               ? RValue::ofBool(v != 0)
+             : x.dtype == DType::BOOL               ? RValue::ofBool(v != 0)
                                                     : RValue::ofInt(static_cast<int64_t>(v)));
   });
   t.alias("aten.item", "aten._local_scalar_dense");

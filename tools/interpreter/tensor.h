@@ -46,7 +46,7 @@ class Storage {
 };
 
 struct Tensor {
-  DType dtype = DType::Undefined;
+  DType dtype = DType::DTYPE_UNSPECIFIED;
   Shape shape;
   Shape strides;
   int64_t offset = 0;

@@ -25,7 +25,7 @@ std::string RValue::describe() const {
 }
 
 Category category(DType t) {
-  if (t == DType::Bool) return Category::Bool;
+  if (t == DType::BOOL) return Category::Bool;
   if (ir::isFloating(t)) return Category::Float;
   return Category::Int;
 }
@@ -47,8 +47,8 @@ bool isSigned(DType t) { return t == DType::I8 || t == DType::I16 || t == DType:
 }  // namespace
 
 DType promoteTypes(DType a, DType b) {
-  if (a == DType::Undefined) return b;
-  if (b == DType::Undefined || a == b) return a;
+  if (a == DType::DTYPE_UNSPECIFIED) return b;
+  if (b == DType::DTYPE_UNSPECIFIED || a == b) return a;
   Category ca = category(a), cb = category(b);
   if (ca != cb) return ca > cb ? a : b;
   if (ca == Category::Float) {
@@ -73,17 +73,17 @@ DType promoteTypes(DType a, DType b) {
 namespace {
 
 DType combineCategories(DType higher, DType lower) {
-  if (higher == DType::Undefined) return lower;
-  if (lower == DType::Undefined) return higher;
+  if (higher == DType::DTYPE_UNSPECIFIED) return lower;
+  if (lower == DType::DTYPE_UNSPECIFIED) return higher;
   if (category(higher) == Category::Float) return higher;
-  if (higher == DType::Bool || category(lower) == Category::Float) return promoteTypes(higher, lower);
+  if (higher == DType::BOOL || category(lower) == Category::Float) return promoteTypes(higher, lower);
   return higher;
 }
 
 }  // namespace
 
 DType resultType(const std::vector<const RValue*>& operands) {
-  DType dim = DType::Undefined, zero = DType::Undefined, wrapped = DType::Undefined;
+  DType dim = DType::DTYPE_UNSPECIFIED, zero = DType::DTYPE_UNSPECIFIED, wrapped = DType::DTYPE_UNSPECIFIED;
   for (const RValue* v : operands) {
     if (!v) continue;
     if (v->kind == RValue::Kind::Tensor) {
@@ -97,7 +97,7 @@ DType resultType(const std::vector<const RValue*>& operands) {
     } else if (v->kind == RValue::Kind::Int) {
       wrapped = promoteTypes(wrapped, DType::I64);
     } else if (v->kind == RValue::Kind::Bool) {
-      wrapped = promoteTypes(wrapped, DType::Bool);
+      wrapped = promoteTypes(wrapped, DType::BOOL);
     }
   }
   return combineCategories(dim, combineCategories(zero, wrapped));

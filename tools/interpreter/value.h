@@ -20,7 +20,7 @@ struct RValue {
   double f = 0;
   bool b = false;
   std::string s;
-  DType dt = DType::Undefined;
+  DType dt = DType::DTYPE_UNSPECIFIED;
   std::vector<RValue> list;
   const ir::Attr* attr = nullptr;  // for Other (device, layout, memory format, graph)
 

@@ -100,7 +100,7 @@ struct Options {
   int sim_ranks = 0;   // simulated ranks on one GPU
   std::vector<int64_t> tokens = {1, 8, 32, 128, 512, 2048, 8192};
   std::vector<int64_t> hidden = {4096, 8192};
-  DType dtype = DType::kBFloat16;
+  DType dtype = DType::BF16;
   int reps = 30;
   int calls = 16;
   std::string out, markdown;
@@ -133,7 +133,7 @@ Options Parse(int argc, char** argv) {
     } else if (a == "--dtype") {
       const std::string d = value();
       if (d != "bf16" && d != "fp16") Fail("--dtype must be bf16 or fp16");
-      o.dtype = d == "bf16" ? DType::kBFloat16 : DType::kFloat16;
+      o.dtype = d == "bf16" ? DType::BF16 : DType::F16;
     } else if (a == "--reps") {
       o.reps = std::stoi(value());
     } else if (a == "--calls") {
@@ -209,7 +209,7 @@ std::vector<uint16_t> RandomD16(size_t n, uint64_t seed, DType dtype) {
     const float u = static_cast<float>((s * 0x2545F4914F6CDD1Dull) >> 40) / 16777216.0f * 2.0f - 1.0f;
     uint32_t bits;
     std::memcpy(&bits, &u, 4);
-    if (dtype == DType::kBFloat16) {
+    if (dtype == DType::BF16) {
       x = static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
     } else {
       // |u| < 1: normal or subnormal half; truncating rounding is fine for benchmark data.
@@ -393,7 +393,7 @@ class Bench {
     if (m == Method::kNcclUnfused) {
       const Nccl& nccl = Nccl::Get();
       nccl.Check(nccl.AllReduce(d.input[set], d.reduced[set], static_cast<size_t>(t * h),
-                                o_.dtype == DType::kBFloat16 ? ncclBfloat16 : ncclFloat16, ncclSum, comms_[r], stream),
+                                o_.dtype == DType::BF16 ? ncclBfloat16 : ncclFloat16, ncclSum, comms_[r], stream),
                  "ncclAllReduce");
       norm_input = d.reduced[set];
     }

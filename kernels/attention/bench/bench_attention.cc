@@ -29,12 +29,10 @@ using namespace fxfuse::attention;
     }                                                                                   \
   } while (0)
 
-constexpr int kPlanBF16 = 8;
-
 void* devRandom(size_t elems, unsigned seed) {
   void* p = nullptr;
   CK(cudaMalloc(&p, elems * 2));
-  CK(fxfuse::runtime::FillRandom(p, static_cast<int64_t>(elems), kPlanBF16, seed, nullptr));
+  CK(fxfuse::runtime::FillRandom(p, static_cast<int64_t>(elems), fxfuse::DType::BF16, seed, nullptr));
   return p;
 }
 
@@ -141,7 +139,7 @@ void prefill(int seqlen, bool causal, int reps) {
   p.causal = causal;
   PrefillParams p8 = p;
   p8.out = out8;
-  p8.out_dtype = DType::kF8E4M3;
+  p8.out_dtype = DType::F8E4M3FN;
   p8.out_scale = scale;
   const auto ms = medianPairMs([&] { CK(LaunchPrefill(p, nullptr)); }, [&] { CK(LaunchPrefill(p8, nullptr)); }, 3, reps);
   const double flops = 4.0 * batch * hq * double(seqlen) * seqlen * E * (causal ? 0.5 : 1.0);
@@ -191,7 +189,7 @@ void decode(int batch, int ctx, bool fp8, int reps) {
   p.max_context_len = ctx;
   p.softmax_scale = 0.08838834764831845f;
   p.causal = true;
-  p.out_dtype = fp8 ? DType::kF8E4M3 : DType::kBF16;
+  p.out_dtype = fp8 ? DType::F8E4M3FN : DType::BF16;
   p.out_scale = fp8 ? scale : nullptr;
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));

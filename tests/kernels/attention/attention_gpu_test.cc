@@ -61,8 +61,8 @@ struct D16Tensor {
     std::vector<uint16_t> bits(n);
     for (size_t i = 0; i < n; ++i) {
       const float x = nd(rng);
-      bits[i] = dt == DType::kBF16 ? nref::FloatToBFloat16Bits(x) : nref::FloatToHalfBits(x);
-      host[i] = dt == DType::kBF16 ? nref::BFloat16BitsToFloat(bits[i]) : nref::HalfBitsToFloat(bits[i]);
+      bits[i] = dt == DType::BF16 ? nref::FloatToBFloat16Bits(x) : nref::FloatToHalfBits(x);
+      host[i] = dt == DType::BF16 ? nref::BFloat16BitsToFloat(bits[i]) : nref::HalfBitsToFloat(bits[i]);
     }
     CUDA_REQUIRE(cudaMemcpy(dev.p, bits.data(), n * 2, cudaMemcpyHostToDevice));
   }
@@ -93,7 +93,7 @@ void compareOutput(const DevBuf& out, size_t out_elems, DType in_dt, bool fp8, f
       } else {
         uint16_t b;
         std::memcpy(&b, &raw[idx * 2], 2);
-        got = in_dt == DType::kBF16 ? nref::BFloat16BitsToFloat(b) : nref::HalfBitsToFloat(b);
+        got = in_dt == DType::BF16 ? nref::BFloat16BitsToFloat(b) : nref::HalfBitsToFloat(b);
       }
       bool ok;
       if (fp8) {
@@ -111,7 +111,7 @@ void compareOutput(const DevBuf& out, size_t out_elems, DType in_dt, bool fp8, f
         err2 += (got - expect) * (got - expect);
         ref2 += expect * expect;
       } else {
-        const double tol = in_dt == DType::kBF16 ? 0.02 + 0.02 * std::fabs(want) : 0.005 + 0.005 * std::fabs(want);
+        const double tol = in_dt == DType::BF16 ? 0.02 + 0.02 * std::fabs(want) : 0.005 + 0.005 * std::fabs(want);
         ok = std::isfinite(got) && std::fabs(got - want) <= tol;
         err2 += (got - want) * (got - want);
         ref2 += want * want;
@@ -122,7 +122,7 @@ void compareOutput(const DevBuf& out, size_t out_elems, DType in_dt, bool fp8, f
   const double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
   INFO(what << ": " << bad << " bad elements" << first.str() << "; rel L2 " << rel << "; saturated " << saturated);
   CHECK(bad == 0);
-  CHECK(rel < (fp8 ? 4e-2 : in_dt == DType::kBF16 ? 1e-2 : 3e-3));
+  CHECK(rel < (fp8 ? 4e-2 : in_dt == DType::BF16 ? 1e-2 : 3e-3));
 }
 
 // ------------------------------------------------------------------------------- prefill
@@ -130,7 +130,7 @@ void compareOutput(const DevBuf& out, size_t out_elems, DType in_dt, bool fp8, f
 enum class Layout { kBSHD, kBHSD, kVarlen };
 
 struct PrefillCase {
-  DType dt = DType::kBF16;
+  DType dt = DType::BF16;
   Layout layout = Layout::kBSHD;
   int hq = 8, hk = 8, E = 128;
   std::vector<int> sq, sk;  // per sequence (dense: all equal)
@@ -140,7 +140,7 @@ struct PrefillCase {
 
 std::string describe(const PrefillCase& c) {
   std::ostringstream s;
-  s << (c.dt == DType::kBF16 ? "bf16" : "fp16") << " layout " << static_cast<int>(c.layout) << " hq " << c.hq << " hk "
+  s << (c.dt == DType::BF16 ? "bf16" : "fp16") << " layout " << static_cast<int>(c.layout) << " hq " << c.hq << " hk "
     << c.hk << " E " << c.E << " sq";
   for (int x : c.sq) s << " " << x;
   s << " sk";
@@ -211,7 +211,7 @@ void runPrefill(const PrefillCase& c) {
   p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
   p.causal = c.causal;
   p.causal_bottom_right = c.bottom_right;
-  p.out_dtype = c.fp8 ? DType::kF8E4M3 : c.dt;
+  p.out_dtype = c.fp8 ? DType::F8E4M3FN : c.dt;
   p.out_scale = c.fp8 ? static_cast<const float*>(d_scale.p) : nullptr;
   INFO("check: " << fxfuse::attention::CheckPrefill(p));
   REQUIRE(fxfuse::attention::CheckPrefill(p).empty());
@@ -269,7 +269,7 @@ TEST_CASE("prefill: dense, GQA 1/4/8, head 64/128, odd lengths, causal and not")
 TEST_CASE("prefill: fp16 inputs") {
   for (bool causal : {false, true}) {
     PrefillCase c;
-    c.dt = DType::kF16;
+    c.dt = DType::F16;
     c.hq = 8;
     c.hk = 2;
     c.E = 128;
@@ -323,7 +323,7 @@ TEST_CASE("prefill: FP8 output, in range and saturated") {
 // -------------------------------------------------------------------------------- decode
 
 struct DecodeCase {
-  DType dt = DType::kBF16;
+  DType dt = DType::BF16;
   int hq = 32, hk = 8, E = 128, nq = 1;
   std::vector<int> ctx;
   bool paged = false;
@@ -398,7 +398,7 @@ void runDecode(const DecodeCase& c) {
   p.max_context_len = max_ctx;
   p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
   p.causal = c.causal;
-  p.out_dtype = c.fp8 ? DType::kF8E4M3 : c.dt;
+  p.out_dtype = c.fp8 ? DType::F8E4M3FN : c.dt;
   p.out_scale = c.fp8 ? static_cast<const float*>(d_scale.p) : nullptr;
   p.num_splits = c.splits;
   int dev = 0, sms = 0;
@@ -485,10 +485,10 @@ TEST_CASE("decode: paged cache, several query tokens, causal among them") {
 
 TEST_CASE("decode: fp16 and FP8 output with saturation") {
   DecodeCase c;
-  c.dt = DType::kF16;
+  c.dt = DType::F16;
   c.ctx = {513, 3000};
   runDecode(c);
-  c.dt = DType::kBF16;
+  c.dt = DType::BF16;
   c.fp8 = true;
   c.out_scale = 0.005f;
   for (int splits : {1, 0}) {

@@ -63,12 +63,12 @@ TEST_CASE("CheckPrefill accepts a GQA bf16 problem and names each rejection") {
   p.k_stride[2] = 130;
   CHECK(CheckPrefill(p).find("k stride 130") != std::string::npos);
   p = goodPrefill();
-  p.out_dtype = DType::kF8E4M3;
+  p.out_dtype = DType::F8E4M3FN;
   CHECK(CheckPrefill(p).find("out_scale") != std::string::npos);
   p.out_scale = reinterpret_cast<const float*>(g_buf);
   CHECK(CheckPrefill(p) == "");
   p = goodPrefill();
-  p.out_dtype = DType::kF16;
+  p.out_dtype = DType::F16;
   CHECK(CheckPrefill(p).find("differs") != std::string::npos);
   p = goodPrefill();
   p.cu_seqlens_q = reinterpret_cast<const int*>(g_buf);
