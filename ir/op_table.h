@@ -18,6 +18,9 @@ struct FxfuseOpInfo {
   FxfuseOpKind kind;
   std::string_view schema;                   // "fxfuse::name(...) -> ..." (torch schema syntax)
   std::vector<std::string_view> fused_from;  // canonical ops a fused op replaces; empty for canonical ops
+  // Made only by an opt-in pass (paged_attention: `--kv-cache`): the counters list it only
+  // when a graph has it, so compiles without the option report what they always did.
+  bool opt_in = false;
 };
 
 // Every row, canonical ops first, in a stable order (counters and reports list them in it).

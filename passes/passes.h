@@ -21,5 +21,7 @@ std::unique_ptr<Pass> createCanonicalizeActivationPass();
 std::unique_ptr<Pass> createDcePass();
 std::unique_ptr<Pass> createCsePass();
 std::unique_ptr<Pass> createCleanupPass();
+// serve/kv_cache.cc: opt-in (CompileOptions::kv_cache_dtype), after the fusions.
+std::unique_ptr<Pass> createKvCachePass();
 
 }  // namespace fxfuse::passes

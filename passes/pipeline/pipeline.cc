@@ -43,17 +43,24 @@ const std::vector<std::string>& defaultPipeline() {
   return kDefault;
 }
 
+std::vector<std::string> defaultPipelineFor(const CompileOptions& opts) {
+  std::vector<std::string> names = defaultPipeline();
+  if (!opts.kv_cache_dtype.empty()) names.insert(names.end() - 1, "kv-cache");
+  return names;
+}
+
 namespace {
 
-// Zero counts for every op of one kind of the op table, then one per node of that op.
+// Zero counts for every op of one kind of the op table (opt-in ops only when present), then
+// one per node of that op.
 std::map<std::string, int64_t> countOps(const ir::Graph& g, ir::FxfuseOpKind kind) {
   std::map<std::string, int64_t> out;
   for (const auto& op : ir::fxfuseOps())
-    if (op.kind == kind) out[std::string(op.name)] = 0;
+    if (op.kind == kind && !op.opt_in) out[std::string(op.name)] = 0;
   for (const auto& np : g.nodes()) {
     if (np->kind != ir::NodeKind::Fxfuse) continue;
-    auto it = out.find(fxfuseName(np->target));
-    if (it != out.end()) ++it->second;
+    const ir::FxfuseOpInfo* op = ir::findFxfuseOp(np->target);
+    if (op && op->kind == kind) ++out[std::string(op->name)];
   }
   return out;
 }
@@ -72,7 +79,7 @@ std::map<std::string, int64_t> countFusedOps(const ir::Graph& g) { return countO
 CompileResult compileModule(ir::Module& m, const CompileOptions& opts) {
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
-  const auto& names = opts.passes.empty() ? defaultPipeline() : opts.passes;
+  const std::vector<std::string> names = opts.passes.empty() ? defaultPipelineFor(opts) : opts.passes;
   std::vector<const PassInfo*> infos;
   for (const auto& n : names) {
     const PassInfo* p = findPass(n);

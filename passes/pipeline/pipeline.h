@@ -50,6 +50,9 @@ struct CompileResult {
 
 // The default pass order.
 const std::vector<std::string>& defaultPipeline();
+// The pipeline a compile with `opts` runs when it names no passes: the default, plus the
+// opt-in passes its options turn on (`kv-cache` after the fusions, before cleanup).
+std::vector<std::string> defaultPipelineFor(const CompileOptions& opts);
 
 // Runs the pipeline on the module's entry graph (and every nested graph). Throws FxError
 // on an unknown pass name and on a verifier failure (naming the pass).

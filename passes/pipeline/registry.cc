@@ -21,6 +21,7 @@ const std::vector<PassInfo>& allPasses() {
         passes::createDcePass,
         passes::createCsePass,
         passes::createCleanupPass,
+        passes::createKvCachePass,
     };
     for (auto f : factories) {
       auto p = f();

@@ -20,6 +20,11 @@ struct CompileOptions {
   // All-reduce fusion size cap in bytes per world size (T * H * element size must fit).
   // Defaults: vLLM's SM90 table {2: 64 MiB, 4: 2 MiB, 8: 1 MiB}.
   std::map<int, int64_t> allreduce_max_bytes = defaultAllReduceMaxBytes();
+  // The kv-cache pass (off when empty): the paged KV cache's dtype, "bf16" / "f16" (the
+  // model dtype) or "fp8" (float8_e4m3fn with per-layer k/v scales), and its block size.
+  std::string kv_cache_dtype;
+  int64_t kv_block_size = kDefaultKvBlockSize;
+  static constexpr int64_t kDefaultKvBlockSize = 16;
   // Only fuse RMSNorms with eps 1e-5 or 1e-6 (what vLLM registers patterns for).
   bool vllm_eps_only = false;
   // Run the verifier after every pass (tests, debug). Defaults to on in debug builds.

@@ -69,6 +69,8 @@ struct CommonFlags {
   int world_size = kDefaultWorldSize;
   bool vllm_eps_only = false;
   bool verify_each = false;
+  std::string kv_cache;
+  int64_t kv_block_size = compiler::CompileOptions::kDefaultKvBlockSize;
 
   void add(CLI::App* cmd, bool input_required) {
     auto* in = cmd->add_option("input", input, "input graph (.pt2, .json, .pb, .fxg, FX text)");
@@ -83,6 +85,7 @@ struct CommonFlags {
     cmd->add_option("--const", consts,
                     "value of a lifted scalar input (0-d CPU tensor), e.g. --const arg3_1=448.0 (repeatable)");
     cmd->add_flag("--vllm-eps-only", vllm_eps_only, "fuse only RMSNorms with eps 1e-5 or 1e-6 (vLLM's patterns)");
+    addKvCacheFlags(cmd, kv_cache, kv_block_size);
     cmd->add_flag("--verify-each", verify_each,
                   "run the IR verifier after every pass and check each pass's changed flag");
   }
@@ -93,6 +96,8 @@ struct CommonFlags {
     o.disabled = splitCommas(disabled);
     o.world_size = world_size;
     o.vllm_eps_only = vllm_eps_only;
+    o.kv_cache_dtype = kv_cache;
+    o.kv_block_size = kv_block_size;
     if (verify_each) o.verify_each_pass = o.check_change_flags = true;
     for (const auto& c : ar_caps) {
       auto eq = c.find('=');

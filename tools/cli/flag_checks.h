@@ -34,4 +34,14 @@ inline CLI::Validator FiniteRange(double lo, double hi) {
 // --world-size on every subcommand: 1..kMaxWorldSize.
 inline CLI::Validator WorldSizeRange() { return CLI::Range(1, kMaxWorldSize); }
 
+// --kv-cache=DTYPE and --kv-block-size=N (the kv-cache pass; compile, explain, verify).
+inline void addKvCacheFlags(CLI::App* cmd, std::string& dtype, int64_t& block_size) {
+  cmd->add_option("--kv-cache", dtype,
+                  "serve vLLM attention from a paged KV cache of this dtype: bf16/f16 (the model dtype) or fp8 "
+                  "(the kv-cache pass; off by default)")
+      ->check(CLI::IsMember({"bf16", "f16", "fp8"}));
+  cmd->add_option("--kv-block-size", block_size, "tokens per KV-cache block (default 16)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+}
+
 }  // namespace fxfuse::cli

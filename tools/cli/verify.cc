@@ -48,6 +48,9 @@ struct VerifyArgs {
   std::string graph;
   bool quiet = false;
   std::string save_compiled;
+  std::string kv_cache;
+  int64_t kv_block_size = compiler::CompileOptions::kDefaultKvBlockSize;
+  interp::KvBatchOptions kv_batch;
 };
 
 std::vector<std::string> splitCommas(const std::vector<std::string>& in) {
@@ -154,6 +157,7 @@ bool verifyGraph(const VerifyArgs& va, ir::Module& ref, ir::Module& got, const s
   io.graph = graph;
   io.numerics.allreduce_norm_single_rounding = va.allreduce_single_rounding;
   io.numerics.attention_quant_skips_rounding = va.attn_quant_skip_rounding;
+  io.kv = va.kv_batch;
   interp::Interpreter ia(ref, io);
   progress::stage(fmt::format("@{}: making inputs", graph));
   auto ti0 = std::chrono::steady_clock::now();
@@ -176,6 +180,7 @@ bool verifyGraph(const VerifyArgs& va, ir::Module& ref, ir::Module& got, const s
     std::string b;
     for (const auto& [k, v] : ia.bindings()) b += fmt::format("{}{}={} ({})", b.empty() ? "" : ", ", k, v, ia.bindingSource(k));
     std::printf("  symbols: %s\n", b.empty() ? "none" : b.c_str());
+    if (ia.kvPlan()) std::printf("  kv batch: %s\n", ia.kvPlan()->describe().c_str());
     if (va.verbose) {
       const auto& notes = ia.inputNotes();
       for (size_t i = 0; i < notes.size() && i < ia.entry().inputs().size(); ++i)
@@ -239,6 +244,17 @@ bool verifyGraph(const VerifyArgs& va, ir::Module& ref, ir::Module& got, const s
   return all_pass;
 }
 
+// With --kv-cache the compiled graph reads a paged cache and new batch inputs, which the
+// input lacks: the reference becomes the input with the same passes minus the fusions (so
+// it has the same paged attention and inputs, and the fusions are still checked).
+void compileKvReference(ir::Module& ref, const compiler::CompileOptions& co) {
+  compiler::CompileOptions rco = co;
+  rco.passes.clear();
+  for (const auto& p : co.passes.empty() ? compiler::defaultPipelineFor(co) : co.passes)
+    if (p.size() < 7 || p.compare(p.size() - 7, 7, "-fusion") != 0) rco.passes.push_back(p);
+  compiler::compileModule(ref, rco);
+}
+
 int runVerify(const VerifyArgs& va) {
   auto t0 = std::chrono::steady_clock::now();
   // Keep freed tensor memory in the heap: the interpreter allocates and drops large
@@ -264,6 +280,9 @@ int runVerify(const VerifyArgs& va) {
     co.passes = splitCommas(va.passes);
     co.disabled = splitCommas(va.disabled);
     co.world_size = va.world_size;
+    co.kv_cache_dtype = va.kv_cache;
+    co.kv_block_size = va.kv_block_size;
+    if (!co.kv_cache_dtype.empty()) compileKvReference(*ref, co);
     auto c0 = std::chrono::steady_clock::now();
     progress::stage("compiling");
     cres = compiler::compileModule(*got, co);
@@ -282,6 +301,8 @@ int runVerify(const VerifyArgs& va) {
         if (v) f += fmt::format("{}{}={}", f.empty() ? "" : ", ", k, v);
       std::printf("  compile: %zu -> %zu nodes in %.1f ms; fusions: %s\n", cres.nodes_before, cres.nodes_after,
                   compile_ms, f.empty() ? "none" : f.c_str());
+      if (!va.kv_cache.empty())
+        std::printf("  reference: the input compiled with --kv-cache=%s and no fusion passes\n", va.kv_cache.c_str());
     }
   }
   std::vector<std::string> graphs;
@@ -354,6 +375,15 @@ void registerVerify(CLI::App& app, int& exit_code) {
                 "fxfuse.all_reduce_rms_norm*: FlashInfer's single rounding instead of the canonical composition");
   cmd->add_flag("--attn-quant-skip-rounding", va->attn_quant_skip_rounding,
                 "fxfuse.attention_quant: quantize the f32 accumulator (vLLM's Triton epilogue)");
+  addKvCacheFlags(cmd, va->kv_cache, va->kv_block_size);
+  cmd->add_option("--kv-batch", va->kv_batch.batch, "paged attention: sequences in the batch (default 4, at most T)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--kv-context", va->kv_batch.context,
+                  "paged attention: context length of every sequence (default: varied decode contexts)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--kv-query-len", va->kv_batch.query_len,
+                  "paged attention: query tokens of every sequence (default: decode rows of 1 and one prefill)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--graph", va->graph, "verify this graph of the module (default: the first)");
   cmd->add_flag("--all-graphs", va->all_graphs, "verify every top-level graph of the module (golden test files)");
   cmd->add_option("--save-compiled", va->save_compiled, "write the compiled graph to this file");

@@ -73,13 +73,13 @@ uint64_t hashName(const std::string& s) {
   return h;
 }
 
-enum class Role { Activation, Ids, Positions, Index, Scale, Cache, Mask, MatWeight, NormWeight, Bias, Ones };
+enum class Role { Activation, Ids, Positions, Index, Scale, Cache, Mask, MatWeight, NormWeight, Bias, Ones, KvMetadata };
 
 struct RoleInfo {
   Role role = Role::Activation;
   int64_t bound = 0;     // exclusive upper bound for integer roles
   int64_t fan_in = 0;    // for MatWeight
-  std::string why;
+  std::string why;       // for KvMetadata: the paged_attention argument it feeds
 };
 
 bool isTransparent(const std::string& target) {
@@ -115,7 +115,7 @@ RoleInfo roleOf(const Interpreter& in, const ir::GraphInput& gi) {
   std::unordered_set<const ir::Value*> seen;
   static const std::unordered_set<std::string> kScaleArgs = {
       "scale", "scale_a", "scale_b", "output_scale", "a_scales", "b_scales", "scale_ub", "scale_factor",
-      "input_scale", "weight_scale", "scale_result",
+      "input_scale", "weight_scale", "scale_result", "k_scale", "v_scale",
   };
   // Integer inputs that index several tensors (token ids feeding two embeddings, an index
   // into a gather and a scatter) must be valid for all of them: the smallest bound wins.
@@ -151,6 +151,9 @@ RoleInfo roleOf(const Interpreter& in, const ir::GraphInput& gi) {
         note({Role::Positions, dimOf(in, u->input("cos_sin_cache", 4), 0), 0, "positions of " + u->name});
         continue;
       }
+      if (t.rfind("fxfuse.paged_attention", 0) == 0)
+        for (const char* arg : {"slot_mapping", "block_table", "seq_lens", "query_start_loc"})
+          if (argIs(arg, -1)) return {Role::KvMetadata, 0, 0, arg};
       if (t.rfind("_C.rotary_embedding", 0) == 0 && argIs("cos_sin_cache", 4)) {
         return {Role::Cache, 0, 0, "rotary cache of " + u->name};
       }
@@ -270,6 +273,8 @@ Tensor randomTensor(Tensor t, const RoleInfo& role, Rng& rng) {
       }
       break;
     }
+    case Role::KvMetadata:
+      fail("internal: paged-attention metadata is written from the batch plan");
     case Role::Ones:
       for (int64_t i = 0; i < n; ++i) d[i] = 1.0;
       break;
@@ -416,6 +421,12 @@ std::vector<RValue> Interpreter::makeInputs(uint64_t seed) {
       }
     }
     RoleInfo role = roleOf(*this, gi);
+    if (role.role == Role::KvMetadata) {
+      if (!kv_plan_) fail("{}: paged-attention metadata but no serving batch was planned", ctx);
+      out.push_back(RValue::ofTensor(kvMetadataTensor(*kv_plan_, role.why, shape, dt)));
+      input_notes_.push_back(fmt::format("kv metadata ({} of paged attention, the kv batch above)", role.why));
+      continue;
+    }
     uint64_t rank_mix = role.role == Role::Activation ? static_cast<uint64_t>(options_.rank) * 0x9E3779B97F4A7C15ull : 0;
     Rng rng(seed ^ hashName(v->name.empty() ? gi.target : v->name) ^ rank_mix);
     // Keep the declared strides when they describe a dense layout (a transposed weight).
@@ -435,7 +446,8 @@ std::vector<RValue> Interpreter::makeInputs(uint64_t seed) {
     }
     t = randomTensor(t, role, rng);
     static const char* kRoleNames[] = {"activation", "token ids", "positions", "index", "scale", "rotary cache",
-                                       "mask", "matrix weight", "norm weight", "bias", "ones"};
+                                       "mask", "matrix weight", "norm weight", "bias", "ones",
+                                       "kv metadata"};
     std::string note = kRoleNames[static_cast<int>(role.role)];
     if (role.bound > 0) note += fmt::format(" in [0, {})", role.bound);
     if (!role.why.empty()) note += " (" + role.why + ")";

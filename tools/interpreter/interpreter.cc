@@ -199,6 +199,7 @@ OpTable& OpTable::get() {
     registerLinalgOps(*t);
     registerVllmOps(*t);
     registerFxfuseOps(*t);
+    registerPagedAttentionOps(*t);
     registerComplexOps(*t);
     return t;
   }();
@@ -496,6 +497,7 @@ void Interpreter::bindSymbols() {
     env_[name] = v;
     env_source_[name] = "default";
   }
+  planKvBatch();
   ir::checkGuards(module_.guards, env_, "symbol binding");
 }
 

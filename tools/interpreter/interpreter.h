@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tools/interpreter/kv_batch.h"
 #include "tools/interpreter/value.h"
 #include "ir/graph.h"
 #include "ir/op_schema.h"
@@ -56,6 +57,8 @@ struct Options {
   uint64_t seed = 0;
   std::string graph;                    // the graph to run (default: the module's first)
   NumericsOptions numerics;
+  // The serving batch of graphs with fxfuse.paged_attention (kv_batch.h).
+  KvBatchOptions kv;
   // Called with each node output the interpreter computed, before later nodes read it; may
   // replace the value (`fxfuse run --compare-cpu` substitutes the GPU's value to check every
   // node on the GPU's own inputs).
@@ -149,6 +152,8 @@ class Interpreter {
   std::vector<RValue> makeInputs(uint64_t seed);
   // One line per input of the last makeInputs(): its role or where it came from.
   const std::vector<std::string>& inputNotes() const { return input_notes_; }
+  // The serving batch makeInputs() writes (graphs with fxfuse.paged_attention), else null.
+  const KvBatchPlan* kvPlan() const { return kv_plan_ ? &*kv_plan_ : nullptr; }
   // Runs a graph (default: entry) on inputs; inputs the graph mutates are deep-copied
   // first, so runs never see each other's writes.
   std::vector<RValue> run(const std::vector<RValue>& inputs, const ir::Graph* graph = nullptr);
@@ -164,6 +169,8 @@ class Interpreter {
 
  private:
   void bindSymbols();
+  // Binds the batch symbols of a paged-attention graph to a consistent batch (kv_batch.cc).
+  void planKvBatch();
   // A dimension equality the graph implies (broadcasting, matrix contraction).
   struct ShapeEquation {
     ir::SymExpr a, b;
@@ -185,6 +192,7 @@ class Interpreter {
   std::map<std::string, ir::OpSchema, std::less<>> schema_cache_;
   RunStats stats_;
   std::vector<std::string> input_notes_;
+  std::optional<KvBatchPlan> kv_plan_;
   std::vector<std::string> warnings_;
 };
 
@@ -202,5 +210,6 @@ void registerFactoryOps(OpTable& t);
 void registerLinalgOps(OpTable& t);
 void registerVllmOps(OpTable& t);
 void registerFxfuseOps(OpTable& t);
+void registerPagedAttentionOps(OpTable& t);  // ops_paged_attention.cc
 
 }  // namespace fxfuse::interp
