@@ -14,6 +14,7 @@ Output dtypes ("natural" dtypes) follow fixed rules that ir/pt2_writer.cc relies
   silu_and_mul          promote(input.dtype, up.dtype)
   attention             query.dtype (layout 'vllm': shaped like query)
   all_reduce            input.dtype (one rank: a copy)
+  paged_attention       out = query.dtype, or float8_e4m3fn with output_scale; the caches' dtypes
   *_quant fused ops     q = float8_e4m3fn; residual_out and scale_out as the parts
 
 No output aliases an input (torch.library ops must not return views of their inputs).
@@ -127,6 +128,53 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None, en
     return out.squeeze(0).transpose(0, 1).reshape(query.shape[:-1] + (-1,) if query.dim() == 3 else (t, -1))
 
 
+def _is_fake(t):
+    fake = getattr(getattr(torch, "_subclasses", None), "FakeTensor", None)
+    return t.device.type == "meta" or (fake is not None and isinstance(t, fake))
+
+
+def paged_attention(query, key, value, key_cache, value_cache, slot_mapping, block_table, seq_lens,
+                    query_start_loc, k_scale=None, v_scale=None, output_scale=None, scale=None, layer_name=""):
+    """vLLM's attention over a paged KV cache (docs/canonical-ops.md): writes this step's keys
+    and values at their slots, then attends each sequence's queries over its cached context."""
+    t, hk, e = key.shape
+    out_dtype = _fp8_dtype() if output_scale is not None else query.dtype
+    if _is_fake(query):  # shapes only: the metadata's values are unknown
+        return (torch.empty(query.shape, dtype=out_dtype, device=query.device), torch.empty_like(key_cache),
+                torch.empty_like(value_cache))
+    fp8 = key_cache.dtype == _fp8_dtype()
+    kc, vc = key_cache.clone(), value_cache.clone()
+    bs = kc.shape[1]
+    slots = slot_mapping.tolist()
+    for i, s in enumerate(slots):
+        if s < 0:
+            continue
+        for cache, src, sc in ((kc, key, k_scale), (vc, value, v_scale)):
+            x = src[i].float()
+            cache[s // bs, s % bs] = (x / sc.float()).clamp(-FP8_MAX, FP8_MAX).to(cache.dtype) if fp8 else src[i]
+    q = query.reshape(t, -1, e)
+    out = torch.zeros(q.shape, dtype=torch.float32, device=query.device)
+    qsl, lens, table = query_start_loc.tolist(), seq_lens.tolist(), block_table.tolist()
+    for b, ctx in enumerate(lens):
+        qs, qe = qsl[b], qsl[b + 1]
+        if qe == qs:
+            continue
+        rows = [table[b][j // bs] * bs + j % bs for j in range(ctx)]
+        flat = lambda c: c.reshape(-1, hk, e)[rows].float()
+        k, v = flat(kc), flat(vc)
+        if fp8:
+            k, v = k * k_scale.float(), v * v_scale.float()
+        ql = qe - qs
+        keep = torch.ones(ql, ctx, dtype=torch.bool, device=query.device).tril(ctx - ql)
+        o = F.scaled_dot_product_attention(q[qs:qe].float().transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                           attn_mask=keep, scale=scale, enable_gqa=q.shape[1] != hk)
+        out[qs:qe] = o.transpose(0, 1)
+    out = out.to(query.dtype).reshape(query.shape)
+    if output_scale is not None:
+        out = quant_fp8(out, output_scale, "static_tensor")[0]
+    return out, kc, vc
+
+
 def all_reduce(input, group_name="", reduce_op="sum"):
     # One rank (the CPU interpreter's semantics): the sum over one rank is the input.
     return input.clone()
@@ -188,6 +236,7 @@ IMPLEMENTATIONS = {
     "silu_and_mul": silu_and_mul,
     "attention": attention,
     "all_reduce": all_reduce,
+    "paged_attention": paged_attention,
     "rms_norm_quant": rms_norm_quant,
     "fused_add_rms_norm_quant": fused_add_rms_norm_quant,
     "silu_and_mul_quant": silu_and_mul_quant,
