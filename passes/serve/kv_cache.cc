@@ -44,7 +44,7 @@ struct BatchMetadata {
 struct AttentionSite {
   ir::Node* node = nullptr;
   bool quant = false;
-  ir::DType model_dtype = ir::DType::Undefined;
+  ir::DType model_dtype = ir::DType::DTYPE_UNSPECIFIED;
   ir::SymExpr tokens, kv_heads, head_size;
   std::string layer;
   // Token counts the graph does not prove equal to `tokens` (FX text gives query, key and

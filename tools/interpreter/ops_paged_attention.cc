@@ -139,7 +139,7 @@ Tensor gatherContext(const Cache& cache, const PagedBatch& b, int64_t s, int64_t
 
 // Bottom-right aligned causal keep-mask [ql, ctx]: query i sits at position ctx - ql + i.
 Tensor causalMask(int64_t ql, int64_t ctx) {
-  Tensor m = Tensor::uninitialized({ql, ctx}, DType::Bool);
+  Tensor m = Tensor::uninitialized({ql, ctx}, DType::BOOL);
   for (int64_t i = 0; i < ql; ++i)
     for (int64_t j = 0; j < ctx; ++j) m.base()[i * ctx + j] = j <= ctx - ql + i ? 1.0 : 0.0;
   return m;
