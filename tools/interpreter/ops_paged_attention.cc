@@ -104,7 +104,7 @@ Cache readCache(const Call& c, const char* name, const char* scale_name, const T
       fail("paged_attention: an FP8 {} needs a one-element {}", name, scale_name);
     k.scale = roundF32(s->item());
   } else if (t.dtype != src.dtype) {
-    fail("paged_attention: {} {} is neither the model dtype {} nor f8e4m3fn", name, t.describe(), dtypeName(src.dtype));
+    fail("paged_attention: {} {} is neither the model dtype {} nor f8e4m3fn", name, t.describe(), ir::dtypeName(src.dtype));
   }
   k.values = t.values();
   return k;
