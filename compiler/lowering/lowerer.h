@@ -3,7 +3,8 @@
 // A `Lowerer` walks one graph in order and turns each node into plan steps: views alias
 // memory (lowering.cc), elementwise and row ops join generated kernels (generated_rules.cc:
 // a table from op to rule), GEMMs go to cuBLASLt (matmul.cc), attention to our kernels
-// (attention.cc), canonical and fused fxfuse ops to their kernels (fxfuse_ops.cc).
+// (attention.cc), paged KV-cache attention to the paged steps (paged_attention.cc), canonical
+// and fused fxfuse ops to their kernels (fxfuse_ops.cc).
 #pragma once
 
 #include "compiler/lowering/lowering.h"
@@ -612,6 +613,11 @@ class Lowerer {
   void batchOperands(Node& n, int& ta, TRef& A, int& tb, TRef& B);
   struct MatmulLowering;  // matmul.cc: one GEMM's operands, cuBLASLt step and epilogue
   attention::AttentionShapeFacts attentionFacts(int q4, int k4, int v4, int o4, bool has_mask, bool fp8_out) const;
+  // paged_attention.cc: fxfuse.paged_attention -> rt.reshape_and_cache + rt.paged_attention.
+  void lowerPagedAttention(Node& n);
+  int tokenHeadView(const Node& n, int tref, const SymExpr& head_size, const std::string& what);
+  int inPlaceCache(const Node& n, const std::string& name, DType model_dtype);
+  int pagedMetadata(const Node& n, const std::string& name, DType dtype, size_t rank);
   bool lowerFxfuseLibrary(Node& n);
   struct FxfuseLibraryCall;  // fxfuse_ops.cc: one fxfuse op as a launch of a kernel of kernels/
   int inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr>& shape, DType dt, Value* res_out);

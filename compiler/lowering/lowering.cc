@@ -577,8 +577,7 @@ void Lowerer::lowerNode(Node& n) {
   if (t.rfind("fxfuse.", 0) == 0) {
     std::string name = t.substr(7, t.size() - 7 - 8);
     if (name == "attention" || name == "attention_quant") return lowerAttention(n);
-    if (name == "paged_attention")
-      unsupported(n, "paged KV-cache attention is not lowered yet (the runtime has no paged-attention step)");
+    if (name == "paged_attention") return lowerPagedAttention(n);
     if (name == "all_reduce") {
       if (opts_.world_size <= 1) {
         if (tryAlias(n)) return;

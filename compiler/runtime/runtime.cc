@@ -13,6 +13,7 @@
 #include "compiler/runtime/gemm_tune.h"
 #include "kernels/runtime/attention.h"
 #include "compiler/runtime/nvrtc_compile.h"
+#include "compiler/runtime/paged_steps.h"
 #include "ir/checked_math.h"
 #include "ir/proto_io.h"
 #include "ir/status.h"
@@ -469,8 +470,9 @@ struct Session::KernelArgs {
   std::map<std::string, const pb::KernelArg*> args;
 };
 
-// One KernelLaunch step: a generated kernel ("gen.*"), a kernel-library call ("lib.*") or the
-// runtime's attention ("rt.attention"), by the kernel's name.
+// One KernelLaunch step: a generated kernel ("gen.*"), a kernel-library call ("lib.*"), the
+// runtime's attention ("rt.attention") or its paged KV-cache steps ("rt.reshape_and_cache",
+// "rt.paged_attention"), by the kernel's name.
 std::function<void(cudaStream_t)> Session::prepareKernel(const pb::KernelLaunch& kl, const std::string& where,
                                                          std::vector<std::function<void()>>* cleanup) {
   const KernelArgs args(*this, kl, where);
@@ -482,6 +484,7 @@ std::function<void(cudaStream_t)> Session::prepareKernel(const pb::KernelLaunch&
   if (name == "lib.rms_norm_quant_fp8") return prepareRmsNormQuantFp8(args);
   if (name == "lib.silu_and_mul") return prepareSiluAndMul(args);
   if (name == "rt.attention") return prepareAttention(args, cleanup);
+  if (name == "rt.reshape_and_cache" || name == "rt.paged_attention") return preparePagedKernel(name, args);
   fail("{}: unknown kernel '{}'", where, name);
 }
 
@@ -673,6 +676,18 @@ std::function<void(cudaStream_t)> Session::prepareAttention(const KernelArgs& ar
   if (args.str("impl", "reference") == "sm90" && !force_ref) fast = sm90Attention(q, cleanup);
   if (fast) return [fast, where](cudaStream_t s) { check(fast(s), where); };
   return [q, where](cudaStream_t s) { check(LaunchAttention(q, s), where); };
+}
+
+// rt.reshape_and_cache / rt.paged_attention: the paged KV-cache steps (paged_steps.h), their
+// tensor arguments by name.
+std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string& name, const KernelArgs& args) {
+  PagedOperands t;
+  for (const auto& [arg, a] : args.args)
+    if (a->v_case() == pb::KernelArg::kTensor) t[arg] = args.tensor(arg);
+  if (name == "rt.reshape_and_cache") return prepareReshapeAndCacheStep(t, args.where);
+  std::optional<double> scale;
+  if (args.has("scale")) scale = args.real("scale", 0.0);
+  return preparePagedAttentionStep(t, scale, args.where);
 }
 
 // The cuBLASLt state of one matmul step: descriptors, layouts, the chosen algorithm, and the

@@ -144,6 +144,7 @@ class Session {
   static std::function<void(cudaStream_t)> prepareSiluAndMul(const KernelArgs& args);
   static std::function<void(cudaStream_t)> prepareAttention(const KernelArgs& args,
                                                             std::vector<std::function<void()>>* cleanup);
+  static std::function<void(cudaStream_t)> preparePagedKernel(const std::string& name, const KernelArgs& args);
   std::function<void(cudaStream_t)> prepareCopy(const fxfuse::plan::v1::Copy& c, const std::string& where) const;
   std::function<void(cudaStream_t)> prepareMemset(const fxfuse::plan::v1::Memset& m, const std::string& where) const;
   std::function<void(cudaStream_t)> prepareCollective(const fxfuse::plan::v1::Collective& c, const std::string& where);

@@ -37,11 +37,15 @@ TOTAL=$((10 + EXAMPLE_BUDGET + ncu_total))
 [[ ${SKIP_PARITY:-0} == 1 ]] || TOTAL=$((TOTAL + PARITY_BUDGET + 15))
 [[ ${SKIP_BENCH:-0} == 1 ]] || TOTAL=$((TOTAL + BENCH_BUDGET + MAX_AUTOTUNE_BUDGET))
 
+# GRAPH::FLAGS entries run with those compile flags (gpu_parity.sh): the vLLM attention
+# fixtures served from a paged KV cache (bf16 cache; FP8 cache with the FP8 output fusion).
+KV_GRAPHS=(tests/data/vllm/vllm_attn_quant_custom.post_grad.fxg.json::--kv-cache=bf16
+           tests/data/vllm/vllm_attn_quant_native.post_grad.fxg.json::--kv-cache=fp8)
 GRAPHS=(tests/plans/*.fxg tests/data/vllm/*.post_grad.fxg.json tests/data/hf/*.post_grad.fxg.json
-        tests/data/hf/*.core_aten.fxg.json tests/data/hf/*.train_ir.pt2)
+        tests/data/hf/*.core_aten.fxg.json tests/data/hf/*.train_ir.pt2 "${KV_GRAPHS[@]}")
 if [[ ${1:-} == --describe ]]; then
   n=0
-  for f in "${GRAPHS[@]}"; do [[ -e $f ]] && n=$((n + 1)); done
+  for f in "${GRAPHS[@]}"; do [[ -e ${f%%::*} ]] && n=$((n + 1)); done
   echo "parity: $n graphs x {fused, unfused}, $JOBS at a time, ${PARITY_TIMEOUT}s per run, budget ${PARITY_BUDGET}s$([[ ${SKIP_PARITY:-0} == 1 ]] && echo ' (skipped)')"
   echo "example: decoder_example 64, budget ${EXAMPLE_BUDGET}s"
   echo "ncu: T in {${NCU_TOKENS:-none}}, ${NCU_BUDGET}s each"

@@ -7,6 +7,9 @@
 # that every kernel is within one rounding step on its own inputs (docs/runtime.md "Parity").
 # A graph marked `// PARITY: refused` is a refusal test: it passes when the run exits 2 with
 # one "lowering:" line (the GPU path refuses it as the compiler does).
+# Compile flags of a run: a `// PARITY-FLAGS: --kv-cache=bf16` line in the graph, or a
+# `GRAPH::FLAGS` argument (`x.fxg.json::--kv-cache=fp8`: flags separated by spaces). With
+# --kv-cache, the unfused variant runs the kv-cache pass too (it adds the plan's inputs).
 # Runs JOBS at a time. Prints one line per run and "N passed, M failed, K skipped" last.
 # PARITY_DEADLINE (epoch seconds): runs that would start after it are skipped (SKIP, counted
 # as failures) and no run outlives it, so a time-boxed caller still gets every status line.
@@ -19,7 +22,7 @@ LOG=${LOG:-/dev/null}
 UNFUSED=functionalize,noop-elimination,complex-to-real,canonicalize-ops,canonicalize-norm,canonicalize-quant,canonicalize-activation,dce,cleanup
 runs=()
 for f in "$@"; do
-  case "$f" in
+  case "${f%%::*}" in
     *.fxg|*.fxg.json|*.core_aten.pt2|*.train_ir.pt2) runs+=("$f|fused" "$f|unfused") ;;
   esac
 done
@@ -27,9 +30,14 @@ set -- "${runs[@]}"
 tmp=$(mktemp -d)
 export FXFUSE tmp UNFUSED
 run_one() {
-  f="${1%|*}"; variant="${1#*|}"; key=$(echo "$1" | tr '/|' '__')
-  extra=()
-  [[ $variant == unfused ]] && extra=(--passes "$UNFUSED")
+  f="${1%|*}"; variant="${1##*|}"; key=$(echo "$1" | tr '/| =:' '_____')
+  flags=()
+  if [[ $f == *::* ]]; then read -ra flags <<< "${f#*::}"; f="${f%%::*}"
+  else read -ra flags <<< "$(sed -n 's|^// PARITY-FLAGS: *||p' "$f" 2>/dev/null | head -1)"; fi
+  unfused=$UNFUSED
+  [[ " ${flags[*]:-} " == *" --kv-cache="* ]] && unfused="${UNFUSED%,cleanup},kv-cache,cleanup"
+  extra=("${flags[@]}")
+  [[ $variant == unfused ]] && extra+=(--passes "$unfused")
   start=$(date +%s)
   limit=${PARITY_TIMEOUT:-120}
   if [[ -n ${PARITY_DEADLINE:-} ]]; then
@@ -52,7 +60,7 @@ export -f run_one
 printf '%s\n' "$@" | xargs -P "$JOBS" -I{} bash -c 'run_one "$@"' _ {}
 passed=0; failed=0; skipped=0
 for f in "$@"; do
-  key=$(echo "$f" | tr '/|' '__')
+  key=$(echo "$f" | tr '/| =:' '_____')
   cat "$tmp/$key.status" 2>/dev/null || echo "FAIL $f (no status)"
   { echo "===== $f"; cat "$tmp/$key.log" 2>/dev/null; } >> "$LOG"
   if grep -q '^PASS' "$tmp/$key.status"; then passed=$((passed + 1))

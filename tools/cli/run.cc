@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "tools/cli/kv_options.h"
 #include "tools/cli/node_check.h"
 #include "tools/cli/progress.h"
 #include "tools/cli/rank_link.h"
@@ -71,29 +72,48 @@ struct Loaded {
   lowering::LowerStats stats;
 };
 
+// The kv-cache options a plan was compiled with (its metadata, set by the paged-attention
+// lowering); empty kv_cache_dtype for other plans.
+compiler::CompileOptions kvOptionsOfPlan(const pb::Plan& plan, int world_size) {
+  compiler::CompileOptions co;
+  co.world_size = world_size;
+  auto dtype = plan.metadata().find("kv_cache"), block = plan.metadata().find("kv_block_size");
+  if (dtype == plan.metadata().end()) return co;
+  co.kv_cache_dtype = dtype->second;
+  if (block != plan.metadata().end()) co.kv_block_size = std::stoll(block->second);
+  return co;
+}
+
 // `consts`: --const NAME=VALUE for lifted scalar inputs (the graph's, or the plan's source graph's).
+// `kv`: --kv-cache/--kv-block-size for a graph input. The reference graph of a kv-cache plan or
+// graph is always made (its inputs are the plan's: compileKvReference), else only for `need_graph`.
 Loaded loadInput(const std::string& path, int world_size, bool need_graph, const std::vector<std::string>& passes = {},
-                 const std::vector<std::string>& consts = {}) {
+                 const std::vector<std::string>& consts = {}, const compiler::CompileOptions& kv = {}) {
   Loaded l;
   progress::stage("reading " + path);
   if (lowering::isPlanFile(path)) {
     l.plan = lowering::loadPlan(path);
-    if (need_graph) {
+    const compiler::CompileOptions kv_plan = kvOptionsOfPlan(l.plan, world_size);
+    if (need_graph || !kv_plan.kv_cache_dtype.empty()) {
       if (l.plan.source().empty()) fail("{}: the plan does not name its source graph; --compare-cpu needs it", path);
       l.graph = ir::loadModuleForCompute(l.plan.source());
       ir::applyConstFlags(*l.graph, consts);
+      if (!kv_plan.kv_cache_dtype.empty()) compileKvReference(*l.graph, kv_plan);
     }
     return l;
   }
   auto m = ir::loadModuleForCompute(path);
   ir::applyConstFlags(*m, consts);
-  if (need_graph) {  // reference: the graph as given, before any pass
-    l.graph = ir::loadModuleForCompute(path);
-    ir::applyConstFlags(*l.graph, consts);
-  }
   compiler::CompileOptions co;
   co.world_size = world_size;
   co.passes = passes;  // empty: the default pipeline
+  co.kv_cache_dtype = kv.kv_cache_dtype;
+  co.kv_block_size = kv.kv_block_size;
+  if (need_graph || !co.kv_cache_dtype.empty()) {  // reference: the graph as given, before any pass
+    l.graph = ir::loadModuleForCompute(path);
+    ir::applyConstFlags(*l.graph, consts);
+    if (!co.kv_cache_dtype.empty()) compileKvReference(*l.graph, co);
+  }
   progress::stage("compiling");
   compiler::compileModule(*m, co);
   progress::stage("lowering to a launch plan");
@@ -245,6 +265,30 @@ std::string describeMatmulSelection(const pb::Plan& plan) {
                      "the first candidate); `fxfuse bench` prints the choices\n", n);
 }
 
+// A kv-cache plan's batch metadata (slot_mapping, block_table, seq_lens, query_start_loc inputs)
+// as one consistent serving batch for the bound sizes, `run`'s default (decode rows and one
+// prefill, tools/interpreter/kv_batch.h): random metadata would index outside the caches.
+void setKvMetadata(const pb::Plan& plan, rt::Session& s, Inputs& owned, uint64_t seed) {
+  std::map<std::string, int> tensor_of;  // argument of the paged steps -> TensorRef
+  for (const auto& st : plan.steps())
+    if (st.has_kernel() && (st.kernel().kernel() == "rt.reshape_and_cache" || st.kernel().kernel() == "rt.paged_attention"))
+      for (const auto& a : st.kernel().args())
+        if (a.v_case() == pb::KernelArg::kTensor) tensor_of.emplace(a.name(), a.tensor());
+  if (!tensor_of.count("slot_mapping") || !tensor_of.count("block_table")) return;
+  const rt::DeviceTensor slots = s.tensor(tensor_of.at("slot_mapping")), table = s.tensor(tensor_of.at("block_table"));
+  const rt::DeviceTensor cache = s.tensor(tensor_of.at("key_cache"));
+  interp::KvBatchPlan kv = interp::planKvLengths(slots.shape[0], table.shape[0], cache.shape[1], {});
+  interp::placeKvBlocks(kv, cache.shape[0], table.shape[1], seed);
+  for (const char* arg : {"slot_mapping", "block_table", "seq_lens", "query_start_loc"}) {
+    const int tensor = tensor_of.count(arg) ? tensor_of.at(arg) : -1;
+    for (int i = 0; tensor >= 0 && i < plan.inputs_size(); ++i) {
+      if (plan.inputs(i).tensor() != tensor || plan.inputs(i).is_scalar() || plan.inputs(i).is_symint()) continue;
+      const rt::DeviceTensor layout = s.tensor(tensor);
+      s.setInput(static_cast<size_t>(i), upload(interp::kvMetadataTensor(kv, arg, layout.shape, layout.dtype), layout, owned.owned));
+    }
+  }
+}
+
 }  // namespace
 
 void registerRun(CLI::App& app, int& exit_code) {
@@ -259,6 +303,9 @@ void registerRun(CLI::App& app, int& exit_code) {
   static std::string save_outputs;
   static double rtol = -1, atol = -1, mismatch_frac = 0.001;
   static MultiGpuFlags mg;
+  static std::string kv_cache;
+  static int64_t kv_block_size = compiler::CompileOptions::kDefaultKvBlockSize;
+  static interp::KvBatchOptions kv_batch;
   cmd->add_option("input", input, "launch plan (binary or text) or graph (.pt2, .json, .pb, .fxg, FX text); recognized by content")->required();
   cmd->add_option("--input", input_files,
                   "NAME=FILE: graph input NAME from raw little-endian data of its dtype and shape, instead of "
@@ -284,13 +331,18 @@ void registerRun(CLI::App& app, int& exit_code) {
                 "graphs only, with --compare-cpu: also run the node-by-node check when the outputs match");
   cmd->add_flag("--strict", strict, "with --compare-cpu: the outputs must match; no node-by-node proof");
   cmd->add_flag("--no-gemm-tune", no_gemm_tune, "cuBLASLt's first heuristic algorithm for matmuls (no timing)");
+  addKvCacheFlags(cmd, kv_cache, kv_block_size);
+  addKvBatchFlags(cmd, kv_batch);
   addMultiGpuFlags(cmd, mg);
   cmd->callback([&exit_code] {
     // World size > 1: this process launches one rank per GPU and waits (multigpu.h).
     const int world = runWorldSize(input, lowering::isPlanFile(input), world_size);
     if (!describe && !cpu_only && launchRanks(mg, world, exit_code)) return;
     if (check_nodes && (lowering::isPlanFile(input) || !compare)) fail("--check-nodes needs a graph input and --compare-cpu");
-    Loaded l = loadInput(input, world_size, compare && !describe, passes, consts);
+    compiler::CompileOptions kv;
+    kv.kv_cache_dtype = kv_cache;
+    kv.kv_block_size = kv_block_size;
+    Loaded l = loadInput(input, world_size, compare && !describe, passes, consts, kv);
     if (describe) {
       progress::end();
       std::fputs(lowering::describePlan(l.plan).c_str(), stdout);
@@ -310,6 +362,7 @@ void registerRun(CLI::App& app, int& exit_code) {
     io.seed = seed;
     io.world_size = std::max(1, l.plan.world_size());
     io.rank = std::max(0, mg.rank);  // activations depend on the rank (lockstep.h)
+    io.kv = kv_batch;  // paged attention: the serving batch (both sides get the same metadata)
     interp::Interpreter in(*ref_module, io);
     progress::stage("making inputs");
     std::vector<interp::RValue> host_inputs = in.makeInputs(seed);
@@ -432,6 +485,8 @@ void registerRun(CLI::App& app, int& exit_code) {
       compiler::CompileOptions cop;
       cop.world_size = world_size;
       cop.passes = passes;
+      cop.kv_cache_dtype = kv_cache;
+      cop.kv_block_size = kv_block_size;
       auto run_plan = [&](const pb::Plan& plan) {
         auto p2 = rt::Program::fromPlan(plan, lo);
         rt::Session s2(*p2, comm.get());
@@ -489,13 +544,19 @@ void registerBench(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-graph", no_graph, "time plain run() launches instead of CUDA graph replays");
   cmd->add_flag("--no-gemm-tune", no_gemm_tune, "cuBLASLt's first heuristic algorithm for matmuls (no timing)");
   cmd->add_option("--json", json, "also write the result as JSON to this file");
+  static std::string kv_cache;
+  static int64_t kv_block_size = compiler::CompileOptions::kDefaultKvBlockSize;
+  addKvCacheFlags(cmd, kv_cache, kv_block_size);
   addMultiGpuFlags(cmd, mg);
   cmd->callback([&exit_code] {
     const int world = runWorldSize(input, lowering::isPlanFile(input), world_size);
     if (launchRanks(mg, world, exit_code)) return;
     requireDevice(device);
     std::unique_ptr<rt::Communicator> comm = rankCommunicator(mg, world);  // selects GPU `rank`
-    Loaded l = loadInput(input, world_size, false);
+    compiler::CompileOptions kv;
+    kv.kv_cache_dtype = kv_cache;
+    kv.kv_block_size = kv_block_size;
+    Loaded l = loadInput(input, world_size, false, {}, {}, kv);
     auto env = symbolValues(l.plan, parseBinds(binds));
     auto prog = rt::Program::fromPlan(l.plan);
     rt::Session s(*prog, comm.get());
@@ -519,6 +580,7 @@ void registerBench(CLI::App& app, int& exit_code) {
       cudaCheck(rt::FillRandom(d, span, t.dtype, 1234u + static_cast<unsigned>(i), nullptr), "filling an input");
       s.setInput(static_cast<size_t>(i), d);
     }
+    setKvMetadata(l.plan, s, owned, 1234u);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream), "creating a stream");
     for (int i = 0; i < warmup; ++i) s.run(stream);

@@ -24,6 +24,7 @@
 #include "ir/status.h"
 #include "ir/world_size.h"
 #include "tools/cli/flag_checks.h"
+#include "tools/cli/kv_options.h"
 
 namespace fxfuse::cli {
 namespace {
@@ -244,17 +245,6 @@ bool verifyGraph(const VerifyArgs& va, ir::Module& ref, ir::Module& got, const s
   return all_pass;
 }
 
-// With --kv-cache the compiled graph reads a paged cache and new batch inputs, which the
-// input lacks: the reference becomes the input with the same passes minus the fusions (so
-// it has the same paged attention and inputs, and the fusions are still checked).
-void compileKvReference(ir::Module& ref, const compiler::CompileOptions& co) {
-  compiler::CompileOptions rco = co;
-  rco.passes.clear();
-  for (const auto& p : co.passes.empty() ? compiler::defaultPipelineFor(co) : co.passes)
-    if (p.size() < 7 || p.compare(p.size() - 7, 7, "-fusion") != 0) rco.passes.push_back(p);
-  compiler::compileModule(ref, rco);
-}
-
 int runVerify(const VerifyArgs& va) {
   auto t0 = std::chrono::steady_clock::now();
   // Keep freed tensor memory in the heap: the interpreter allocates and drops large
@@ -376,14 +366,7 @@ void registerVerify(CLI::App& app, int& exit_code) {
   cmd->add_flag("--attn-quant-skip-rounding", va->attn_quant_skip_rounding,
                 "fxfuse.attention_quant: quantize the f32 accumulator (vLLM's Triton epilogue)");
   addKvCacheFlags(cmd, va->kv_cache, va->kv_block_size);
-  cmd->add_option("--kv-batch", va->kv_batch.batch, "paged attention: sequences in the batch (default 4, at most T)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--kv-context", va->kv_batch.context,
-                  "paged attention: context length of every sequence (default: varied decode contexts)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->add_option("--kv-query-len", va->kv_batch.query_len,
-                  "paged attention: query tokens of every sequence (default: decode rows of 1 and one prefill)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  addKvBatchFlags(cmd, va->kv_batch);
   cmd->add_option("--graph", va->graph, "verify this graph of the module (default: the first)");
   cmd->add_flag("--all-graphs", va->all_graphs, "verify every top-level graph of the module (golden test files)");
   cmd->add_option("--save-compiled", va->save_compiled, "write the compiled graph to this file");

@@ -1,0 +1,191 @@
+// The paged KV-cache steps (paged_steps.h): operand checks, then the kernels' launch.
+#include "compiler/runtime/paged_steps.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "ir/dtype.h"
+#include "ir/status.h"
+#include "kernels/runtime/paged_attention.h"
+
+namespace fxfuse::runtime {
+namespace {
+
+bool isD16(DType t) { return t == DType::BF16 || t == DType::F16; }
+
+std::string shapeText(const DeviceTensor& t) { return fmt::format("[{}]", fmt::join(t.shape, ", ")); }
+
+const DeviceTensor& operand(const PagedOperands& t, const char* name, const std::string& where) {
+  auto it = t.find(name);
+  if (it == t.end()) fail("{}: missing tensor argument {}", where, name);
+  return it->second;
+}
+
+void requireRank(const DeviceTensor& t, const char* name, size_t rank, const std::string& where) {
+  if (t.shape.size() != rank) fail("{}: {} {} must be {}-D", where, name, shapeText(t), rank);
+}
+
+void requireDType(const DeviceTensor& t, const char* name, DType dtype, const std::string& where) {
+  if (t.dtype != dtype) fail("{}: {} is {}, expected {}", where, name, ir::dtypeName(t.dtype), ir::dtypeName(dtype));
+}
+
+// Innermost dim contiguous (or of size 1): the kernels read heads as runs of E elements.
+void requireDenseRows(const DeviceTensor& t, const char* name, const std::string& where) {
+  if (!t.shape.empty() && t.shape.back() != 1 && t.strides.back() != 1)
+    fail("{}: the last dim of {} must be contiguous (stride {})", where, name, t.strides.back());
+}
+
+void requireContiguous(const DeviceTensor& t, const char* name, const std::string& where) {
+  int64_t expect = 1;
+  for (size_t d = t.shape.size(); d-- > 0;) {
+    if (t.shape[d] != 1 && t.strides[d] != expect) fail("{}: {} {} must be contiguous", where, name, shapeText(t));
+    expect *= t.shape[d];
+  }
+}
+
+// One f32 scale on the device.
+const float* scaleOperand(const PagedOperands& t, const char* name, const std::string& where) {
+  const DeviceTensor& s = operand(t, name, where);
+  requireDType(s, name, DType::F32, where);
+  if (s.numel() != 1) fail("{}: {} must have one element, has {}", where, name, s.numel());
+  return static_cast<const float*>(s.data);
+}
+
+// The two caches: contiguous [num_blocks, block_size, Hk, E], one dtype, `dtype` or F8E4M3FN.
+void checkCaches(const DeviceTensor& kc, const DeviceTensor& vc, DType dtype, const std::string& where) {
+  requireRank(kc, "key_cache", 4, where);
+  if (vc.shape != kc.shape || vc.dtype != kc.dtype)
+    fail("{}: key_cache {} {} and value_cache {} {} differ", where, ir::dtypeName(kc.dtype), shapeText(kc),
+         ir::dtypeName(vc.dtype), shapeText(vc));
+  if (kc.dtype != dtype && kc.dtype != DType::F8E4M3FN)
+    fail("{}: the caches are {}, neither the model dtype {} nor f8e4m3fn", where, ir::dtypeName(kc.dtype),
+         ir::dtypeName(dtype));
+  requireContiguous(kc, "key_cache", where);
+  requireContiguous(vc, "value_cache", where);
+  if (kc.shape[1] <= 0) fail("{}: block size {} must be positive", where, kc.shape[1]);
+}
+
+void check(cudaError_t e, const std::string& where) {
+  if (e != cudaSuccess) fail("CUDA error in {}: {} ({})", where, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+}  // namespace
+
+std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, const std::string& where) {
+  const DeviceTensor &key = operand(t, "key", where), &value = operand(t, "value", where);
+  const DeviceTensor &kc = operand(t, "key_cache", where), &vc = operand(t, "value_cache", where);
+  const DeviceTensor& slots = operand(t, "slot_mapping", where);
+  requireRank(key, "key", 3, where);
+  if (!isD16(key.dtype)) fail("{}: key is {}, expected bf16 or f16", where, ir::dtypeName(key.dtype));
+  if (value.shape != key.shape || value.dtype != key.dtype)
+    fail("{}: key {} and value {} differ", where, shapeText(key), shapeText(value));
+  requireDenseRows(key, "key", where);
+  requireDenseRows(value, "value", where);
+  checkCaches(kc, vc, key.dtype, where);
+  if (kc.shape[2] != key.shape[1] || kc.shape[3] != key.shape[2])
+    fail("{}: key_cache {} does not hold key rows {}", where, shapeText(kc), shapeText(key));
+  requireRank(slots, "slot_mapping", 1, where);
+  requireDType(slots, "slot_mapping", DType::I64, where);
+  requireContiguous(slots, "slot_mapping", where);
+  if (slots.shape[0] != key.shape[0])
+    fail("{}: slot_mapping has {} entries for {} tokens", where, slots.shape[0], key.shape[0]);
+  ReshapeAndCacheParams p;
+  p.dtype = key.dtype;
+  p.cache_dtype = kc.dtype;
+  p.key = key.data;
+  p.value = value.data;
+  for (int d = 0; d < 2; ++d) {
+    p.key_stride[d] = key.strides[static_cast<size_t>(d)];
+    p.value_stride[d] = value.strides[static_cast<size_t>(d)];
+  }
+  p.key_cache = kc.data;
+  p.value_cache = vc.data;
+  p.slot_mapping = static_cast<const int64_t*>(slots.data);
+  p.num_tokens = key.shape[0];
+  p.heads_kv = key.shape[1];
+  p.head_size = key.shape[2];
+  p.num_blocks = kc.shape[0];
+  p.block_size = kc.shape[1];
+  if (kc.dtype == DType::F8E4M3FN) {
+    p.k_scale = scaleOperand(t, "k_scale", where);
+    p.v_scale = scaleOperand(t, "v_scale", where);
+  }
+  return [p, where](cudaStream_t s) { check(LaunchReshapeAndCache(p, s), where); };
+}
+
+namespace {
+
+// The batch metadata: block_table [B, max_blocks], seq_lens [B], query_start_loc [B + 1], i32.
+void fillBatchMetadata(const PagedOperands& t, PagedAttentionParams& p, const std::string& where) {
+  const DeviceTensor& table = operand(t, "block_table", where);
+  const DeviceTensor& lens = operand(t, "seq_lens", where);
+  const DeviceTensor& qsl = operand(t, "query_start_loc", where);
+  requireRank(table, "block_table", 2, where);
+  requireRank(lens, "seq_lens", 1, where);
+  requireRank(qsl, "query_start_loc", 1, where);
+  requireDType(table, "block_table", DType::I32, where);
+  requireDType(lens, "seq_lens", DType::I32, where);
+  requireDType(qsl, "query_start_loc", DType::I32, where);
+  requireContiguous(lens, "seq_lens", where);
+  requireContiguous(qsl, "query_start_loc", where);
+  requireDenseRows(table, "block_table", where);
+  if (table.shape[0] != lens.shape[0] || qsl.shape[0] != lens.shape[0] + 1)
+    fail("{}: block_table {}, seq_lens {} and query_start_loc {} disagree on the number of sequences", where,
+         shapeText(table), shapeText(lens), shapeText(qsl));
+  p.block_table = static_cast<const int32_t*>(table.data);
+  p.block_table_stride = table.strides[0];
+  p.max_blocks = table.shape[1];
+  p.seq_lens = static_cast<const int32_t*>(lens.data);
+  p.query_start_loc = static_cast<const int32_t*>(qsl.data);
+  p.num_seqs = lens.shape[0];
+}
+
+}  // namespace
+
+std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
+                                                            const std::string& where) {
+  const DeviceTensor &q = operand(t, "q", where), &out = operand(t, "out", where);
+  const DeviceTensor &kc = operand(t, "key_cache", where), &vc = operand(t, "value_cache", where);
+  requireRank(q, "q", 3, where);
+  if (!isD16(q.dtype)) fail("{}: the query is {}, expected bf16 or f16", where, ir::dtypeName(q.dtype));
+  if (out.shape != q.shape) fail("{}: out {} is not shaped like the query {}", where, shapeText(out), shapeText(q));
+  if (out.dtype != q.dtype && out.dtype != DType::F8E4M3FN)
+    fail("{}: out is {}, neither the query's {} nor f8e4m3fn", where, ir::dtypeName(out.dtype), ir::dtypeName(q.dtype));
+  requireDenseRows(q, "q", where);
+  requireDenseRows(out, "out", where);
+  checkCaches(kc, vc, q.dtype, where);
+  const int64_t E = q.shape[2];
+  if (kc.shape[3] != E) fail("{}: key_cache {} has head size {}, the query {}", where, shapeText(kc), kc.shape[3], E);
+  if (E > kPagedMaxHeadSize) fail("{}: head size {} is above {}, the paged kernels' limit", where, E, kPagedMaxHeadSize);
+  if (kc.shape[2] <= 0 || q.shape[1] % kc.shape[2] != 0)
+    fail("{}: {} query heads are not a multiple of {} key/value heads", where, q.shape[1], kc.shape[2]);
+  PagedAttentionParams p;
+  p.dtype = q.dtype;
+  p.cache_dtype = kc.dtype;
+  p.q = q.data;
+  p.out = out.data;
+  p.out_dtype = out.dtype;
+  for (int d = 0; d < 2; ++d) {
+    p.q_stride[d] = q.strides[static_cast<size_t>(d)];
+    p.o_stride[d] = out.strides[static_cast<size_t>(d)];
+  }
+  p.key_cache = kc.data;
+  p.value_cache = vc.data;
+  p.num_tokens = q.shape[0];
+  p.heads_q = q.shape[1];
+  p.heads_kv = kc.shape[2];
+  p.head_size = E;
+  p.num_blocks = kc.shape[0];
+  p.block_size = kc.shape[1];
+  fillBatchMetadata(t, p, where);
+  if (kc.dtype == DType::F8E4M3FN) {
+    p.k_scale = scaleOperand(t, "k_scale", where);
+    p.v_scale = scaleOperand(t, "v_scale", where);
+  }
+  if (out.dtype == DType::F8E4M3FN) p.out_scale = scaleOperand(t, "out_scale", where);
+  p.scale = static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(E))));
+  return [p, where](cudaStream_t s) { check(LaunchPagedAttention(p, s), where); };
+}
+
+}  // namespace fxfuse::runtime

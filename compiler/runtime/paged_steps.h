@@ -1,0 +1,32 @@
+// The paged KV-cache steps of a launch plan (rt.reshape_and_cache, rt.paged_attention;
+// docs/runtime.md "Paged attention"): their operands checked once when a session prepares
+// (one-line FxError naming the step), then a closure that enqueues the kernel
+// (kernels/runtime/paged_attention.h). Neither step synchronizes with the host: the batch
+// metadata stays on the device.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "compiler/runtime/runtime.h"
+
+namespace fxfuse::runtime {
+
+// A step's tensor arguments by name (as the plan's KernelLaunch names them).
+using PagedOperands = std::map<std::string, DeviceTensor>;
+
+// key, value [T, Hk, E]; key_cache, value_cache [num_blocks, block_size, Hk, E] (written in
+// place); slot_mapping i64 [T]; FP8 cache: k_scale, v_scale f32 [1].
+std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, const std::string& where);
+
+// q, out [T, Hq, E]; key_cache, value_cache; block_table i32 [B, max_blocks]; seq_lens i32 [B];
+// query_start_loc i32 [B + 1]; FP8 cache: k_scale, v_scale; FP8 out: out_scale f32 [1].
+// `scale`: the softmax scale (nullopt: 1/sqrt(E)).
+std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
+                                                            const std::string& where);
+
+}  // namespace fxfuse::runtime

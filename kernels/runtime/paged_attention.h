@@ -1,0 +1,80 @@
+// fxfuse's paged KV-cache kernels (fxfuse.paged_attention in launch plans, docs/attention.md
+// "Paged attention"): one serving step of a batch of sequences over vLLM's flash-layout cache
+// [num_blocks, block_size, Hk, E].
+//
+//   LaunchReshapeAndCache (rt.reshape_and_cache): this step's keys and values into the caches
+//     at their slots (vLLM's reshape_and_cache_flash); slot -1 = padding token, not written.
+//   LaunchPagedAttention (rt.paged_attention): every query token attends over its sequence's
+//     cached context, causal and bottom-right aligned, grouped-query.
+//
+// Both read the batch metadata (slot_mapping, block_table, seq_lens, query_start_loc) on the
+// device: no host synchronization, so a step can be captured in a CUDA graph and replayed with
+// new metadata. Correct first: one warp per (query token, head), online softmax in fp32.
+// Metadata outside its range (a slot or block id past the cache, a context longer than the
+// block table) is never read or written out of bounds; the values it gives are unspecified.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "proto/dtype.h"
+
+namespace fxfuse::runtime {
+
+using ::fxfuse::DType;
+
+// The largest head size the paged kernels take (a warp holds E / 32 elements per lane).
+inline constexpr int64_t kPagedMaxHeadSize = 256;
+
+struct ReshapeAndCacheParams {
+  DType dtype = DType::BF16;        // key, value: BF16 or F16
+  DType cache_dtype = DType::BF16;  // `dtype`, or F8E4M3FN (then k_scale and v_scale are needed)
+  const void* key = nullptr;        // [T, Hk, E]; strides in elements, token then head (E contiguous)
+  const void* value = nullptr;      // [T, Hk, E]
+  int64_t key_stride[2] = {}, value_stride[2] = {};
+  void* key_cache = nullptr;        // [num_blocks, block_size, Hk, E] contiguous
+  void* value_cache = nullptr;
+  const int64_t* slot_mapping = nullptr;  // [T]: token t's slot block * block_size + offset, -1 = skip
+  int64_t num_tokens = 0, heads_kv = 0, head_size = 0, num_blocks = 0, block_size = 0;
+  // FP8 cache: cache = fp8_e4m3(satfinite(f32(x) / scale)), vLLM's
+  // __nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3). [1] fp32 on the device.
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+};
+
+// Returns cudaErrorInvalidValue for bad params (dtypes, sizes, missing pointers or scales),
+// else the launch error.
+cudaError_t LaunchReshapeAndCache(const ReshapeAndCacheParams& p, cudaStream_t stream);
+
+struct PagedAttentionParams {
+  DType dtype = DType::BF16;        // query and the model dtype D: BF16 or F16
+  DType cache_dtype = DType::BF16;  // D, or F8E4M3FN: K = f32(k8) * k_scale, V alike
+  const void* q = nullptr;          // [T, Hq, E]; strides in elements: token, head (E contiguous)
+  int64_t q_stride[2] = {};
+  const void* key_cache = nullptr;  // [num_blocks, block_size, Hk, E] contiguous
+  const void* value_cache = nullptr;
+  const int32_t* block_table = nullptr;      // [num_seqs, max_blocks], row stride block_table_stride
+  int64_t block_table_stride = 0;
+  const int32_t* seq_lens = nullptr;         // [num_seqs]: context length, this step's tokens included
+  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1]: sequence b's queries are [qsl[b], qsl[b+1])
+  int64_t num_tokens = 0, num_seqs = 0, max_blocks = 0;
+  int64_t heads_q = 0, heads_kv = 0, head_size = 0, num_blocks = 0, block_size = 0;
+  const float* k_scale = nullptr;   // FP8 cache: [1] fp32 on the device
+  const float* v_scale = nullptr;
+  float scale = 0;                  // softmax scale (1/sqrt(E) when the graph says None)
+  void* out = nullptr;              // [T, Hq, E]: D, or F8E4M3FN with out_scale
+  int64_t o_stride[2] = {};
+  DType out_dtype = DType::BF16;
+  // FP8 output: out = fp8_e4m3(clamp(f32(round_D(o)) * (1 / out_scale), ±448)) with 1 / out_scale
+  // one fp32 division (attention_quant's rounding). [1] fp32 on the device.
+  const float* out_scale = nullptr;
+};
+
+// Query i of sequence b (token qsl[b] + i, ql = qsl[b+1] - qsl[b]) sits at position
+// seq_lens[b] - ql + i and sees cached keys 0..that position; rows of tokens >= qsl[num_seqs]
+// (padding) are written as 0. head_size at most kPagedMaxHeadSize. Returns
+// cudaErrorInvalidValue for bad params, else the launch error.
+cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream);
+
+}  // namespace fxfuse::runtime

@@ -1,0 +1,54 @@
+#!/bin/bash
+# Paged KV-cache plans on the GPU (H100/H200): the kernel test of kernels/runtime/paged_attention
+# against its float64 reference, then kv-cache plans (`compile --kv-cache=...`) run with
+# `fxfuse run PLAN --compare-cpu` on several serving batches (the CPU interpreter gets the same
+# batch and inputs; the mutated caches are outputs and compared too), the graph path with the
+# node-by-node proof, and a CUDA-graph replay (`bench`). Prints one line per check and
+# "N passed, M failed" last; logs under $OUT (or a temp dir).
+#   bazel build //:fxfuse //tests/kernels:paged_attention_gpu_test     # here (builds sm_90a)
+#   tests/runtime/kv_cache_gpu.sh [FXFUSE] [PAGED_ATTENTION_GPU_TEST]   # on the GPU machine
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+FXFUSE=${1:-bazel-bin/fxfuse}
+KERNEL_TEST=${2:-bazel-bin/tests/kernels/paged_attention_gpu_test}
+LOGDIR=${OUT:-$(mktemp -d)}
+tmp=$(mktemp -d)
+passed=0; failed=0
+check() {  # NAME COMMAND...: runs the command, logs it, counts it
+  local name=$1; shift
+  local log="$LOGDIR/kv_$(echo "$name" | tr -c 'A-Za-z0-9._-' '_').log"
+  local start=$(date +%s)
+  if "$@" > "$log" 2>&1; then
+    echo "PASS $name ($(( $(date +%s) - start ))s)"; passed=$((passed + 1))
+  else
+    echo "FAIL $name (rc $?, $(( $(date +%s) - start ))s)"; failed=$((failed + 1)); tail -20 "$log" | cut -c1-300
+  fi
+}
+
+check "kernel test" "$KERNEL_TEST"
+
+# GRAPH|CACHE: a graph and the cache dtype it is served with.
+SERVED=(tests/plans/paged_attention.fxg\|bf16
+        tests/plans/paged_attention.fxg\|fp8
+        tests/data/vllm/vllm_attn_quant_custom.post_grad.fxg.json\|bf16
+        tests/data/vllm/vllm_attn_quant_custom.post_grad.fxg.json\|fp8
+        tests/data/vllm/vllm_attn_quant_native.post_grad.fxg.json\|fp8)
+# Serving batches (the interpreter's kv batch options): its default (decode rows of varied,
+# block-boundary contexts plus one prefill), decode-only, chunked prefill, prefill-only.
+BATCHES=("" "--kv-query-len=1 --kv-context=33" "--kv-batch=3 --kv-query-len=2 --kv-context=40"
+         "--kv-batch=1 --kv-query-len=8 --kv-context=8")
+for entry in "${SERVED[@]}"; do
+  g=${entry%|*}; cache=${entry#*|}
+  plan="$tmp/$(basename "$g").$cache.plan.pb"
+  check "compile $g --kv-cache=$cache" "$FXFUSE" compile "$g" --kv-cache="$cache" --emit=plan -o "$plan" -q || continue
+  for b in "${BATCHES[@]}"; do
+    # shellcheck disable=SC2086
+    check "run plan $(basename "$g") $cache ${b:-default batch}" "$FXFUSE" run "$plan" --compare-cpu --seed 1 --strict $b
+  done
+  check "run graph $(basename "$g") $cache (node proof when outputs differ)" \
+    "$FXFUSE" run "$g" --kv-cache="$cache" --compare-cpu --seed 2
+  check "bench $(basename "$g") $cache (CUDA graph replay)" "$FXFUSE" bench "$plan" --warmup 2 --iters 20
+done
+rm -rf "$tmp"
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
