@@ -546,10 +546,12 @@ class GraphWriter {
     json metadata = metadataOf(n);
     if (!from.empty()) metadata["fxfuse_view_as_reshape"] = "true";  // counted by tests/pt2
     // A single-result node carries its result's name (as torch writes it); a node of several
-    // results gets a name of its own: torch names the call node after it and each result's
+    // results, a Tensor[] result or a higher-order op (its results are a tuple even when there
+    // is one) gets a name of its own: torch names the call node after it and each result's
     // getitem after the result, so sharing one would define a name twice.
     bool list_return = s && s->returns.size() == 1 && s->returns[0].is_list;
-    bool single = n.numOutputs() == 1 && !list_return && n.output(0) && names_.count(n.output(0));
+    bool single = n.kind != NodeKind::Hop && n.numOutputs() == 1 && !list_return && n.output(0) &&
+                  names_.count(n.output(0));
     std::string name = single ? names_.at(n.output(0)) : fresh(n.name.empty() ? n.target : n.name);
     if (n.kind == NodeKind::SymPy) {
       pushNode(target, inputs, json::array({outputRef(n.output(0))}), metadata, name, false);

@@ -15,6 +15,9 @@ For each input:
     plus the `empty` buffers and `sym_size` reads the vLLM calls need;
   * B compiles again to the same op counts as A (fused ops are stable);
   * for archive inputs, every data/ member (weights, constants) is carried over byte for byte;
+  * every graph of B and C (subgraphs included) defines each name once, as torch's
+    deserializer does: a node defines its name, and a node whose results are a tuple (a
+    higher-order op, several results, a Tensor[] result) defines a getitem per result too;
   * B and C have `data/sample_inputs/model.pt` (torch.export.load requires it): a torch.save
     archive whose pickle, read with only the globals torch's weights-only loader allows,
     is `((one entry per user input...), {})`, each tensor with its input's rank and a storage
@@ -125,6 +128,35 @@ def sample_inputs_problems(path):
     return problems
 
 
+def names_defined_twice(graph, where="graph"):
+    """Names torch's deserializer would define twice in `graph` or its subgraphs (graph.lint()
+    refuses "Node redefined name")."""
+    problems, seen = [], set()
+
+    def define(name, what):
+        if name in seen:
+            problems.append(f"{where}: {what} redefines name {name}")
+        seen.add(name)
+
+    for node in graph["nodes"]:
+        outs = node["outputs"]
+        tuple_result = (node.get("is_hop_single_tensor_return") is False or len(outs) != 1
+                        or "as_tensors" in outs[0])
+        if tuple_result:
+            define(node["name"], f"node {node['target']}")
+            for o in outs:
+                for ref in o.get("as_tensors", [o.get("as_tensor")]):
+                    if ref and ref.get("name"):
+                        define(ref["name"], f"a result of {node['target']}")
+        else:
+            define(node["name"], f"node {node['target']}")
+        for arg in node["inputs"]:
+            sub = arg["arg"].get("as_graph")
+            if sub:
+                problems += names_defined_twice(sub["graph"], f"{where}/{sub['name']}")
+    return problems
+
+
 def check(fxfuse, checker, src, tmp):
     base = os.path.join(tmp, os.path.basename(src).replace(".", "_"))
     a, b, c, d = base + ".fxg", base + ".pt2", base + ".vllm.pt2", base + ".again.fxg"
@@ -169,6 +201,7 @@ def check(fxfuse, checker, src, tmp):
                         f"{dict(want_again - again)} missing")
     for path in (b, c):
         problems += [f"{os.path.basename(path)}: {p}" for p in sample_inputs_problems(path)]
+        problems += [f"{os.path.basename(path)}: {p}" for p in names_defined_twice(program(path)["graph_module"]["graph"])]
     if zipfile.is_zipfile(src):
         orig = data_members(src)
         for path in (b, c):

@@ -18,6 +18,7 @@ The vLLM-named form is loaded with stub registrations of vLLM's op schemas
 Prints a table and writes JSON (--json). Needs torch >= 2.8 (tested with 2.11) and a GPU.
 
     python3 tools/fxfuse_torch/check_pt2_roundtrip.py --fxfuse ./fxfuse [--zoo DIR] [--json out.json]
+        [--shard K/N]   # one of N processes side by side
 """
 import argparse
 import glob
@@ -218,7 +219,12 @@ def main():
     p.add_argument("--work", default=None, help="directory for the written archives (default: a temp dir)")
     p.add_argument("--deadline-s", type=float, default=0,
                    help="seconds after which no original is started (reported as SKIP); 0: none")
+    p.add_argument("--shard", default="0/1", metavar="K/N",
+                   help="check only the originals whose index modulo N is K (run N processes side by side)")
     a = p.parse_args()
+    shard, shards = (int(x) for x in a.shard.split("/"))
+    if not 0 <= shard < shards:
+        p.error(f"--shard {a.shard}: K must be in 0..N-1")
     if not torch.cuda.is_available():
         print("check_pt2_roundtrip: no CUDA device (the fixtures are CUDA programs)", file=sys.stderr)
         sys.exit(2)
@@ -233,7 +239,9 @@ def main():
     start = time.time()
     print(f"{'original':52} {'fxfuse form':12} {'vllm form':12} detail", flush=True)
     failed = not_applicable = 0
-    for src in originals(a.zoo):
+    for index, src in enumerate(originals(a.zoo)):
+        if index % shards != shard:
+            continue
         if a.deadline_s and time.time() - start > a.deadline_s:
             r = {"original": os.path.relpath(src, REPO), "status": "SKIP", "detail": "time budget"}
         else:
