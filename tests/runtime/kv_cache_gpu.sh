@@ -14,7 +14,7 @@ KERNEL_TEST=${2:-bazel-bin/tests/kernels/paged_attention_gpu_test}
 LOGDIR=${OUT:-$(mktemp -d)}
 tmp=$(mktemp -d)
 passed=0; failed=0
-check() {  # NAME COMMAND...: runs the command, logs it, counts it
+check() {  # NAME COMMAND...: runs the command, logs it, counts it; returns 1 when it failed
   local name=$1; shift
   local log="$LOGDIR/kv_$(echo "$name" | tr -c 'A-Za-z0-9._-' '_').log"
   local start=$(date +%s)
@@ -22,6 +22,7 @@ check() {  # NAME COMMAND...: runs the command, logs it, counts it
     echo "PASS $name ($(( $(date +%s) - start ))s)"; passed=$((passed + 1))
   else
     echo "FAIL $name (rc $?, $(( $(date +%s) - start ))s)"; failed=$((failed + 1)); tail -20 "$log" | cut -c1-300
+    return 1
   fi
 }
 
