@@ -13,7 +13,7 @@
 # pipeline (tests/fuzz/fuzz_pipeline.cc) also links the passes, the interpreter and lowering;
 # its seeds are every .fxg test of the repository (tests/**/*.fxg) plus corpus/pipeline/.
 # The ir sources are compiled directly with clang++ (objects cached, rebuilt on change via
-# make and -MMD), plus the protoc output Bazel generates (bazel-bin/proto/fxfuse_ir.pb.*),
+# make and -MMD), plus the sources Bazel generates (bazel-bin/proto/fxfuse_ir.pb.*, dtype.h),
 # linked with Debian's libprotobuf, libsimdjson, libzip and libfmt (the shared library rather
 # than header-only fmt, and line tables rather than full debug info, to compile faster).
 #
@@ -64,14 +64,17 @@ ARTIFACTS=${FXFUSE_FUZZ_ARTIFACTS:-$BUILD/artifacts}
 JOBS=${FXFUSE_FUZZ_JOBS:-2}
 mkdir -p "$BUILD/gen/proto" "$ARTIFACTS" || exit 1
 
-# --- protoc output, from Bazel (the same genrule the product uses) ----------------------
+# --- generated sources, from Bazel (the same genrules the product uses): protoc output and
+# proto/dtype.h (the one dtype enum, generated from fxfuse_ir.proto) ----------------------
 PB=bazel-bin/proto/fxfuse_plan.pb.cc
-if [[ ! -f $PB || proto/fxfuse_ir.proto -nt $PB || proto/fxfuse_plan.proto -nt $PB ]]; then
-  echo "run_fuzzers: bazel build //proto:fxfuse_ir_cc_gen //proto:fxfuse_plan_cc_gen"
-  bazel build //proto:fxfuse_ir_cc_gen //proto:fxfuse_plan_cc_gen >"$BUILD/bazel.log" 2>&1 ||
+DTYPE_H=bazel-bin/proto/dtype.h
+if [[ ! -f $PB || ! -f $DTYPE_H || proto/fxfuse_ir.proto -nt $PB || proto/fxfuse_plan.proto -nt $PB ||
+      proto/fxfuse_ir.proto -nt $DTYPE_H || proto/dtype_h.awk -nt $DTYPE_H ]]; then
+  echo "run_fuzzers: bazel build //proto:fxfuse_ir_cc_gen //proto:fxfuse_plan_cc_gen //proto:dtype_h_gen"
+  bazel build //proto:fxfuse_ir_cc_gen //proto:fxfuse_plan_cc_gen //proto:dtype_h_gen >"$BUILD/bazel.log" 2>&1 ||
     { tail -20 "$BUILD/bazel.log"; exit 1; }
 fi
-for f in fxfuse_ir.pb.h fxfuse_ir.pb.cc fxfuse_plan.pb.h fxfuse_plan.pb.cc; do
+for f in fxfuse_ir.pb.h fxfuse_ir.pb.cc fxfuse_plan.pb.h fxfuse_plan.pb.cc dtype.h; do
   cmp -s "bazel-bin/proto/$f" "$BUILD/gen/proto/$f" || cp -f "bazel-bin/proto/$f" "$BUILD/gen/proto/$f"
   chmod u+w "$BUILD/gen/proto/$f"
 done
