@@ -81,7 +81,7 @@ done
 
 # --- build with make (incremental, header dependencies from -MMD) ------------------------
 IR_SRCS=$(ls ir/*.cc ir/importers/*.cc | tr '\n' ' ')
-PIPE_SRCS=$(ls passes/*.cc passes/{toolkit,canonicalize,fuse,pipeline}/*.cc tools/interpreter/*.cc \
+PIPE_SRCS=$(ls passes/*.cc passes/{toolkit,canonicalize,fuse,serve,pipeline}/*.cc tools/interpreter/*.cc \
   compiler/lowering/*.cc kernels/attention/check.cc | tr '\n' ' ')
 cat >"$BUILD/Makefile" <<EOF
 ROOT := $ROOT
