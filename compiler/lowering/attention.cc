@@ -76,6 +76,8 @@ void Lowerer::lowerAttention(Node& n) {
       ot.shape.insert(ot.shape.begin(), I(1));
       ot.stride.insert(ot.stride.begin(), I(0));
     }
+    if (ot.shape.size() != 4 || ot.stride.size() != 4)
+      unsupported(n, "attention output must be 4-D [B, H, S, E] (or [H, S, E])");
     o4 = newTRef(ot);
   }
   pb::Step* st = addStep({n.name}, std::string("attention") + (causal ? " causal" : "") + (ts >= 0 ? " fp8-out" : ""));
