@@ -38,6 +38,18 @@ void checkLt(cublasStatus_t s, const std::string& what) {
 
 int bytesOf(irpb::DType t) { return ir::dtypeBytes(lowering::fromPlanDType(t)); }
 
+// A kernels-library step: its params checked now (one line naming the step on failure), then
+// the closure that launches `launch(q, stream)` and turns a failed status into the same line.
+template <typename Params, typename Launch>
+std::function<void(cudaStream_t)> checkedLibraryLaunch(const Params& q, Launch launch, const std::string& where) {
+  k::Status cs = q.Check();
+  if (!cs.ok()) fail("{}: {}", where, cs.ToString());
+  return [q, launch, where](cudaStream_t s) {
+    k::Status r = launch(q, s);
+    if (!r.ok()) fail("{}: {}", where, r.ToString());
+  };
+}
+
 // The plan dtype `t` as the kernels library takes it (F16, BF16, F32 or F8E4M3FN).
 k::DType kdtype(irpb::DType t, const std::string& what) {
   const DType d = lowering::fromPlanDType(t);
@@ -540,12 +552,7 @@ std::function<void(cudaStream_t)> Session::prepareRmsNorm(const KernelArgs& args
                               : k::ResidualVariance::kUnroundedSum;
   }
   q.epsilon = static_cast<float>(args.real("epsilon", 1e-6));
-  k::Status cs = q.Check();
-  if (!cs.ok()) fail("{}: {}", where, cs.ToString());
-  return [q, where](cudaStream_t s) {
-    k::Status r = k::RmsNorm(q, s);
-    if (!r.ok()) fail("{}: {}", where, r.ToString());
-  };
+  return checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::RmsNorm(p, s); }, where);
 }
 
 // lib.quant_fp8: FP8 quantization of rows.
@@ -561,12 +568,7 @@ std::function<void(cudaStream_t)> Session::prepareQuantFp8(const KernelArgs& arg
   q.output = args.tensor("output").data;
   q.output_row_stride = args.integer("output_row_stride");
   q.scale = sc;
-  k::Status cs = q.Check();
-  if (!cs.ok()) fail("{}: {}", where, cs.ToString());
-  return [q, where](cudaStream_t s) {
-    k::Status r = k::QuantFp8(q, s);
-    if (!r.ok()) fail("{}: {}", where, r.ToString());
-  };
+  return checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::QuantFp8(p, s); }, where);
 }
 
 // lib.rms_norm_quant_fp8: RMSNorm of rows (optionally after adding a residual) quantized to FP8.
@@ -592,12 +594,7 @@ std::function<void(cudaStream_t)> Session::prepareRmsNormQuantFp8(const KernelAr
   q.output = args.tensor("output").data;
   q.output_row_stride = args.integer("output_row_stride");
   q.scale = sc;
-  k::Status cs = q.Check();
-  if (!cs.ok()) fail("{}: {}", where, cs.ToString());
-  return [q, where](cudaStream_t s) {
-    k::Status r = k::RmsNormQuantFp8(q, s);
-    if (!r.ok()) fail("{}: {}", where, r.ToString());
-  };
+  return checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::RmsNormQuantFp8(p, s); }, where);
 }
 
 // lib.silu_and_mul: SiLU(gate) * up of rows, optionally scaled into an FP8 output.
@@ -616,12 +613,7 @@ std::function<void(cudaStream_t)> Session::prepareSiluAndMul(const KernelArgs& a
   q.scale_application = args.str("scale_application", "multiply_by_reciprocal") == "divide"
                             ? k::ScaleApplication::kDivide
                             : k::ScaleApplication::kMultiplyByReciprocal;
-  k::Status cs = q.Check();
-  if (!cs.ok()) fail("{}: {}", where, cs.ToString());
-  return [q, where](cudaStream_t s) {
-    k::Status r = k::SiluAndMul(q, s);
-    if (!r.ok()) fail("{}: {}", where, r.ToString());
-  };
+  return checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::SiluAndMul(p, s); }, where);
 }
 
 // rt.attention: scaled dot-product attention of 4-D [batch, heads, seq, head_size] operands,
