@@ -20,7 +20,8 @@
 # Environment: FXFUSE_FUZZ_BUILD (build folder; default ~/.cache/fxfuse-fuzz/<checkout>),
 # FXFUSE_FUZZ_ARTIFACTS (where crash reproducers go; default <build>/artifacts),
 # FXFUSE_FUZZ_JOBS (parallel compiles, default 2), CXX (default clang++-14),
-# FXFUSE_FUZZ_EXTRA (more libFuzzer flags, e.g. "-fork=1 -ignore_crashes=1 -ignore_ooms=1
+# FXFUSE_FUZZ_FRESH_CORPUS=1 (start from the seeds alone, dropping the corpus earlier runs grew;
+# with a fixed -seed the run is then reproducible), FXFUSE_FUZZ_EXTRA (more libFuzzer flags, e.g. "-fork=1 -ignore_crashes=1 -ignore_ooms=1
 # -ignore_timeouts=1" to keep a long run going past findings and collect them all).
 # Seeds: tests/fuzz/corpus/<target>/ (read-only; the growing corpus lives in the build
 # folder). Dictionaries: tests/fuzz/<target>.dict when present.
@@ -129,6 +130,7 @@ fi
 failed=()
 for t in "${TARGETS[@]}"; do
   work="$BUILD/corpus/$t"
+  [[ ${FXFUSE_FUZZ_FRESH_CORPUS:-0} == 1 ]] && rm -rf "$work"
   mkdir -p "$work"
   dict=()
   [[ -f tests/fuzz/$t.dict ]] && dict=(-dict="$ROOT/tests/fuzz/$t.dict")

@@ -265,27 +265,14 @@ std::string describeMatmulSelection(const pb::Plan& plan) {
                      "the first candidate); `fxfuse bench` prints the choices\n", n);
 }
 
-// A kv-cache plan's batch metadata (slot_mapping, block_table, seq_lens, query_start_loc inputs)
-// as one consistent serving batch for the bound sizes, `run`'s default (decode rows and one
-// prefill, tools/interpreter/kv_batch.h): random metadata would index outside the caches.
-void setKvMetadata(const pb::Plan& plan, rt::Session& s, Inputs& owned, uint64_t seed) {
-  std::map<std::string, int> tensor_of;  // argument of the paged steps -> TensorRef
-  for (const auto& st : plan.steps())
-    if (st.has_kernel() && (st.kernel().kernel() == "rt.reshape_and_cache" || st.kernel().kernel() == "rt.paged_attention"))
-      for (const auto& a : st.kernel().args())
-        if (a.v_case() == pb::KernelArg::kTensor) tensor_of.emplace(a.name(), a.tensor());
-  if (!tensor_of.count("slot_mapping") || !tensor_of.count("block_table")) return;
-  const rt::DeviceTensor slots = s.tensor(tensor_of.at("slot_mapping")), table = s.tensor(tensor_of.at("block_table"));
-  const rt::DeviceTensor cache = s.tensor(tensor_of.at("key_cache"));
-  interp::KvBatchPlan kv = interp::planKvLengths(slots.shape[0], table.shape[0], cache.shape[1], {});
-  interp::placeKvBlocks(kv, cache.shape[0], table.shape[1], seed);
-  for (const char* arg : {"slot_mapping", "block_table", "seq_lens", "query_start_loc"}) {
-    const int tensor = tensor_of.count(arg) ? tensor_of.at(arg) : -1;
-    for (int i = 0; tensor >= 0 && i < plan.inputs_size(); ++i) {
-      if (plan.inputs(i).tensor() != tensor || plan.inputs(i).is_scalar() || plan.inputs(i).is_symint()) continue;
-      const rt::DeviceTensor layout = s.tensor(tensor);
-      s.setInput(static_cast<size_t>(i), upload(interp::kvMetadataTensor(kv, arg, layout.shape, layout.dtype), layout, owned.owned));
-    }
+// A kv-cache plan's batch metadata inputs (slot_mapping, block_table, seq_lens,
+// query_start_loc) written from `kv` (planKvBatchOfPlan): random metadata would index outside
+// the caches.
+void setKvMetadata(const pb::Plan& plan, rt::Session& s, Inputs& owned, const interp::KvBatchPlan& kv) {
+  for (const auto& [arg, input] : pagedPlanInputs(plan)) {
+    if (arg == "key_cache") continue;
+    const rt::DeviceTensor layout = s.tensor(plan.inputs(input).tensor());
+    s.setInput(static_cast<size_t>(input), upload(interp::kvMetadataTensor(kv, arg, layout.shape, layout.dtype), layout, owned.owned));
   }
 }
 
@@ -546,7 +533,9 @@ void registerBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--json", json, "also write the result as JSON to this file");
   static std::string kv_cache;
   static int64_t kv_block_size = compiler::CompileOptions::kDefaultKvBlockSize;
+  static interp::KvBatchOptions kv_batch;
   addKvCacheFlags(cmd, kv_cache, kv_block_size);
+  addKvBatchFlags(cmd, kv_batch);
   addMultiGpuFlags(cmd, mg);
   cmd->callback([&exit_code] {
     const int world = runWorldSize(input, lowering::isPlanFile(input), world_size);
@@ -557,7 +546,11 @@ void registerBench(CLI::App& app, int& exit_code) {
     kv.kv_cache_dtype = kv_cache;
     kv.kv_block_size = kv_block_size;
     Loaded l = loadInput(input, world_size, false, {}, {}, kv);
-    auto env = symbolValues(l.plan, parseBinds(binds));
+    // A kv-cache plan: the serving batch binds the token and cache symbols (random cache
+    // contents, consistent metadata).
+    std::map<std::string, int64_t> given = parseBinds(binds);
+    const std::optional<interp::KvBatchPlan> batch = planKvBatchOfPlan(l.plan, given, kv_batch, 1234u);
+    auto env = symbolValues(l.plan, given);
     auto prog = rt::Program::fromPlan(l.plan);
     rt::Session s(*prog, comm.get());
     if (mg.allreduce != "auto") s.setAllReduceAlgorithm(allReduceAlgorithm(mg));
@@ -580,7 +573,7 @@ void registerBench(CLI::App& app, int& exit_code) {
       cudaCheck(rt::FillRandom(d, span, t.dtype, 1234u + static_cast<unsigned>(i), nullptr), "filling an input");
       s.setInput(static_cast<size_t>(i), d);
     }
-    setKvMetadata(l.plan, s, owned, 1234u);
+    if (batch) setKvMetadata(l.plan, s, owned, *batch);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream), "creating a stream");
     for (int i = 0; i < warmup; ++i) s.run(stream);
@@ -616,14 +609,15 @@ void registerBench(CLI::App& app, int& exit_code) {
                 input.c_str(), binds_s.c_str(), med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
                 no_graph ? "runs" : "CUDA graph replays", s.launchesPerRun(), static_cast<long long>(s.arenaBytes()),
                 static_cast<long long>(l.plan.arena().no_reuse_bytes_at_hint()));
+    if (batch) std::printf("serving batch: %s\n", batch->describe().c_str());
     if (mg.rank <= 0) printMatmulAlgorithms(s);
     if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers
       ir::writeOutputFile(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
                                             "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
-                                            "\"arena_bytes\": {}, \"gemm_tune\": {}}}\n",
+                                            "\"arena_bytes\": {}, \"gemm_tune\": {}, \"kv_batch\": \"{}\"}}\n",
                                             input, binds_s, med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
                                             no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes(),
-                                            s.gemmTuning() ? "true" : "false"));
+                                            s.gemmTuning() ? "true" : "false", batch ? batch->describe() : ""));
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     cudaStreamDestroy(stream);

@@ -378,7 +378,7 @@ void Interpreter::solveShapeEquations(const std::vector<ShapeEquation>& eqs,
         if (!r) continue;
         if (r->first == r->second) {
           env_[x] = r->first;
-          env_source_[x] = fmt::format("forced by {}", nodeDesc(*e.node));
+          env_source_[x] = e.node ? fmt::format("forced by {}", nodeDesc(*e.node)) : "forced by a module guard";
           ranges->erase(x);
           changed = true;
         } else if (known == ranges->end() || *r != known->second) {
@@ -467,6 +467,11 @@ void Interpreter::bindSymbols() {
       matmulPair(n.input("input", 0), n.input("weight", 1), true);
     }
   }
+  // Equalities the module's guards assert (a pass relied on them, e.g. "query, key and value
+  // of every attention site are the batch's s0 tokens") are equations of the same kind.
+  for (const ir::Guard& guard : module_.guards)
+    if (guard.condition.kind() == ir::SymExpr::Kind::Eq && guard.condition.args().size() == 2)
+      eqs.push_back({guard.condition.args()[0], guard.condition.args()[1], nullptr});
   // Symbols the equations determine come before hints (a hint is one traced value, the
   // equations are facts of every valid binding); then hints, then what hints determine.
   std::map<std::string, std::pair<int64_t, int64_t>> ranges;

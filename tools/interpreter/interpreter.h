@@ -174,7 +174,7 @@ class Interpreter {
   // A dimension equality the graph implies (broadcasting, matrix contraction).
   struct ShapeEquation {
     ir::SymExpr a, b;
-    const ir::Node* node;
+    const ir::Node* node;  // the node that makes them equal; null for a module guard
   };
   // Binds symbols the equations determine (one unbound symbol on a side, the other side
   // known); narrows `ranges` for symbols they only bound to an interval (x // 2 == 128).

@@ -267,7 +267,13 @@ AttentionResult attentionVllm(const Tensor& q0, const Tensor& k0, const Tensor& 
   };
   Tensor q = heads3(q0, num_heads_hint, "query");
   int64_t E = q.shape[2];
-  auto kvHeads = [&](const Tensor& t) { return t.dim() == 2 ? t.shape[1] / E : t.shape[1]; };
+  if (E <= 0) fail("vLLM attention: query {} has no head dimension", q.describe());
+  // A 2-D key/value [T, Hkv*E] has as many heads as E divides into; anything but 2-D or 3-D is refused
+  // by heads3 before its shape is read.
+  auto kvHeads = [&](const Tensor& t) -> int64_t {
+    if (t.dim() == 2) return t.shape[1] / E;
+    return t.dim() == 3 ? t.shape[1] : 0;
+  };
   Tensor k = heads3(k0, kvHeads(k0), "key");
   Tensor v = heads3(v0, kvHeads(v0), "value");
   AttentionArgs a;
