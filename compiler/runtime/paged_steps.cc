@@ -144,6 +144,7 @@ void fillBatchMetadata(const PagedOperands& t, PagedAttentionParams& p, const st
 }  // namespace
 
 std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
+                                                            PagedScratch& scratch, int& kernels,
                                                             const std::string& where) {
   const DeviceTensor &q = operand(t, "q", where), &out = operand(t, "out", where);
   const DeviceTensor &kc = operand(t, "key_cache", where), &vc = operand(t, "value_cache", where);
@@ -185,7 +186,30 @@ std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands&
   }
   if (out.dtype == DType::F8E4M3FN) p.out_scale = scaleOperand(t, "out_scale", where);
   p.scale = static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(E))));
-  return [p, where](cudaStream_t s) { check(LaunchPagedAttention(p, s), where); };
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), where);
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), where);
+  PlanPagedAttentionSplits(p, sms);
+  scratch.reserve(PagedAttentionWorkspaceBytes(p), where);
+  kernels = p.num_splits > 1 ? 2 : 1;
+  return [p, &scratch, where](cudaStream_t s) {
+    PagedAttentionParams launch = p;
+    launch.workspace = scratch.data();
+    check(LaunchPagedAttention(launch, s), where);
+  };
+}
+
+PagedScratch::~PagedScratch() {
+  if (data_) cudaFree(data_);
+}
+
+void PagedScratch::reserve(int64_t bytes, const std::string& where) {
+  if (bytes <= bytes_) return;
+  if (data_) check(cudaFree(data_), where);
+  data_ = nullptr;
+  bytes_ = 0;
+  check(cudaMalloc(&data_, static_cast<size_t>(bytes)), where + ": allocating the split-KV workspace");
+  bytes_ = bytes;
 }
 
 }  // namespace fxfuse::runtime

@@ -23,10 +23,30 @@ using PagedOperands = std::map<std::string, DeviceTensor>;
 // place); slot_mapping i64 [T]; FP8 cache: k_scale, v_scale f32 [1].
 std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, const std::string& where);
 
+// Device scratch of a session's paged-attention steps (their split-KV partial results). The
+// steps run one after another on one stream, so they share it: each step reserves what it
+// needs when it is prepared, and its launch reads `data` when it runs.
+class PagedScratch {
+ public:
+  PagedScratch() = default;
+  PagedScratch(const PagedScratch&) = delete;
+  PagedScratch& operator=(const PagedScratch&) = delete;
+  ~PagedScratch();
+  void reserve(int64_t bytes, const std::string& where);
+  float* data() const { return static_cast<float*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
 // q, out [T, Hq, E]; key_cache, value_cache; block_table i32 [B, max_blocks]; seq_lens i32 [B];
 // query_start_loc i32 [B + 1]; FP8 cache: k_scale, v_scale; FP8 out: out_scale f32 [1].
-// `scale`: the softmax scale (nullopt: 1/sqrt(E)).
+// `scale`: the softmax scale (nullopt: 1/sqrt(E)). The context split is chosen for the
+// current device and the bound sizes; `scratch` must outlive the returned closure. `kernels`:
+// how many kernels one run of the step launches (2 with a split: the chunks, then the merge).
 std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
+                                                            PagedScratch& scratch, int& kernels,
                                                             const std::string& where);
 
 }  // namespace fxfuse::runtime

@@ -269,6 +269,7 @@ Session::Session(const Program& program, Communicator* comm)
       comm_(comm),
       allreduce_algorithm_(algorithmFromEnv()),
       gemm_tune_(gemmTuningFromEnv()) {
+  paged_scratch_ = std::make_unique<PagedScratch>();
   inputs_.assign(static_cast<size_t>(plan_.inputs_size()), nullptr);
   scalars_.assign(static_cast<size_t>(plan_.inputs_size()), std::nullopt);
   const int plan_ws = std::max(1, plan_.world_size());
@@ -679,7 +680,10 @@ std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string&
   if (name == "rt.reshape_and_cache") return prepareReshapeAndCacheStep(t, args.where);
   std::optional<double> scale;
   if (args.has("scale")) scale = args.real("scale", 0.0);
-  return preparePagedAttentionStep(t, scale, args.where);
+  int kernels = 1;
+  auto run = preparePagedAttentionStep(t, scale, *paged_scratch_, kernels, args.where);
+  launches_ += kernels - 1;  // prepareKernel counted one
+  return run;
 }
 
 // The cuBLASLt state of one matmul step: descriptors, layouts, the chosen algorithm, and the

@@ -68,6 +68,8 @@ struct DeviceTensor {
   int64_t numel() const;
 };
 
+class PagedScratch;  // paged_steps.h
+
 class Session {
  public:
   // `comm`: this rank of a multi-GPU run (not owned; must outlive the session). Needed for
@@ -144,7 +146,7 @@ class Session {
   static std::function<void(cudaStream_t)> prepareSiluAndMul(const KernelArgs& args);
   static std::function<void(cudaStream_t)> prepareAttention(const KernelArgs& args,
                                                             std::vector<std::function<void()>>* cleanup);
-  static std::function<void(cudaStream_t)> preparePagedKernel(const std::string& name, const KernelArgs& args);
+  std::function<void(cudaStream_t)> preparePagedKernel(const std::string& name, const KernelArgs& args);
   std::function<void(cudaStream_t)> prepareCopy(const fxfuse::plan::v1::Copy& c, const std::string& where) const;
   std::function<void(cudaStream_t)> prepareMemset(const fxfuse::plan::v1::Memset& m, const std::string& where) const;
   std::function<void(cudaStream_t)> prepareCollective(const fxfuse::plan::v1::Collective& c, const std::string& where);
@@ -180,6 +182,7 @@ class Session {
   int64_t arena_bytes_ = 0;
   void* workspace_ = nullptr;
   int64_t workspace_bytes_ = 0;
+  std::unique_ptr<PagedScratch> paged_scratch_;  // split-KV partials of the paged-attention steps
   void* cublas_ = nullptr;
   std::vector<std::unique_ptr<Prepared>> steps_;
   bool dirty_ = true;

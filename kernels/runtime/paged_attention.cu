@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+
 #include "kernels/runtime/paged_attention.h"
 #include "kernels/types.h"
 
@@ -93,72 +95,173 @@ __device__ __forceinline__ void storeOut(const PagedAttentionParams& p, int64_t 
   }
 }
 
-// One warp per (query token, query head): lane l holds elements l, l + 32, ... of the query
-// and of the running output; keys 0..position of the token's sequence, in order, each read
-// through the block table; online softmax in fp32.
+// Keys a warp loads before it reduces any: their loads are in flight together instead of one
+// key's latency after another's.
+constexpr int kKeyGroup = 8;
+// Split-KV target: (token, head, chunk) warps per multiprocessor.
+constexpr int64_t kTargetWarpsPerSm = 32;
+constexpr int64_t kMaxSplits = 256;
+
+// The running state of one (token, head) over some keys: lane l's output elements
+// l, l + 32, ... (unnormalized), the maximum score and the sum of exp(score - maximum).
+template <int NE>
+struct Softmax {
+  float acc[NE];
+  float m = -INFINITY, l = 0.0f;
+};
+
+// Keys [lo, hi) of a sequence (block table `blocks`) into `st`, kKeyGroup at a time: the
+// group's keys are loaded, their scores reduced across the warp together, then the state is
+// rescaled once and the group's values added. Invalid block ids are skipped.
+template <int NE>
+__device__ void attendKeys(const PagedAttentionParams& p, const float (&q)[NE], const int32_t* blocks, int64_t hk,
+                           int64_t lo, int64_t hi, float ks, float vs, int lane, Softmax<NE>& st) {
+  for (int64_t j0 = lo; j0 < hi; j0 += kKeyGroup) {
+    int64_t base[kKeyGroup];
+    bool ok[kKeyGroup];
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) {
+      const int64_t j = j0 + g;
+      const int64_t block = j < hi ? blocks[j / p.block_size] : -1;
+      ok[g] = block >= 0 && block < p.num_blocks;  // bad metadata: never read outside the cache
+      base[g] = ok[g] ? ((block * p.block_size + j % p.block_size) * p.heads_kv + hk) * p.head_size : 0;
+    }
+    float s[kKeyGroup];
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) {
+      float part = 0.0f;
+#pragma unroll
+      for (int k = 0; k < NE; ++k) {
+        const int64_t e = lane + 32 * k;
+        if (ok[g] && e < p.head_size) part += q[k] * loadCache(p.key_cache, base[g] + e, p.cache_dtype, ks);
+      }
+      s[g] = part;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int g = 0; g < kKeyGroup; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+    float mn = st.m;
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) {
+      s[g] = ok[g] ? s[g] * p.scale : -INFINITY;
+      mn = fmaxf(mn, s[g]);
+    }
+    if (mn == -INFINITY) continue;  // no valid key so far
+    const float corr = expf(st.m - mn);  // st.m = -inf the first time: exp(-inf) = 0
+    st.l *= corr;
+#pragma unroll
+    for (int k = 0; k < NE; ++k) st.acc[k] *= corr;
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) {
+      const float pj = expf(s[g] - mn);  // an invalid key: exp(-inf) = 0
+      st.l += pj;
+#pragma unroll
+      for (int k = 0; k < NE; ++k) {
+        const int64_t e = lane + 32 * k;
+        if (ok[g] && e < p.head_size) st.acc[k] += pj * loadCache(p.value_cache, base[g] + e, p.cache_dtype, vs);
+      }
+    }
+    st.m = mn;
+  }
+}
+
+// Where a query token stands: its sequence (-1: a padding token) and the keys it sees.
+struct QueryRow {
+  int64_t t, h, seq, keys;
+};
+
+__device__ QueryRow queryRow(const PagedAttentionParams& p, int64_t row) {
+  QueryRow r{row / p.heads_q, row % p.heads_q, -1, 0};
+  r.seq = sequenceOf(p.query_start_loc, p.num_seqs, r.t);
+  if (r.seq < 0) return r;
+  const int64_t ql = p.query_start_loc[r.seq + 1] - p.query_start_loc[r.seq];
+  int64_t ctx = p.seq_lens[r.seq];
+  if (ctx > p.max_blocks * p.block_size) ctx = p.max_blocks * p.block_size;
+  const int64_t pos = ctx - ql + (r.t - p.query_start_loc[r.seq]);  // keys 0..pos, causal
+  r.keys = pos + 1 < ctx ? pos + 1 : ctx;
+  if (r.keys < 0) r.keys = 0;
+  return r;
+}
+
+// The normalized output row (or zeros for a padding token; NaN when no key was seen: bad
+// metadata).
+template <int NE>
+__device__ void writeRow(const PagedAttentionParams& p, const QueryRow& r, const float (&acc)[NE], float l, int lane) {
+  const float inv_out_scale = p.out_dtype == DType::F8E4M3FN ? 1.0f / *p.out_scale : 1.0f;
+  const int64_t obase = r.t * p.o_stride[0] + r.h * p.o_stride[1];
+  const float inv = l > 0.0f ? 1.0f / l : __int_as_float(0x7fc00000);
+#pragma unroll
+  for (int k = 0; k < NE; ++k) {
+    const int64_t e = lane + 32 * k;
+    if (e < p.head_size) storeOut(p, obase + e, r.seq < 0 ? 0.0f : acc[k] * inv, inv_out_scale);
+  }
+}
+
+// One warp per (query token, query head, chunk blockIdx.y): keys [chunk * split_keys, ...)
+// of the token's causal range. One chunk: the output row; several: the chunk's partial
+// state into the workspace, merged by pagedCombineKernel.
 template <int NE>
 __global__ void __launch_bounds__(kWarps * 32) pagedAttentionKernel(PagedAttentionParams p) {
   const int lane = threadIdx.x & 31;
-  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (warp >= p.num_tokens * p.heads_q) return;
-  const int64_t t = warp / p.heads_q, h = warp % p.heads_q;
-  const int64_t obase = t * p.o_stride[0] + h * p.o_stride[1];
-  float inv_out_scale = 1.0f;
-  if (p.out_dtype == DType::F8E4M3FN) inv_out_scale = 1.0f / *p.out_scale;
-  const int64_t b = sequenceOf(p.query_start_loc, p.num_seqs, t);
-  if (b < 0) {  // padding token: a zero row
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= p.num_tokens * p.heads_q) return;
+  const QueryRow r = queryRow(p, row);
+  const bool split = p.num_splits > 1;
+  Softmax<NE> st;
+#pragma unroll
+  for (int k = 0; k < NE; ++k) st.acc[k] = 0.0f;
+  if (r.seq >= 0) {
+    float q[NE];
+#pragma unroll
+    for (int k = 0; k < NE; ++k) {
+      const int64_t e = lane + 32 * k;
+      q[k] = e < p.head_size ? load16(p.q, r.t * p.q_stride[0] + r.h * p.q_stride[1] + e, p.dtype) : 0.0f;
+    }
+    const int64_t lo = split ? static_cast<int64_t>(blockIdx.y) * p.split_keys : 0;
+    const int64_t hi = split && lo + p.split_keys < r.keys ? lo + p.split_keys : r.keys;
+    const float ks = p.cache_dtype == DType::F8E4M3FN ? *p.k_scale : 1.0f;
+    const float vs = p.cache_dtype == DType::F8E4M3FN ? *p.v_scale : 1.0f;
+    attendKeys<NE>(p, q, p.block_table + r.seq * p.block_table_stride, r.h / (p.heads_q / p.heads_kv), lo, hi, ks, vs,
+                   lane, st);
+  }
+  if (!split) return writeRow<NE>(p, r, st.acc, st.l, lane);
+  float* w = p.workspace + (row * p.num_splits + blockIdx.y) * (p.head_size + 2);
+#pragma unroll
+  for (int k = 0; k < NE; ++k)
+    if (lane + 32 * k < p.head_size) w[lane + 32 * k] = st.acc[k];
+  if (lane == 0) {
+    w[p.head_size] = st.m;
+    w[p.head_size + 1] = st.l;
+  }
+}
+
+// One warp per (query token, query head): the chunks' partial states merged,
+// o = sum_c acc_c * exp(m_c - M) / sum_c l_c * exp(m_c - M) with M the largest m_c; chunks
+// that saw no key (m_c = -inf) are skipped.
+template <int NE>
+__global__ void __launch_bounds__(kWarps * 32) pagedCombineKernel(PagedAttentionParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= p.num_tokens * p.heads_q) return;
+  const QueryRow r = queryRow(p, row);
+  const int64_t stride = p.head_size + 2;
+  const float* w = p.workspace + row * p.num_splits * stride;
+  float M = -INFINITY;
+  for (int64_t c = 0; c < p.num_splits; ++c) M = fmaxf(M, w[c * stride + p.head_size]);
+  float acc[NE], l = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NE; ++k) acc[k] = 0.0f;
+  for (int64_t c = 0; c < p.num_splits && r.seq >= 0; ++c) {
+    const float mc = w[c * stride + p.head_size];
+    if (mc == -INFINITY) continue;
+    const float f = expf(mc - M);
+    l += w[c * stride + p.head_size + 1] * f;
 #pragma unroll
     for (int k = 0; k < NE; ++k)
-      if (lane + 32 * k < p.head_size) storeOut(p, obase + lane + 32 * k, 0.0f, inv_out_scale);
-    return;
+      if (lane + 32 * k < p.head_size) acc[k] += w[c * stride + lane + 32 * k] * f;
   }
-  const int64_t ql = p.query_start_loc[b + 1] - p.query_start_loc[b];
-  int64_t ctx = p.seq_lens[b];
-  if (ctx > p.max_blocks * p.block_size) ctx = p.max_blocks * p.block_size;
-  const int64_t pos = ctx - ql + (t - p.query_start_loc[b]);  // keys 0..pos
-  const int64_t hk = h / (p.heads_q / p.heads_kv);
-  const float ks = p.cache_dtype == DType::F8E4M3FN ? *p.k_scale : 1.0f;
-  const float vs = p.cache_dtype == DType::F8E4M3FN ? *p.v_scale : 1.0f;
-  const int32_t* blocks = p.block_table + b * p.block_table_stride;
-  float q[NE], acc[NE];
-#pragma unroll
-  for (int k = 0; k < NE; ++k) {
-    const int64_t e = lane + 32 * k;
-    q[k] = e < p.head_size ? load16(p.q, t * p.q_stride[0] + h * p.q_stride[1] + e, p.dtype) : 0.0f;
-    acc[k] = 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  for (int64_t j = 0; j <= pos && j < ctx; ++j) {
-    const int64_t block = blocks[j / p.block_size];
-    if (block < 0 || block >= p.num_blocks) continue;  // bad metadata: never read outside the cache
-    const int64_t base = ((block * p.block_size + j % p.block_size) * p.heads_kv + hk) * p.head_size;
-    float part = 0.0f;
-#pragma unroll
-    for (int k = 0; k < NE; ++k) {
-      const int64_t e = lane + 32 * k;
-      if (e < p.head_size) part += q[k] * loadCache(p.key_cache, base + e, p.cache_dtype, ks);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-    const float s = part * p.scale;
-    const float mn = fmaxf(m, s);
-    const float corr = expf(m - mn);  // m = -inf the first time: exp(-inf) = 0
-    const float pj = expf(s - mn);
-    l = l * corr + pj;
-#pragma unroll
-    for (int k = 0; k < NE; ++k) {
-      const int64_t e = lane + 32 * k;
-      const float v = e < p.head_size ? loadCache(p.value_cache, base + e, p.cache_dtype, vs) : 0.0f;
-      acc[k] = acc[k] * corr + pj * v;
-    }
-    m = mn;
-  }
-  const float inv = l > 0.0f ? 1.0f / l : __int_as_float(0x7fc00000);  // no key: NaN (bad metadata)
-#pragma unroll
-  for (int k = 0; k < NE; ++k) {
-    const int64_t e = lane + 32 * k;
-    if (e < p.head_size) storeOut(p, obase + e, acc[k] * inv, inv_out_scale);
-  }
+  writeRow<NE>(p, r, acc, l, lane);
 }
 
 bool isD16(DType t) { return t == DType::BF16 || t == DType::F16; }
@@ -195,13 +298,46 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
   if (rows == 0) return cudaSuccess;
   if (!p.q || !p.out || !p.query_start_loc || (p.num_seqs > 0 && (!p.key_cache || !p.value_cache || !p.block_table || !p.seq_lens)))
     return cudaErrorInvalidValue;
+  if (p.num_splits < 1 || p.num_splits > kMaxSplits || p.num_splits > 65535) return cudaErrorInvalidValue;
+  if (p.num_splits > 1 && (p.split_keys < 1 || !p.workspace)) return cudaErrorInvalidValue;
   const unsigned grid = gridFor(rows, kWarps, (int64_t{1} << 31) - 1);
+  const dim3 split_grid(grid, static_cast<unsigned>(p.num_splits));
   const int64_t ne = (p.head_size + 31) / 32;
-  if (ne <= 1) pagedAttentionKernel<1><<<grid, kWarps * 32, 0, stream>>>(p);
-  else if (ne <= 2) pagedAttentionKernel<2><<<grid, kWarps * 32, 0, stream>>>(p);
-  else if (ne <= 4) pagedAttentionKernel<4><<<grid, kWarps * 32, 0, stream>>>(p);
-  else pagedAttentionKernel<8><<<grid, kWarps * 32, 0, stream>>>(p);
+  auto launch = [&](auto attend, auto combine) {
+    attend<<<split_grid, kWarps * 32, 0, stream>>>(p);
+    if (p.num_splits > 1) combine<<<grid, kWarps * 32, 0, stream>>>(p);
+  };
+  if (ne <= 1) launch(pagedAttentionKernel<1>, pagedCombineKernel<1>);
+  else if (ne <= 2) launch(pagedAttentionKernel<2>, pagedCombineKernel<2>);
+  else if (ne <= 4) launch(pagedAttentionKernel<4>, pagedCombineKernel<4>);
+  else launch(pagedAttentionKernel<8>, pagedCombineKernel<8>);
   return cudaGetLastError();
+}
+
+void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms) {
+  p.num_splits = 1;
+  p.split_keys = 0;
+  const int64_t rows = p.num_tokens * p.heads_q;
+  const int64_t max_keys = p.max_blocks * p.block_size;
+  if (rows <= 0 || max_keys <= kPagedMinSplitKeys) return;
+  const int64_t target = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * kTargetWarpsPerSm;
+  int64_t splits = (target + rows - 1) / rows;
+  splits = std::min(splits, (max_keys + kPagedMinSplitKeys - 1) / kPagedMinSplitKeys);
+  splits = std::min(splits, kMaxSplits);
+  if (splits <= 1) return;
+  int64_t keys = (max_keys + splits - 1) / splits;
+  keys = (keys + kKeyGroup - 1) / kKeyGroup * kKeyGroup;
+  p.split_keys = keys;
+  p.num_splits = (max_keys + keys - 1) / keys;
+  if (p.num_splits <= 1) {
+    p.num_splits = 1;
+    p.split_keys = 0;
+  }
+}
+
+int64_t PagedAttentionWorkspaceBytes(const PagedAttentionParams& p) {
+  if (p.num_splits <= 1) return 0;
+  return p.num_tokens * p.heads_q * p.num_splits * (p.head_size + 2) * static_cast<int64_t>(sizeof(float));
 }
 
 }  // namespace fxfuse::runtime

@@ -9,9 +9,13 @@
 //
 // Both read the batch metadata (slot_mapping, block_table, seq_lens, query_start_loc) on the
 // device: no host synchronization, so a step can be captured in a CUDA graph and replayed with
-// new metadata. Correct first: one warp per (query token, head), online softmax in fp32.
-// Metadata outside its range (a slot or block id past the cache, a context longer than the
-// block table) is never read or written out of bounds; the values it gives are unspecified.
+// new metadata. Attention is split-KV (flash-decoding): the context is cut into chunks of
+// `split_keys` keys, one warp per (query token, head, chunk) with online softmax in fp32 over
+// groups of keys loaded together; a second kernel merges the chunks. The split is chosen on
+// the host from the bound sizes (the block table's width bounds every context), so decode
+// batches of a few sequences still fill the GPU. Metadata outside its range (a slot or block
+// id past the cache, a context longer than the block table) is never read or written out of
+// bounds; the values it gives are unspecified.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -69,7 +73,20 @@ struct PagedAttentionParams {
   // FP8 output: out = fp8_e4m3(clamp(f32(round_D(o)) * (1 / out_scale), ±448)) with 1 / out_scale
   // one fp32 division (attention_quant's rounding). [1] fp32 on the device.
   const float* out_scale = nullptr;
+  // Split-KV: chunks of `split_keys` keys (num_splits of them cover max_blocks * block_size);
+  // num_splits > 1 needs `workspace` of PagedAttentionWorkspaceBytes. PlanPagedAttentionSplits
+  // sets these three; num_splits = 1 attends every context in one pass.
+  int64_t num_splits = 1, split_keys = 0;
+  float* workspace = nullptr;
 };
+
+// Chooses num_splits and split_keys for the bound sizes: enough (token, head, chunk) warps to
+// fill `num_sms` multiprocessors about twice, chunks of at least kPagedMinSplitKeys keys.
+inline constexpr int64_t kPagedMinSplitKeys = 32;
+void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms);
+// Device bytes the split needs: per (token, head, chunk) E partial sums, the running maximum
+// and the running sum (fp32); 0 without a split.
+int64_t PagedAttentionWorkspaceBytes(const PagedAttentionParams& p);
 
 // Query i of sequence b (token qsl[b] + i, ql = qsl[b+1] - qsl[b]) sits at position
 // seq_lens[b] - ql + i and sees cached keys 0..that position; rows of tokens >= qsl[num_seqs]

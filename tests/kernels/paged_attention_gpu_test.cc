@@ -2,7 +2,7 @@
 // CPU reference of fxfuse.paged_attention (docs/canonical-ops.md): the cache write must be bit
 // exact (16-bit copy, or vLLM's fp8(satfinite(x / scale))), the attention within one rounding
 // step of the output dtype of the exact result (fp32 online softmax against f64), padding
-// rows exactly 0. Cases: decode-only, prefill-only, chunked prefill mixed with decode, padding
+// rows exactly 0, in one pass and split-KV (merged chunks). Cases: decode-only, prefill-only, chunked prefill mixed with decode, padding
 // tokens (slot -1), an empty sequence, GQA and MHA, block-boundary contexts, FP8 cache, FP8
 // output, fp16, head sizes 64/96/128/256, block sizes 1/16/32.
 #include <cuda_runtime_api.h>
@@ -45,6 +45,8 @@ struct Batch {
   std::vector<int32_t> qsl, seq_lens, block_table;
   std::vector<int64_t> slots;
 };
+
+void checkAttention(const Case& c, const std::vector<double>& ref, DeviceBuffer& dout, size_t q_n, const char* variant);
 
 Batch makeBatch(const Case& c, std::mt19937_64& rng) {
   Batch b;
@@ -230,7 +232,7 @@ void runCase(const Case& c) {
   a.o_stride[1] = E;
   a.out_dtype = c.fp8_out ? DType::F8E4M3FN : c.dtype;
   a.out_scale = scales + 2;
-  FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(a, nullptr));
+  FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(a, nullptr));  // one pass over every context
   FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
 
   // (a) bit exact.
@@ -243,8 +245,30 @@ void runCase(const Case& c) {
     CHECK(dkc.Download<uint16_t>(cache_n) == k16);
     CHECK(dvc.Download<uint16_t>(cache_n) == v16);
   }
-  // (b) within one rounding step of the exact value (plus fp32 accumulation noise).
+  // (b) within one rounding step of the exact value (plus fp32 accumulation noise): in one
+  // pass, with the split the planner picks for an H200, and with chunks of 5 keys (chunks that
+  // cross block boundaries, chunks past short contexts).
   const std::vector<double> ref = attendReference(c, b, q, k16, k8, v16, v8, softmax_scale);
+  checkAttention(c, ref, dout, q_n, "one pass");
+  PagedAttentionParams planned = a;
+  PlanPagedAttentionSplits(planned, 132);
+  PagedAttentionParams fine = a;
+  fine.split_keys = 5;
+  fine.num_splits = (b.max_blocks * c.block_size + 4) / 5;
+  for (PagedAttentionParams* split : {&planned, &fine}) {
+    if (split->num_splits <= 1) continue;
+    DeviceBuffer workspace(static_cast<size_t>(PagedAttentionWorkspaceBytes(*split)));
+    split->workspace = static_cast<float*>(workspace.get());
+    dout.Poison();
+    FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(*split, nullptr));
+    FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
+    checkAttention(c, ref, dout, q_n, split == &planned ? "planned split" : "chunks of 5 keys");
+  }
+}
+
+// The attention output in `dout` against the exact reference `ref` (NaN: a padding row, 0).
+void checkAttention(const Case& c, const std::vector<double>& ref, DeviceBuffer& dout, size_t q_n, const char* variant) {
+  INFO(variant);
   const std::vector<uint8_t> got8 = c.fp8_out ? dout.Download<uint8_t>(q_n) : std::vector<uint8_t>();
   const std::vector<uint16_t> got16 = c.fp8_out ? std::vector<uint16_t>() : dout.Download<uint16_t>(q_n);
   int64_t bad = 0;
