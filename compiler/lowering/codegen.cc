@@ -739,6 +739,7 @@ class Emitter {
     o << "\n  long long w = lin % " << head << "LL;\n";
     o << "  " << ct << " self = " << conv(call(n.in[0], "i"), x.dtype, ct) << ";\n";
     o << "  if (w >= " << rot << "LL) return self;\n";
+    if (n.iv.size() > 3) o << "  if (lin >= " << n.iv[3] << "LL) return self;  // past the rotated columns\n";
     o << "  long long q0[1]; q0[0] = i[0];\n";
     o << "  long long p = " << conv(call(n.in[1], "q0"), operand(n, 1).dtype, "long long") << ";\n";
     o << "  bool first; long long k, partner;\n";

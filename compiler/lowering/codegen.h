@@ -56,6 +56,9 @@ struct GNode {
   //                             iv[1]=1, embedding when iv[1]=2, gather when iv[1]=3)
   //   index   iv[0]=first dim : advanced indexing with adjacent index tensors in[1..]
   //   tri     iv[0]=upper     : triu/tril with diagonal sv[0]
+  //   rotary  iv=head,rot,neox[,n]: vLLM's rotary embedding of in[0] ([T, ...] as heads of
+  //                             iv[0] elements) at positions in[1] with cos/sin cache in[2];
+  //                             with iv[3], only a row's first n elements (the rest copied)
   //   slice_scatter           : in[0] with in[1] written into iv[0]=dim, sv=start,end,step
   //   cumsum  iv[0]=dim
   //   scatter iv[0]=dim, iv[1]=mode: in[0] (self) with in[2] (src) written (0) or added (1) where

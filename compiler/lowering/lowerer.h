@@ -625,6 +625,8 @@ class Lowerer {
   void lowerFxfuseGenerated(Node& n);
   struct FxfuseMath;  // fxfuse_ops.cc: the fused ops' math as generated code
   void lowerRotary(Node& n);
+  struct RotaryWriteback;
+  std::optional<RotaryWriteback> rotaryWriteback(Node& n, int64_t head);
   void finish();
 
   // ------------------------------------------------------------------ views (lowering.cc)
@@ -744,6 +746,7 @@ class Lowerer {
   std::vector<Buf> bufs_;
   std::vector<TRef> trefs_;
   std::map<const Value*, int> mat_;
+  std::set<const Node*> lowered_ahead_;  // nodes a rule already lowered with an earlier node
   std::map<const Value*, int> scalar_inputs_;  // lifted scalar input -> index into Plan.inputs
   std::map<const Value*, SymExpr> syms_;
   std::map<int, int> loads_;

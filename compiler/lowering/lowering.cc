@@ -461,6 +461,60 @@ bool Lowerer::lowerRowComposite(Node& n) {
 
 // ---------------------------------------------------------------------------------- rotary
 
+// vLLM's rotary on its fused qkv as functionalization writes it: query and key are the
+// leading column ranges of one tensor, and the new values go back into it.
+//
+//   q = qkv[:, 0:Q]   k = qkv[:, Q:Q+K]
+//   _, q', k' = auto_functionalized(_C.rotary_embedding, query=q, key=k, ...)
+//   s1 = slice_scatter(qkv, q', 1, 0, Q)   s2 = slice_scatter(s1, k', 1, Q, Q+K)
+//     ==>  s2 = qkv with the heads of columns [0, Q+K) rotated: one kernel, stored, so the
+//          views of s2 that attention reads are aliases of it
+//
+// (instead of two rotary kernels and a copy per view of s2).
+struct Lowerer::RotaryWriteback {
+  Value* base;        // qkv
+  Node *first, *second;  // the two slice_scatter nodes
+  int64_t rotated;    // Q + K
+};
+
+std::optional<Lowerer::RotaryWriteback> Lowerer::rotaryWriteback(Node& n, int64_t head) {
+  Value* q = valArg(n, "query");
+  Value* k = valArg(n, "key");
+  Value *q2 = n.output(1), *k2 = n.output(2);
+  if (!q || !k || !q2 || !k2 || pending(q) || pending(k)) return std::nullopt;
+  // The single slice_scatter reading `src` along the last dim of a rank-2 tensor, or null.
+  auto scatterOf = [&](Value* src) -> Node* {
+    if (src->numUses() != 1 || src->graphOutputUses() != 0) return nullptr;
+    Node* u = src->users().front();
+    if (u->target != "aten.slice_scatter.default" || valArg(*u, "src") != src || !u->output(0)) return nullptr;
+    if (u->output(0)->type.rank() != 2 || intArg(*u, "step", 1) != 1) return nullptr;
+    const int64_t dim = intArg(*u, "dim", 0);
+    return dim == 1 || dim == -1 ? u : nullptr;
+  };
+  Node* s1 = scatterOf(q2);
+  Node* s2 = scatterOf(k2);
+  if (!s1 || !s2 || valArg(*s2, "self") != s1->output(0) || s1->output(0)->numUses() != 1 ||
+      s1->output(0)->graphOutputUses() != 0)
+    return std::nullopt;
+  Value* base = valArg(*s1, "self");
+  auto mq = mat_.find(q), mk = mat_.find(k), mb = base ? mat_.find(base) : mat_.end();
+  if (!base || pending(base) || mq == mat_.end() || mk == mat_.end() || mb == mat_.end()) return std::nullopt;
+  const TRef &tq = trefs_[static_cast<size_t>(mq->second)], &tk = trefs_[static_cast<size_t>(mk->second)];
+  const TRef& tb = trefs_[static_cast<size_t>(mb->second)];
+  if (tb.shape.size() != 2 || tq.shape.size() != 2 || tk.shape.size() != 2 || !tq.shape[1].isInt() ||
+      !tk.shape[1].isInt() || !tb.shape[1].isInt() || tq.dtype != tb.dtype || tk.dtype != tb.dtype)
+    return std::nullopt;
+  const int64_t Q = tq.shape[1].intValue(), K = tk.shape[1].intValue();
+  const bool views_of_base = tq.buffer == tb.buffer && tk.buffer == tb.buffer && tq.stride == tb.stride &&
+                             tk.stride == tb.stride && tq.shape[0] == tb.shape[0] && tk.shape[0] == tb.shape[0] &&
+                             tq.offset == tb.offset && tk.offset == tb.offset + SymExpr::integer(Q);
+  if (!views_of_base || Q % head != 0 || K % head != 0 || Q + K > tb.shape[1].intValue()) return std::nullopt;
+  if (intArg(*s1, "start", 0) != 0 || intArg(*s1, "end", -1) != Q || intArg(*s2, "start", -1) != Q ||
+      intArg(*s2, "end", -1) != Q + K)
+    return std::nullopt;
+  return RotaryWriteback{base, s1, s2, Q + K};
+}
+
 // auto_functionalized(_C.rotary_embedding): outputs 1 and 2 are the new query and key.
 void Lowerer::lowerRotary(Node& n) {
   Value* pos = valArg(n, "positions");
@@ -471,6 +525,20 @@ void Lowerer::lowerRotary(Node& n) {
   if (cache->type.shape.size() != 2 || !cache->type.shape[1].isInt())
     unsupported(n, "rotary_embedding cos_sin_cache must be [P, rot] with a constant rot");
   int64_t rot = cache->type.shape[1].intValue();
+  if (auto wb = rotaryWriteback(n, head)) {
+    Value* out = wb->second->output(0);
+    prepareGroup(n, {out->type.shape, 0}, true);
+    int id = gnode("rotary", "", {operand(wb->base, n), operand(pos, n), operand(cache, n)}, out->type.dtype,
+                   out->type.shape, n.name);
+    cg_.node(id).iv = {head, rot, neox ? 1 : 0, wb->rotated};
+    define(out, id);
+    for (Node* s : {wb->first, wb->second}) {
+      grp_.nodes.insert(s);
+      lowered_ahead_.insert(s);
+    }
+    closeGroup();
+    return;
+  }
   const char* names[2] = {"query", "key"};
   for (int q = 0; q < 2; ++q) {
     Value* x = valArg(n, names[q]);
@@ -526,7 +594,7 @@ void Lowerer::lowerEmpty(Node& n) {
 
 void Lowerer::lowerNode(Node& n) {
   const std::string& t = n.target;
-  if (noopTargets().count(t)) return;
+  if (noopTargets().count(t) || lowered_ahead_.count(&n)) return;
   bool used = false;
   for (Value* v : n.outputs()) used = used || (v && v->numUses() > 0);
   if (!used) return;  // dead (or only-side-effect nodes that a plan does not need)
