@@ -3,7 +3,8 @@
 # against its float64 reference, then kv-cache plans (`compile --kv-cache=...`) run with
 # `fxfuse run PLAN --compare-cpu` on several serving batches (the CPU interpreter gets the same
 # batch and inputs; the mutated caches are outputs and compared too), the graph path with the
-# node-by-node proof, and a CUDA-graph replay (`bench`). Prints one line per check and
+# node-by-node proof, a CUDA-graph replay (`bench`), and the tiny whole-model decode graphs
+# of examples/decode_step in both vLLM forms. Prints one line per check and
 # "N passed, M failed" last; logs under $OUT (or a temp dir).
 #   bazel build //:fxfuse //tests/kernels:paged_attention_gpu_test     # here (builds sm_90a)
 #   tests/runtime/kv_cache_gpu.sh [FXFUSE] [PAGED_ATTENTION_GPU_TEST]   # on the GPU machine
@@ -49,6 +50,21 @@ for entry in "${SERVED[@]}"; do
   check "run graph $(basename "$g") $cache (node proof when outputs differ)" \
     "$FXFUSE" run "$g" --kv-cache="$cache" --compare-cpu --seed 2
   check "bench $(basename "$g") $cache (CUDA graph replay)" "$FXFUSE" bench "$plan" --warmup 2 --iters 20
+done
+# The whole tiny Llama model (examples/decode_step/make_model.py) in both of vLLM's forms:
+# decode batches whose 300-token contexts the paged attention splits into chunks, FP8 and
+# bf16 caches, and the default mixed batch (the FP8 GEMMs round differently from the CPU, so
+# the node proof decides), then a CUDA-graph decode step of 8 sequences over 1000 tokens.
+for form in custom native; do
+  g="$tmp/tiny_$form.fxg"
+  python3 examples/decode_step/make_model.py --config tiny --form "$form" > "$g" || { failed=$((failed + 1)); continue; }
+  for cache in bf16 fp8; do
+    check "run tiny model ($form) $cache decode 4x300" \
+      "$FXFUSE" run "$g" --kv-cache="$cache" --compare-cpu --kv-batch 4 --kv-query-len 1 --kv-context 300
+  done
+  check "run tiny model ($form) bf16 default batch" "$FXFUSE" run "$g" --kv-cache=bf16 --compare-cpu
+  check "bench tiny model ($form) decode 8x1000" \
+    "$FXFUSE" bench "$g" --kv-cache=bf16 --kv-batch 8 --kv-query-len 1 --kv-context 1000 --warmup 2 --iters 20
 done
 rm -rf "$tmp"
 echo "$passed passed, $failed failed"
