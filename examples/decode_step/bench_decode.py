@@ -10,9 +10,11 @@ the KV cache read, this step's KV write) / the device copy rate measured in the 
 Each point is `fxfuse bench PLAN --kv-batch B --kv-query-len 1 --kv-context C`: B sequences
 decoding one token each over C cached tokens (C - 1 cached plus this step's), random weights
 and cache contents, the step replayed in a CUDA graph (median of many replays).
-DIR gets decode_<config>.json (raw numbers, commands) and decode_<config>.md (the table).
-torch's side (eager and torch.compile over a static cache) is not part of this script yet:
-docs/benchmarks/decode_step.md says what was measured and what is still missing.
+Then torch 2.11 runs the same model shape (torch_decode.py: vLLM's native forms over a static
+KV cache, random weights of the same distributions — not the same values: for 70B the weights
+do not fit on the GPU twice) in each of --torch-modes (eager, torch.compile default,
+max-autotune), the whole step captured in one CUDA graph, after fxfuse's processes have
+exited. DIR gets decode_<tag>.json (raw numbers, commands) and decode_<tag>.md (the table).
 """
 import argparse
 import json
@@ -65,6 +67,51 @@ def copy_rate(gib=2.0, iters=30):
     return rate
 
 
+def torch_points(a, config, points, rows):
+    """torch's time and kernels per step at each (batch, context) of `points`, into `rows`."""
+    import torch
+    import torch_decode as td
+    model = td.DecodeModel(config, device="cuda", weights="fp8")
+    deadline = time.time() + a.torch_budget
+    for mode in [m for m in a.torch_modes.split(",") if m and m != "none"]:
+        layer = td.layer_for(mode)
+        for (batch, ctx), row in zip(points, rows):
+            key = "torch_" + mode.replace("-", "_")
+            if time.time() > deadline:
+                row[key + "_error"] = "not run: --torch-budget spent"
+                continue
+            try:
+                step = td.make_step(model.set_batch(batch, ctx), layer)
+                row[key + "_us"] = td.time_graph(step, a.iters)
+                row[key + "_kernels"] = td.count_kernels(step)
+            except Exception as e:  # a mode that fails at one shape is reported, not fatal
+                row[key + "_error"] = ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:200]
+            print(json.dumps({"batch": batch, "context": ctx, key: row.get(key + "_us", row.get(key + "_error"))}),
+                  flush=True)
+    del model
+    torch.cuda.empty_cache()
+
+
+def markdown(rows, modes):
+    keys = ["torch_" + m.replace("-", "_") for m in modes]
+    head = ["batch x context", "fxfuse µs/step"] + ["torch %s µs" % m for m in modes] + [
+        "fxfuse vs best torch.compile", "kernels fxfuse / torch", "tokens/s", "floor µs", "fraction of floor"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        ours = r.get("fxfuse_us")
+        cells = ["%d x %d" % (r["batch"], r["context"]), "%.1f" % ours if ours else "failed: %s" % r["error"][0][:60]]
+        cells += ["%.1f" % r[k + "_us"] if k + "_us" in r else "—" for k in keys]
+        compiled = [r[k + "_us"] for k in keys if k != "torch_eager" and k + "_us" in r]
+        cells.append("%.2fx" % (min(compiled) / ours) if compiled and ours else "—")
+        torch_kernels = [str(r[k + "_kernels"]) for k in keys if k + "_kernels" in r]
+        cells.append("%s / %s" % (r.get("kernels", "—"), ", ".join(torch_kernels) or "—"))
+        cells.append("%.0f" % r["tokens_per_s"] if "tokens_per_s" in r else "—")
+        cells.append("%.1f" % r["floor_us"])
+        cells.append("%.0f %%" % (100 * r["fraction_of_floor"]) if "fraction_of_floor" in r else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def run(cmd, log):
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -86,6 +133,9 @@ def main():
     ap.add_argument("--kv-cache", choices=sorted(KV_BYTES), default="bf16")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--copy-rate", type=float, help="bytes/s; default: measured here with torch")
+    ap.add_argument("--torch-modes", default="eager,default",
+                    help="comma list of eager, default, max-autotune; 'none' skips torch")
+    ap.add_argument("--torch-budget", type=float, default=400, help="seconds after which no torch point starts")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -108,9 +158,10 @@ def main():
         sys.exit(1)
     rate = a.copy_rate or copy_rate()
     print("copy rate %.3f TB/s; compile %.2f s" % (rate / 1e12, compile_s), flush=True)
-    rows = []
+    rows, points = [], []
     for ctx in [int(x) for x in a.contexts.split(",")]:
         for batch in [int(x) for x in a.batches.split(",")]:
+            points.append((batch, ctx))
             js = os.path.join(a.out, "%s_b%d_c%d.json" % (tag, batch, ctx))
             p = run([a.fxfuse, "bench", plan, "--kv-batch", str(batch), "--kv-query-len", "1", "--kv-context",
                      str(ctx), "--iters", str(a.iters), "--json", js], log)
@@ -127,22 +178,16 @@ def main():
                 row["error"] = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["failed"]
             rows.append(row)
             print(json.dumps(row), flush=True)
+    modes = [m for m in a.torch_modes.split(",") if m and m != "none"]
+    if modes:
+        torch_points(a, config, points, rows)
     result = {"config": a.config, "layers": config[6], "form": a.form, "kv_cache": a.kv_cache,
               "copy_rate_bytes_per_s": rate, "compile_seconds": compile_s, "rows": rows, "log": log,
               "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
     json.dump(result, open(os.path.join(a.out, "decode_%s.json" % tag), "w"), indent=1)
-    lines = ["| batch x context | fxfuse µs/step | tokens/s | kernels | floor µs | fraction of floor |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        if "fxfuse_us" in r:
-            lines.append("| %d x %d | %.1f | %.0f | %d | %.1f | %.0f %% |" % (
-                r["batch"], r["context"], r["fxfuse_us"], r["tokens_per_s"], r["kernels"], r["floor_us"],
-                100 * r["fraction_of_floor"]))
-        else:
-            lines.append("| %d x %d | failed: %s | | | %.1f | |" % (r["batch"], r["context"], r["error"][0][:80],
-                                                                   r["floor_us"]))
-    open(os.path.join(a.out, "decode_%s.md" % tag), "w").write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    table = markdown(rows, modes)
+    open(os.path.join(a.out, "decode_%s.md" % tag), "w").write(table)
+    print(table)
 
 
 if __name__ == "__main__":
