@@ -13,7 +13,12 @@ int Lowerer::inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr
   const TRef& ri = trefs_[static_cast<size_t>(tri)];
   const Buf& rb = bufs_[static_cast<size_t>(ri.buffer)];
   const bool dense_same_shape = isContiguous(ri) && ri.shape == shape;
-  bool donate = rb.kind == pb::ARENA && rb.trefs == 1 && residual->numUses() == 1 && residual->graphOutputUses() == 0 &&
+  // Donated when nothing reads the old residual after this node: its other readers (the
+  // first layer's norm reads the embedding it also adds) are already lowered, so their steps
+  // run before this one.
+  bool later_readers = false;
+  for (const Node* u : residual->users()) later_readers = later_readers || (u != &n && !lowered_.count(u));
+  bool donate = rb.kind == pb::ARENA && rb.trefs == 1 && !later_readers && residual->graphOutputUses() == 0 &&
                 dense_same_shape;
   if (donate) return tri;
   int tres = freshTensor(dt, shape, res_out ? res_out->name : residual->name + ".updated");

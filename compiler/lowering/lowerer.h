@@ -747,6 +747,7 @@ class Lowerer {
   std::vector<TRef> trefs_;
   std::map<const Value*, int> mat_;
   std::set<const Node*> lowered_ahead_;  // nodes a rule already lowered with an earlier node
+  std::set<const Node*> lowered_;        // nodes whose steps are already in the plan
   std::map<const Value*, int> scalar_inputs_;  // lifted scalar input -> index into Plan.inputs
   std::map<const Value*, SymExpr> syms_;
   std::map<int, int> loads_;

@@ -855,7 +855,10 @@ pb::Plan Lowerer::run(LowerStats* stats) {
     }
   }
   for (const auto& gd : m_.guards) *plan_.add_guards() = guardToProto(gd);
-  for (auto& up : g_.nodes()) lowerNode(*up);
+  for (auto& up : g_.nodes()) {
+    lowerNode(*up);
+    lowered_.insert(up.get());
+  }
   finish();
   for (const auto& st : plan_.steps()) {
     stats_.steps++;
