@@ -63,7 +63,8 @@ D=/tmp/fxrt
 # shellcheck disable=SC2015  # either step failing means no bundle
 mkdir -p "$D" && tar -C "$D" -xJf .device_rt/bundle.tar.xz || { echo "no bundle: run tests/runtime/stage_device.sh first" | tee "$OUT/misc.txt"; exit 2; }
 # Carried libraries only for our binaries (not for python/torch).
-for b in fxfuse decoder_example; do
+for b in fxfuse decoder_example paged_attention_gpu_test; do
+  [[ -e $D/$b ]] || continue
   mv "$D/$b" "$D/$b.bin"
   # shellcheck disable=SC2016  # LD_LIBRARY_PATH expands in the wrapper, not here
   printf '#!/bin/bash\nexport LD_LIBRARY_PATH=%s/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\nexec %s/%s.bin "$@"\n' "$D" "$D" "$b" > "$D/$b"

@@ -1,0 +1,48 @@
+#!/bin/bash
+# One device call for the decode-step measurements (issue #18, one H200): the paged KV-cache
+# checks, then the whole-model decode benchmark of Llama-3.1-8B and 70B, fxfuse against torch.
+#
+#   tests/runtime/stage_device.sh                                   # here: builds and packs
+#   device: carry [".device_rt"], run `OUT=$OUT examples/decode_step/device_run.sh`
+#
+# Budgets (seconds, env): KV_BUDGET=90, B8_BUDGET=260 (8B: fxfuse at batch 1, 8, 32, 64 x
+# context 1k, 4k, then torch eager and torch.compile default, no torch point starts after the
+# budget), B70_BUDGET=150 (70B at batch 1, 8 x 1k, fxfuse and torch.compile default).
+# TORCH_MODES_8B (default "eager,default"). At most 8 files come back: summary.txt (the
+# tables and the check lines), kv.txt, decode_*.json and decode_*.md of both models, logs.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/decode_out}
+mkdir -p "$OUT"
+D=/tmp/fxrt
+mkdir -p "$D" && tar -C "$D" -xJf .device_rt/bundle.tar.xz || { echo "no bundle: run tests/runtime/stage_device.sh" | tee "$OUT/summary.txt"; exit 2; }
+for b in fxfuse paged_attention_gpu_test; do
+  mv "$D/$b" "$D/$b.bin"
+  # shellcheck disable=SC2016  # LD_LIBRARY_PATH expands in the wrapper, not here
+  printf '#!/bin/bash\nexport LD_LIBRARY_PATH=%s/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\nexec %s/%s.bin "$@"\n' "$D" "$D" "$b" > "$D/$b"
+  chmod +x "$D/$b"
+done
+export FXFUSE_CACHE_DIR=/tmp/fxfuse_kernel_cache
+LOGS=$(mktemp -d)
+{
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c "import torch; print('torch', torch.__version__)"
+  echo "bundle built from:"; cat "$D/STAGED_FROM"
+} > "$OUT/summary.txt" 2>&1
+
+OUT=$LOGS timeout "${KV_BUDGET:-90}" bash tests/runtime/kv_cache_gpu.sh "$D/fxfuse" "$D/paged_attention_gpu_test" > "$OUT/kv.txt" 2>&1
+echo "kv checks: $(tail -1 "$OUT/kv.txt")" >> "$OUT/summary.txt"
+
+bench() {  # CONFIG BUDGET ARGS...
+  local config=$1 budget=$2; shift 2
+  timeout "$budget" python3 examples/decode_step/bench_decode.py --fxfuse "$D/fxfuse" --config "$config" \
+    --torch-budget $((budget - 60)) --out "$LOGS/$config" "$@" > "$LOGS/bench_$config.txt" 2>&1
+  echo "== $config (rc $?)" >> "$OUT/summary.txt"
+  cp "$LOGS/$config"/decode_*.json "$LOGS/$config"/decode_*.md "$OUT/" 2>/dev/null
+  cat "$LOGS/$config"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$LOGS/bench_$config.txt" >> "$OUT/summary.txt"
+}
+bench llama8b "${B8_BUDGET:-260}" --batches 1,8,32,64 --contexts 1024,4096 --iters 50 \
+  --torch-modes "${TORCH_MODES_8B:-eager,default}"
+bench llama70b "${B70_BUDGET:-150}" --batches 1,8 --contexts 1024 --iters 20 --torch-modes default
+tar -C "$LOGS" -czf "$OUT/logs.tgz" . 2>/dev/null
+cat "$OUT/summary.txt"
