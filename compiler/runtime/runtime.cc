@@ -116,8 +116,12 @@ DType attnType(DType d, const std::string& what) {
 DType attnType(irpb::DType t, const std::string& what) { return attnType(lowering::fromPlanDType(t), what); }
 
 // The sm90 attention kernels for a rt.attention step (plan arg impl = "sm90"): split-KV decode
-// for a few query rows per KV head without a causal offset (Sq == Sk or no causal mask), else the
-// wgmma prefill kernel. Returns an empty function when the params do not fit (odd strides,
+// for a few query rows per KV head without a causal mask, or a causal one of a single token
+// over a single key (torch's causal mask is top-left aligned: decode's bottom-right alignment
+// agrees only when Sq == Sk); else the wgmma prefill kernel. A causal block of 2..8 tokens
+// goes to prefill: the decode kernel took 79 µs for 8 causal tokens over their own 8 (ncu,
+// H200, docs/benchmarks/decoder_layer.md, T = 8), while the whole layer at T = 64 on the
+// prefill kernel takes 96 µs. Returns an empty function when the params do not fit (odd strides,
 // misaligned pointers, mask, fp32, ...): the caller uses the reference kernel then. A decode
 // workspace is allocated here and freed with the step.
 std::function<cudaError_t(cudaStream_t)> sm90Attention(const AttentionParams& q, std::vector<std::function<void()>>* cleanup) {
@@ -146,7 +150,7 @@ std::function<cudaError_t(cudaStream_t)> sm90Attention(const AttentionParams& q,
     x.out_scale = q.out_scale;
   };
   const int64_t group = q.Hq / q.Hk;
-  if (q.Sq <= 8 && group * q.Sq <= fa::kDecodeMaxRows && (!q.causal || q.Sq == q.Sk) && q.Sk > 0) {
+  if (q.Sq <= 8 && group * q.Sq <= fa::kDecodeMaxRows && (!q.causal || (q.Sq == 1 && q.Sk == 1)) && q.Sk > 0) {
     fa::DecodeParams d;
     common(d);
     d.k_cache = q.k;
