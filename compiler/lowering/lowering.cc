@@ -482,14 +482,19 @@ std::optional<Lowerer::RotaryWriteback> Lowerer::rotaryWriteback(Node& n, int64_
   Value* k = valArg(n, "key");
   Value *q2 = n.output(1), *k2 = n.output(2);
   if (!q || !k || !q2 || !k2 || pending(q) || pending(k)) return std::nullopt;
+  // An integer argument of `u` when it is a constant (`def` when absent); nullopt when symbolic.
+  auto constInt = [&](const Node& u, const char* name, int64_t def) -> std::optional<int64_t> {
+    const Attr* a = arg(u, name);
+    return a ? a->asInt() : def;
+  };
   // The single slice_scatter reading `src` along the last dim of a rank-2 tensor, or null.
   auto scatterOf = [&](Value* src) -> Node* {
     if (src->numUses() != 1 || src->graphOutputUses() != 0) return nullptr;
     Node* u = src->users().front();
     if (u->target != "aten.slice_scatter.default" || valArg(*u, "src") != src || !u->output(0)) return nullptr;
-    if (u->output(0)->type.rank() != 2 || intArg(*u, "step", 1) != 1) return nullptr;
-    const int64_t dim = intArg(*u, "dim", 0);
-    return dim == 1 || dim == -1 ? u : nullptr;
+    if (u->output(0)->type.rank() != 2 || constInt(*u, "step", 1) != std::optional<int64_t>(1)) return nullptr;
+    const std::optional<int64_t> dim = constInt(*u, "dim", 0);
+    return dim == std::optional<int64_t>(1) || dim == std::optional<int64_t>(-1) ? u : nullptr;
   };
   Node* s1 = scatterOf(q2);
   Node* s2 = scatterOf(k2);
@@ -509,8 +514,8 @@ std::optional<Lowerer::RotaryWriteback> Lowerer::rotaryWriteback(Node& n, int64_
                              tk.stride == tb.stride && tq.shape[0] == tb.shape[0] && tk.shape[0] == tb.shape[0] &&
                              tq.offset == tb.offset && tk.offset == tb.offset + SymExpr::integer(Q);
   if (!views_of_base || Q % head != 0 || K % head != 0 || Q + K > tb.shape[1].intValue()) return std::nullopt;
-  if (intArg(*s1, "start", 0) != 0 || intArg(*s1, "end", -1) != Q || intArg(*s2, "start", -1) != Q ||
-      intArg(*s2, "end", -1) != Q + K)
+  if (constInt(*s1, "start", 0) != std::optional<int64_t>(0) || constInt(*s1, "end", -1) != std::optional<int64_t>(Q) ||
+      constInt(*s2, "start", -1) != std::optional<int64_t>(Q) || constInt(*s2, "end", -1) != std::optional<int64_t>(Q + K))
     return std::nullopt;
   return RotaryWriteback{base, s1, s2, Q + K};
 }
