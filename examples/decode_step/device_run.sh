@@ -7,7 +7,8 @@
 #
 # Budgets (seconds, env): KV_BUDGET=90, B8_BUDGET=260 (8B: fxfuse at batch 1, 8, 32, 64 x
 # context 1k, 4k, then torch eager and torch.compile default, no torch point starts after the
-# budget), B70_BUDGET=150 (70B at batch 1, 8 x 1k, fxfuse and torch.compile default).
+# budget), B70_BUDGET=150 (70B at batch 1, 8 x 1k, fxfuse and torch.compile default),
+# B8FP8_BUDGET=60 (8B with an FP8 KV cache, fxfuse only; its table is in summary.txt).
 # TORCH_MODES_8B (default "eager,default"). At most 8 files come back: summary.txt (the
 # tables and the check lines), kv.txt, decode_*.json and decode_*.md of both models, logs.tgz.
 set -uo pipefail
@@ -44,5 +45,12 @@ bench() {  # CONFIG BUDGET ARGS...
 bench llama8b "${B8_BUDGET:-260}" --batches 1,8,32,64 --contexts 1024,4096 --iters 50 \
   --torch-modes "${TORCH_MODES_8B:-eager,default}"
 bench llama70b "${B70_BUDGET:-150}" --batches 1,8 --contexts 1024 --iters 20 --torch-modes default
+# FP8 KV cache (vLLM's kv_cache_dtype=fp8; the floor counts FP8 cache bytes): fxfuse only.
+B8FP8_BUDGET=${B8FP8_BUDGET:-60}
+timeout "$B8FP8_BUDGET" python3 examples/decode_step/bench_decode.py --fxfuse "$D/fxfuse" --config llama8b \
+  --kv-cache fp8 --batches 1,8,64 --contexts 1024,4096 --iters 50 --torch-modes none --out "$LOGS/llama8b_fp8" \
+  > "$LOGS/bench_llama8b_fp8.txt" 2>&1
+echo "== llama8b, FP8 KV cache (rc $?)" >> "$OUT/summary.txt"
+cat "$LOGS/llama8b_fp8"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$LOGS/bench_llama8b_fp8.txt" >> "$OUT/summary.txt"
 tar -C "$LOGS" -czf "$OUT/logs.tgz" . 2>/dev/null
 cat "$OUT/summary.txt"
