@@ -179,15 +179,20 @@ def main():
             rows.append(row)
             print(json.dumps(row), flush=True)
     modes = [m for m in a.torch_modes.split(",") if m and m != "none"]
+
+    def write_results():  # after fxfuse's points, and again after torch's (a timeout keeps the first)
+        result = {"config": a.config, "layers": config[6], "form": a.form, "kv_cache": a.kv_cache,
+                  "copy_rate_bytes_per_s": rate, "compile_seconds": compile_s, "rows": rows, "log": log,
+                  "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+        json.dump(result, open(os.path.join(a.out, "decode_%s.json" % tag), "w"), indent=1)
+        table = markdown(rows, modes)
+        open(os.path.join(a.out, "decode_%s.md" % tag), "w").write(table)
+        return table
+
+    write_results()
     if modes:
         torch_points(a, config, points, rows)
-    result = {"config": a.config, "layers": config[6], "form": a.form, "kv_cache": a.kv_cache,
-              "copy_rate_bytes_per_s": rate, "compile_seconds": compile_s, "rows": rows, "log": log,
-              "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
-    json.dump(result, open(os.path.join(a.out, "decode_%s.json" % tag), "w"), indent=1)
-    table = markdown(rows, modes)
-    open(os.path.join(a.out, "decode_%s.md" % tag), "w").write(table)
-    print(table)
+    print(write_results())
 
 
 if __name__ == "__main__":
