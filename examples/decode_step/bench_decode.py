@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The whole-model decode step on the GPU: fxfuse's plan of a Llama-shaped FP8 model
-(make_model.py: embedding -> layers -> final norm -> LM head, vLLM's forms) over a paged KV
+(tools/fixtures/decode_model.py: embedding -> layers -> final norm -> LM head, vLLM's forms) over a paged KV
 cache, at each batch x context, against the floor: the bytes the step must move (weights,
 the KV cache read, this step's KV write) / the device copy rate measured in the same run.
 
@@ -24,8 +24,10 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "..", "..", "tools", "fixtures")
 sys.path.insert(0, HERE)
-import make_model  # noqa: E402
+sys.path.insert(0, FIXTURES)
+import decode_model  # noqa: E402
 
 KV_BYTES = {"bf16": 2, "f16": 2, "fp8": 1}
 
@@ -125,7 +127,7 @@ def run(cmd, log):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fxfuse", required=True)
-    ap.add_argument("--config", choices=sorted(make_model.CONFIGS), default="llama8b")
+    ap.add_argument("--config", choices=sorted(decode_model.CONFIGS), default="llama8b")
     ap.add_argument("--form", choices=["custom", "native"], default="custom")
     ap.add_argument("--layers", type=int)
     ap.add_argument("--batches", default="1,8,32,64")
@@ -139,13 +141,13 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    config = list(make_model.CONFIGS[a.config])
+    config = list(decode_model.CONFIGS[a.config])
     if a.layers:
         config[6] = a.layers
     tag = "%s_%s_%s" % (a.config, a.form, a.kv_cache)
     log = []
     graph = os.path.join(a.out, tag + ".fxg")
-    gen = [sys.executable, os.path.join(HERE, "make_model.py"), "--config", a.config, "--form", a.form]
+    gen = [sys.executable, os.path.join(FIXTURES, "decode_model.py"), "--config", a.config, "--form", a.form]
     if a.layers:
         gen += ["--layers", str(a.layers)]
     with open(graph, "w") as f:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole-model decode graphs (make_model.py) in vLLM's two spellings compile to one plan:
+# The whole-model decode graphs (tools/fixtures/decode_model.py) in vLLM's two spellings compile to one plan:
 #  1. tiny config, both forms, bf16 and FP8 caches: `verify` passes on a decode batch and on
 #     the default mixed batch (the CPU interpreter runs the paged-attention semantics);
 #  2. the plans of both forms are the same step for step, except node names and the one
@@ -12,13 +12,12 @@
 #   examples/decode_step/model_forms_test.sh PATH/fxfuse
 set -euo pipefail
 fx=$(realpath "$1")
-here=$(dirname "$0")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 gen() {  # config form [layers]
-  python3 "$here/make_model.py" --config "$1" --form "$2" ${3:+--layers "$3"} > "$tmp/$1_$2.fxg"
+  python3 tools/fixtures/decode_model.py --config "$1" --form "$2" ${3:+--layers "$3"} > "$tmp/$1_$2.fxg"
 }
 
 # The plan text without what may differ between spellings: the source path, node names, and

@@ -1,4 +1,4 @@
-"""torch's side of the decode-step benchmark (bench_decode.py): the model of make_model.py as
+"""torch's side of the decode-step benchmark (bench_decode.py): the model of tools/fixtures/decode_model.py as
 users run decode in torch 2.11 — vLLM's native forms (fp32 RMSNorm, static per-tensor FP8
 quant as x * (1/s) clamped, `torch._scaled_mm` with column-major FP8 weights, neox rotary from
 a cos/sin cache gathered by position, SiLU-and-mul, bf16 LM head) over a static KV cache
@@ -25,7 +25,7 @@ def fp8_dtype():
 
 
 class DecodeModel:
-    """Weights of a Llama-shaped model (a make_model.CONFIGS entry), generated on `device`;
+    """Weights of a Llama-shaped model (a decode_model.CONFIGS entry), generated on `device`;
     set_batch() adds the caches and inputs of one batch x context."""
 
     def __init__(self, config, device="cuda", weights="fp8", layers=None, seed=0):

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import make_model  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "fixtures"))
+import decode_model  # noqa: E402
 import torch_decode as td  # noqa: E402
 
 if not hasattr(F, "scaled_dot_product_attention"):
@@ -26,7 +27,7 @@ if not hasattr(F, "scaled_dot_product_attention"):
 
 class DecodeStepTest(unittest.TestCase):
     def run_step(self, batch, context):
-        m = td.DecodeModel(make_model.CONFIGS["tiny"], device="cpu", weights="bf16").set_batch(batch, context)
+        m = td.DecodeModel(decode_model.CONFIGS["tiny"], device="cpu", weights="bf16").set_batch(batch, context)
         before = [(lw["k_cache"].clone(), lw["v_cache"].clone()) for lw in m.layers]
         out = td.make_step(m, td.layer_for("eager"))()
         return m, before, out

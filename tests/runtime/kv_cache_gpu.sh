@@ -51,13 +51,13 @@ for entry in "${SERVED[@]}"; do
     "$FXFUSE" run "$g" --kv-cache="$cache" --compare-cpu --seed 2
   check "bench $(basename "$g") $cache (CUDA graph replay)" "$FXFUSE" bench "$plan" --warmup 2 --iters 20
 done
-# The whole tiny Llama model (examples/decode_step/make_model.py) in both of vLLM's forms:
+# The whole tiny Llama model (tools/fixtures/decode_model.py) in both of vLLM's forms:
 # decode batches whose 300-token contexts the paged attention splits into chunks, FP8 and
 # bf16 caches, and the default mixed batch (the FP8 GEMMs round differently from the CPU, so
 # the node proof decides), then a CUDA-graph decode step of 8 sequences over 1000 tokens.
 for form in custom native; do
   g="$tmp/tiny_$form.fxg"
-  python3 examples/decode_step/make_model.py --config tiny --form "$form" > "$g" || { failed=$((failed + 1)); continue; }
+  python3 tools/fixtures/decode_model.py --config tiny --form "$form" > "$g" || { failed=$((failed + 1)); continue; }
   for cache in bf16 fp8; do
     check "run tiny model ($form) $cache decode 4x300" \
       "$FXFUSE" run "$g" --kv-cache="$cache" --compare-cpu --kv-batch 4 --kv-query-len 1 --kv-context 300
