@@ -322,7 +322,7 @@ void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms) {
   if (rows <= 0 || max_keys <= kPagedMinSplitKeys) return;
   const int64_t target = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * kTargetWarpsPerSm;
   int64_t splits = (target + rows - 1) / rows;
-  splits = std::min(splits, (max_keys + kPagedMinSplitKeys - 1) / kPagedMinSplitKeys);
+  splits = std::min(splits, max_keys / kPagedMinSplitKeys);  // chunks of at least kPagedMinSplitKeys
   splits = std::min(splits, kMaxSplits);
   if (splits <= 1) return;
   int64_t keys = (max_keys + splits - 1) / splits;

@@ -1,0 +1,95 @@
+// The host side of the split-KV paged attention (kernels/runtime/paged_attention.h), on the
+// CPU: the split the planner picks covers every key of the block table in chunks of whole
+// 8-key groups, fills the GPU about twice for small batches and not at all for large ones,
+// never exceeds the launcher's limits, and the launcher refuses split parameters it cannot
+// honour (before any CUDA call, so no GPU is needed).
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+
+#include "kernels/runtime/paged_attention.h"
+
+namespace fxfuse::runtime {
+namespace {
+
+PagedAttentionParams decodeBatch(int64_t seqs, int64_t context, int64_t heads_q = 32, int64_t block_size = 16) {
+  PagedAttentionParams p;
+  p.num_tokens = seqs;
+  p.num_seqs = seqs;
+  p.heads_q = heads_q;
+  p.heads_kv = 8;
+  p.head_size = 128;
+  p.block_size = block_size;
+  p.max_blocks = (context + block_size - 1) / block_size;
+  p.num_blocks = seqs * p.max_blocks + 2;
+  return p;
+}
+
+void checkCovers(const PagedAttentionParams& p) {
+  const int64_t max_keys = p.max_blocks * p.block_size;
+  REQUIRE(p.num_splits >= 1);
+  CHECK(p.num_splits <= 256);
+  if (p.num_splits == 1) return;
+  CHECK(p.split_keys % 8 == 0);
+  CHECK(p.split_keys >= kPagedMinSplitKeys);
+  CHECK(p.num_splits * p.split_keys >= max_keys);         // every key in some chunk
+  CHECK((p.num_splits - 1) * p.split_keys < max_keys);    // no chunk past the block table
+  CHECK(PagedAttentionWorkspaceBytes(p) ==
+        p.num_tokens * p.heads_q * p.num_splits * (p.head_size + 2) * static_cast<int64_t>(sizeof(float)));
+}
+
+TEST_CASE("split-KV plan: small decode batches split their contexts to fill the GPU") {
+  for (int64_t context : {33, 100, 1024, 4096, 32768}) {
+    for (int64_t seqs : {1, 2, 8}) {
+      INFO("batch " << seqs << " x context " << context);
+      PagedAttentionParams p = decodeBatch(seqs, context);
+      PlanPagedAttentionSplits(p, 132);
+      checkCovers(p);
+      const int64_t rows = seqs * p.heads_q;
+      const int64_t warps = rows * p.num_splits;
+      // about two waves of 32 warps per SM (132 SMs; rounding chunks up to whole key groups
+      // may lose a few), unless the context is too short to cut into more chunks of at least
+      // kPagedMinSplitKeys keys
+      const bool short_context = (p.num_splits + 1) * kPagedMinSplitKeys > p.max_blocks * p.block_size;
+      if (!short_context) CHECK(warps * 10 >= 132 * 32 * 9);
+    }
+  }
+}
+
+TEST_CASE("split-KV plan: batches that fill the GPU, and short contexts, take one pass") {
+  PagedAttentionParams big = decodeBatch(256, 4096);  // 8192 rows
+  PlanPagedAttentionSplits(big, 132);
+  CHECK(big.num_splits == 1);
+  CHECK(PagedAttentionWorkspaceBytes(big) == 0);
+  PagedAttentionParams prefill = decodeBatch(1, 8192);
+  prefill.num_tokens = 8192;  // one long prefill: rows enough
+  PlanPagedAttentionSplits(prefill, 132);
+  CHECK(prefill.num_splits == 1);
+  PagedAttentionParams tiny = decodeBatch(1, 20);  // 32 keys at most in the block table
+  PlanPagedAttentionSplits(tiny, 132);
+  CHECK(tiny.num_splits == 1);
+  PagedAttentionParams none = decodeBatch(0, 1024);
+  PlanPagedAttentionSplits(none, 132);
+  CHECK(none.num_splits == 1);
+}
+
+TEST_CASE("split-KV launch refuses splits it cannot honour") {
+  PagedAttentionParams p = decodeBatch(1, 1024);
+  int dummy = 0;  // never dereferenced: the launcher refuses before it launches
+  p.q = p.key_cache = p.value_cache = &dummy;
+  p.out = &dummy;
+  p.block_table = p.seq_lens = p.query_start_loc = reinterpret_cast<const int32_t*>(&dummy);
+  p.scale = 0.1f;
+  p.num_splits = 4;  // no workspace, no chunk size
+  CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
+  p.split_keys = 256;  // still no workspace
+  CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
+  p.num_splits = 257;  // above the cap
+  p.workspace = reinterpret_cast<float*>(&dummy);
+  CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
+  p.num_splits = 0;
+  CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace fxfuse::runtime
