@@ -535,7 +535,7 @@ class FunctionalizePass : public Pass {
     ir::Node* v1 = rw.create(kAfV1, std::move(nargs), outs, n, {n}, n->name);
     pos_[v1] = pos_.at(n);
     rw.replaceOutputs(v1, outs);
-    scatterViewsIntoBases(rw, n, v1, nret, base_of_mut, views, *bases);
+    if (bases) scatterViewsIntoBases(rw, n, v1, nret, base_of_mut, views, *bases);  // none: nothing was a view
     for (ir::Value* o : n->outputs())
       if (o && o->numUses() > 0) {
         ctx.rejected("functionalize", n->name, "auto_functionalized_v2 output without a v1 counterpart is used");
