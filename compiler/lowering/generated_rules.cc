@@ -686,6 +686,8 @@ void Lowerer::lowerCat(Node& n, const GenOut& g) {
   if (!l || l->kind != Attr::Kind::List) unsupported(n, "cat without a tensor list");
   int64_t d = intArg(n, "dim", 0);
   d = d < 0 ? d + static_cast<int64_t>(osh.size()) : d;
+  if (d < 0 || d >= static_cast<int64_t>(osh.size()))
+    unsupported(n, fmt::format("dim {} is outside the {}-D output", intArg(n, "dim", 0), osh.size()));
   std::vector<int> ins;
   for (const auto& e : l->list) {
     if (!e.isValue()) unsupported(n, "cat of a non-tensor");
