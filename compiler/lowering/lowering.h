@@ -58,6 +58,8 @@ fxfuse::plan::v1::Plan parsePlan(const std::string& bytes, bool text, const std:
 std::string planToText(const fxfuse::plan::v1::Plan& p);
 std::string planToBinary(const fxfuse::plan::v1::Plan& p);
 
+// What one step does, in a few words ("matmul m=s0 n=4096 k=4096 fp8", a kernel's name).
+std::string describeStep(const fxfuse::plan::v1::Step& s);
 // One line per step, plus the arena report (used by `fxfuse run --describe` and tests).
 std::string describePlan(const fxfuse::plan::v1::Plan& p);
 

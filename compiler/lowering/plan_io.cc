@@ -163,39 +163,37 @@ bool isPlanFile(const std::string& path) {
   return format == ir::FileFormat::kPlanText || format == ir::FileFormat::kPlanBinary;
 }
 
+std::string describeStep(const pb::Step& s) {
+  auto sx = [](const fxfuse::ir::v1::SymExpr& e) { return ir::symExprFromProto(e, "plan").str(); };
+  if (s.has_kernel()) return s.kernel().kernel();
+  if (s.has_matmul()) {
+    const auto& m = s.matmul();
+    return fmt::format("matmul m={} n={} k={}{}", sx(m.m()), sx(m.n()), sx(m.k()),
+                       m.scale_mode() == pb::SCALE_PER_TENSOR ? " fp8" : "");
+  }
+  if (s.has_collective()) return "collective " + s.collective().op();
+  if (s.has_fused_all_reduce_norm()) {
+    const auto& f = s.fused_all_reduce_norm();
+    return fmt::format("all_reduce+rms_norm{} T={} H={} max_tokens={}", f.quant_out() >= 0 ? "+quant" : "",
+                       sx(f.num_tokens()), sx(f.hidden_size()), f.max_tokens());
+  }
+  if (s.has_copy()) return "copy " + sx(s.copy().bytes()) + " bytes";
+  if (s.has_memset()) return "memset";
+  return "";
+}
+
 std::string describePlan(const pb::Plan& p) {
   std::string out;
-  auto sx = [&](const fxfuse::ir::v1::SymExpr& e) { return ir::symExprFromProto(e, "plan").str(); };
   int launches = 0;
   for (int i = 0; i < p.steps_size(); ++i) {
     const auto& s = p.steps(i);
-    std::string what;
-    if (s.has_kernel()) {
-      what = s.kernel().kernel();
-      ++launches;
-    } else if (s.has_matmul()) {
-      const auto& m = s.matmul();
-      what = fmt::format("matmul m={} n={} k={}{}", sx(m.m()), sx(m.n()), sx(m.k()),
-                         m.scale_mode() == pb::SCALE_PER_TENSOR ? " fp8" : "");
-      ++launches;
-    } else if (s.has_collective()) {
-      what = "collective " + s.collective().op();
-      ++launches;
-    } else if (s.has_fused_all_reduce_norm()) {
-      const auto& f = s.fused_all_reduce_norm();
-      what = fmt::format("all_reduce+rms_norm{} T={} H={} max_tokens={}", f.quant_out() >= 0 ? "+quant" : "",
-                         sx(f.num_tokens()), sx(f.hidden_size()), f.max_tokens());
-      ++launches;
-    } else if (s.has_copy()) {
-      what = "copy " + sx(s.copy().bytes()) + " bytes";
-    } else if (s.has_memset()) {
-      what = "memset";
-    }
+    if (s.has_kernel() || s.has_matmul() || s.has_collective() || s.has_fused_all_reduce_norm()) ++launches;
     std::string nodes;
     for (const auto& n : s.nodes()) nodes += (nodes.empty() ? "" : ",") + n;
-    out += fmt::format("step {:3} {:<36} {}\n", i, what, nodes);
+    out += fmt::format("step {:3} {:<36} {}\n", i, describeStep(s), nodes);
   }
   out += fmt::format("launches {}\n", launches);
+  auto sx = [](const fxfuse::ir::v1::SymExpr& e) { return ir::symExprFromProto(e, "plan").str(); };
   out += fmt::format("arena peak {} bytes (no reuse {}) at the symbols' hints; peak = {}\n",
                      p.arena().peak_bytes_at_hint(), p.arena().no_reuse_bytes_at_hint(), sx(p.arena().peak_bytes()));
   return out;

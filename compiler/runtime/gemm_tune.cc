@@ -2,7 +2,10 @@
 #include "compiler/runtime/gemm_tune.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -11,6 +14,7 @@
 
 #include "compiler/runtime/cuda_libs.h"
 #include "ir/status.h"
+#include "kernels/reference/numerics.h"
 
 namespace fxfuse::runtime {
 
@@ -19,6 +23,8 @@ namespace {
 constexpr int kWarmupReps = 2;
 constexpr int kTimedReps = 5;               // median of these
 constexpr size_t kL2FlushBytes = 64u << 20;  // > the H200's 60 MB L2
+constexpr double kOwnGemmRelTol = 1.0 / 32;    // a few bf16 steps
+constexpr double kOwnGemmRmsTol = 1.0 / 256;   // cancellation near zero
 
 void checkCuda(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess) fail("{}: {}", what, cudaGetErrorString(e));
@@ -55,21 +61,17 @@ std::map<std::string, GemmChoice>& cache() {
   return c;
 }
 
-// Median time (us) of one candidate on `stream`, or a negative value when it fails to run.
-double timeCandidate(const GemmCall& call, const cublasLtMatmulAlgo_t& algo, void* scratch_d, void* flush,
-                     cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop) {
-  const CublasLtApi& lt = cublasLt();
-  auto launch = [&] {
-    return lt.cublasLtMatmul(call.handle, call.desc, call.alpha, call.x, call.lx, call.y, call.ly, call.beta, call.c,
-                             call.lc, scratch_d, call.ld, &algo, call.workspace, call.workspace_bytes, stream);
-  };
+// Median time (us) of `launch` on `stream` (L2 flushed before every timed rep), or a negative
+// value when it fails to run.
+double timeLaunch(const std::function<bool()>& launch, void* flush, cudaStream_t stream, cudaEvent_t start,
+                  cudaEvent_t stop) {
   for (int r = 0; r < kWarmupReps; ++r)
-    if (launch() != CUBLAS_STATUS_SUCCESS) return -1;
+    if (!launch()) return -1;
   std::vector<double> us;
   for (int r = 0; r < kTimedReps; ++r) {
     if (flush) checkCuda(cudaMemsetAsync(flush, r, kL2FlushBytes, stream), "flushing L2 for GEMM tuning");
     checkCuda(cudaEventRecord(start, stream), "GEMM tuning event");
-    if (launch() != CUBLAS_STATUS_SUCCESS) return -1;
+    if (!launch()) return -1;
     checkCuda(cudaEventRecord(stop, stream), "GEMM tuning event");
     checkCuda(cudaEventSynchronize(stop), "GEMM tuning");
     float ms = 0;
@@ -78,6 +80,79 @@ double timeCandidate(const GemmCall& call, const cublasLtMatmulAlgo_t& algo, voi
   }
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
+}
+
+// Median time (us) of one cuBLASLt candidate writing into `scratch_d`, or negative when it fails.
+double timeCandidate(const GemmCall& call, const cublasLtMatmulAlgo_t& algo, void* scratch_d, void* flush,
+                     cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop) {
+  const CublasLtApi& lt = cublasLt();
+  return timeLaunch(
+      [&] {
+        return lt.cublasLtMatmul(call.handle, call.desc, call.alpha, call.x, call.lx, call.y, call.ly, call.beta, call.c,
+                                 call.lc, scratch_d, call.ld, &algo, call.workspace, call.workspace_bytes,
+                                 stream) == CUBLAS_STATUS_SUCCESS;
+      },
+      flush, stream, start, stop);
+}
+
+// The scratch buffers and events of one tuning (freed on every path).
+struct TuningScratch {
+  std::vector<void*> buffers;
+  void* flush = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TuningScratch(size_t outputs, size_t output_bytes, const std::string& where) {
+    for (size_t i = 0; i < outputs; ++i) {
+      buffers.push_back(nullptr);
+      checkCuda(cudaMalloc(&buffers.back(), std::max<size_t>(output_bytes, 256)), where + ": GEMM tuning output");
+    }
+    if (cudaMalloc(&flush, kL2FlushBytes) != cudaSuccess) {  // tuning without the flush rather than failing
+      cudaGetLastError();
+      flush = nullptr;
+    }
+    checkCuda(cudaEventCreate(&start), where);
+    checkCuda(cudaEventCreate(&stop), where);
+  }
+  ~TuningScratch() {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    for (void* b : buffers) cudaFree(b);
+    if (flush) cudaFree(flush);
+  }
+};
+
+// Device output of `bytes` as floats (bf16, f16 or f32 elements).
+std::vector<float> downloadAsFloat(const void* d, size_t bytes, cudaDataType_t type, const std::string& where) {
+  const size_t elem = type == CUDA_R_32F ? 4 : 2;
+  std::vector<uint8_t> raw(bytes);
+  checkCuda(cudaMemcpy(raw.data(), d, bytes, cudaMemcpyDeviceToHost), where + ": GEMM output check");
+  std::vector<float> v(bytes / elem);
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint16_t h = 0;
+    if (elem == 4) {
+      std::memcpy(&v[i], &raw[i * 4], 4);
+      continue;
+    }
+    std::memcpy(&h, &raw[i * 2], 2);
+    v[i] = type == CUDA_R_16BF ? kernels::reference::BFloat16BitsToFloat(h) : kernels::reference::HalfBitsToFloat(h);
+  }
+  return v;
+}
+
+// Whether two outputs of the same call agree up to accumulation order: every element within
+// kOwnGemmRelTol of the other plus kOwnGemmRmsTol of the output's RMS (a kernel that reads a
+// layout or a scale wrongly differs in most elements), NaN where the other has NaN.
+bool outputsAgree(const std::vector<float>& a, const std::vector<float>& b, std::string* why) {
+  double sq = 0;
+  for (float v : b) sq += std::isfinite(v) ? static_cast<double>(v) * v : 0.0;
+  const double rms = b.empty() ? 0 : std::sqrt(sq / static_cast<double>(b.size()));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i]) ||
+        (!std::isnan(a[i]) && std::fabs(a[i] - b[i]) > kOwnGemmRelTol * std::fabs(b[i]) + kOwnGemmRmsTol * rms)) {
+      *why = fmt::format("element {}: {} vs cuBLASLt {}", i, a[i], b[i]);
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -108,33 +183,14 @@ GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeurist
     auto it = cache().find(key);
     if (it != cache().end()) return it->second;
   }
-  void* scratch_d = nullptr;
-  void* flush = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  auto release = [&] {
-    if (start) cudaEventDestroy(start);
-    if (stop) cudaEventDestroy(stop);
-    if (scratch_d) cudaFree(scratch_d);
-    if (flush) cudaFree(flush);
-  };
   std::vector<double> us(static_cast<size_t>(found), -1);
-  try {
-    checkCuda(cudaMalloc(&scratch_d, std::max<size_t>(call.d_bytes, 256)), where + ": GEMM tuning output");
-    if (cudaMalloc(&flush, kL2FlushBytes) != cudaSuccess) {  // tuning without the flush rather than failing
-      cudaGetLastError();
-      flush = nullptr;
-    }
-    checkCuda(cudaEventCreate(&start), where);
-    checkCuda(cudaEventCreate(&stop), where);
+  {
+    TuningScratch t(1, call.d_bytes, where);
     for (int i = 0; i < found; ++i)
       if (results[i].state == CUBLAS_STATUS_SUCCESS)
-        us[static_cast<size_t>(i)] = timeCandidate(call, results[i].algo, scratch_d, flush, stream, start, stop);
+        us[static_cast<size_t>(i)] = timeCandidate(call, results[i].algo, t.buffers[0], t.flush, stream, t.start, t.stop);
     checkCuda(cudaStreamSynchronize(stream), where + ": GEMM tuning");
-  } catch (...) {
-    release();
-    throw;
   }
-  release();
   // Fastest overall, and fastest without a split-K reduction.
   int best = -1, best_plain = -1;
   std::vector<AlgoConfig> cfg;
@@ -165,6 +221,42 @@ GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeurist
   std::lock_guard<std::mutex> lock(cacheMutex());
   cache()[key] = choice;
   return choice;
+}
+
+OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, const OwnGemmLaunch& own,
+                            cudaDataType_t d_type, bool tune, cudaStream_t stream, const std::string& key,
+                            const std::string& where) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  checkCuda(cudaStreamIsCapturing(stream, &capturing), where);
+  if (!tune || capturing != cudaStreamCaptureStatusNone) return OwnGemmChoice{false, "; own kernel not timed"};
+  static std::mutex own_mutex;
+  static std::map<std::string, OwnGemmChoice> own_cache;
+  {
+    std::lock_guard<std::mutex> lock(own_mutex);
+    auto it = own_cache.find(key);
+    if (it != own_cache.end()) return it->second;
+  }
+  OwnGemmChoice c;
+  {
+    TuningScratch t(2, call.d_bytes, where);
+    const double lt_us = timeCandidate(call, choice.algo, t.buffers[0], t.flush, stream, t.start, t.stop);
+    const double own_us = timeLaunch([&] { return own(t.buffers[1], stream) == cudaSuccess; }, t.flush, stream,
+                                     t.start, t.stop);
+    checkCuda(cudaStreamSynchronize(stream), where + ": timing the own kernel");
+    std::string why;
+    const bool agree = own_us >= 0 && lt_us >= 0 &&
+                       outputsAgree(downloadAsFloat(t.buffers[1], call.d_bytes, d_type, where),
+                                    downloadAsFloat(t.buffers[0], call.d_bytes, d_type, where), &why);
+    c.use = agree && own_us < lt_us;
+    c.summary = own_us < 0   ? std::string("; own kernel failed to run")
+                : lt_us < 0  ? std::string("; own kernel not compared (cuBLASLt did not run)")
+                : !agree     ? fmt::format("; own kernel refused: output differs from cuBLASLt's ({})", why)
+                             : fmt::format("; own kernel {:.1f} us vs {:.1f} us: {}", own_us, lt_us,
+                                           c.use ? "own kernel" : "cuBLASLt");
+  }
+  std::lock_guard<std::mutex> lock(own_mutex);
+  own_cache[key] = c;
+  return c;
 }
 
 }  // namespace fxfuse::runtime

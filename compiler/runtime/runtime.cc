@@ -1,5 +1,6 @@
 #include "compiler/runtime/runtime.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -12,6 +13,7 @@
 #include "compiler/runtime/cuda_libs.h"
 #include "compiler/runtime/gemm_tune.h"
 #include "kernels/runtime/attention.h"
+#include "kernels/runtime/small_m_fp8_gemm.h"
 #include "compiler/runtime/nvrtc_compile.h"
 #include "compiler/runtime/paged_steps.h"
 #include "ir/checked_math.h"
@@ -699,6 +701,7 @@ struct Session::MatmulLaunch {
   float alpha = 1, beta = 0;
   const void *x = nullptr, *y = nullptr, *c = nullptr;
   void* d = nullptr;
+  std::optional<SmallMFp8GemmParams> small_m;  // set: the small-M FP8 kernel runs the step instead
 };
 
 // A matmul step's operands under the bound symbols and how cuBLASLt (column-major) reads
@@ -743,6 +746,8 @@ std::function<void(cudaStream_t)> Session::prepareMatmul(const pb::Matmul& mm, c
     l.cublasLtMatrixLayoutDestroy(m->ld);
     l.cublasLtMatmulDescDestroy(m->desc);
   });
+  if (m->small_m)
+    return [p = *m->small_m, where](cudaStream_t s) { check(LaunchSmallMFp8Gemm(p, s), where); };
   return [m, wsp, wsb, handle, where](cudaStream_t s) {
     checkLt(cublasLt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle), m->desc, &m->alpha, m->x, m->lx, m->y,
                                       m->ly, &m->beta, m->c, m->lc, m->d, m->ld, &m->algo, wsp, wsb, s),
@@ -860,6 +865,37 @@ void Session::createMatmulLayouts(const MatmulOperands& o, MatmulLaunch* m, cons
   layout(&m->lc, o.tc, N, M, N, M * N);
 }
 
+// The small-M FP8 kernel's view of a matmul step when it can take it: one e4m3 x e4m3 product
+// with per-tensor scales, alpha 1 and no C, at most kSmallMFp8MaxRows rows, the activations
+// row-major and the weight column-major (vLLM's layout), the output row-major.
+std::optional<SmallMFp8GemmParams> Session::smallMFp8Params(const pb::Matmul& mm, const MatmulOperands& o,
+                                                            const MatmulLaunch& m, const std::string& where) const {
+  const bool e4m3 = mm.a_dtype() == irpb::F8E4M3FN && mm.b_dtype() == irpb::F8E4M3FN;
+  if (!e4m3 || o.batch != 1 || o.M > kSmallMFp8MaxRows || mm.scale_mode() != pb::SCALE_PER_TENSOR ||
+      mm.scale_d() >= 0 || m.beta != 0 || m.alpha != 1 || o.opy != CUBLAS_OP_N || o.opx != CUBLAS_OP_T)
+    return std::nullopt;
+  const DeviceTensor sa = tensor(mm.scale_a()), sb = tensor(mm.scale_b());
+  auto elements = [](const DeviceTensor& t) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    return n;
+  };
+  if (elements(sa) != 1 || elements(sb) != 1) return std::nullopt;
+  SmallMFp8GemmParams p;
+  p.M = o.M, p.N = o.N, p.K = o.K;
+  p.x = o.A.data, p.x_row_stride = o.ldy;
+  p.w = o.B.data, p.w_row_stride = o.ldx;
+  p.scale_x = static_cast<const float*>(sa.data);
+  p.scale_w = static_cast<const float*>(sb.data);
+  if (mm.epilogue() == pb::EPILOGUE_BIAS && mm.bias() >= 0) {
+    p.bias = tensor(mm.bias()).data;
+    p.bias_dtype = kdtype(plan_.tensors(mm.bias()).dtype(), where);
+  }
+  p.out = o.Dt.data, p.out_row_stride = o.N, p.out_dtype = kdtype(mm.d_dtype(), where);
+  if (SmallMFp8GemmUnsupported(p)) return std::nullopt;
+  return p;
+}
+
 // Sets m->algo: cuBLASLt's heuristic candidates for the call, the pinned one ("heuristic:N")
 // or the fastest measured (chooseGemmAlgorithm), and records the choice in matmulAlgorithms().
 void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& o, MatmulLaunch* m,
@@ -911,6 +947,16 @@ void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& 
                   mm.bias() >= 0 ? static_cast<int>(plan_.tensors(mm.bias()).dtype()) : -1, m->beta, workspace_bytes_);
   GemmChoice choice = chooseGemmAlgorithm(call, res, found, want, gemm_tune_ && !pinned, stream, key, where);
   m->algo = choice.algo;
+  if (std::optional<SmallMFp8GemmParams> small = smallMFp8Params(mm, o, *m, where)) {
+    auto launch = [p = *small](void* d, cudaStream_t s) {
+      SmallMFp8GemmParams q = p;
+      q.out = d;
+      return LaunchSmallMFp8Gemm(q, s);
+    };
+    OwnGemmChoice own = chooseOwnGemm(call, choice, launch, o.td, gemm_tune_ && !pinned, stream, key, where);
+    choice.summary += own.summary;
+    if (own.use) m->small_m = small;
+  }
   matmul_algorithms_.push_back(fmt::format("{}: M={} N={} K={}{} {}x{}->{}: {}", where, M, N, K,
                                            batch > 1 ? fmt::format(" batch={}", batch) : "",
                                            irpb::DType_Name(mm.a_dtype()), irpb::DType_Name(mm.b_dtype()),
@@ -1173,6 +1219,34 @@ void Session::capture(cudaStream_t stream) {
   }
   check(cudaStreamEndCapture(stream, &graph_), "ending graph capture");
   check(cudaGraphInstantiate(&graph_exec_, graph_, 0), "instantiating the CUDA graph");
+}
+
+std::vector<double> Session::profileSteps(cudaStream_t stream, int iters) {
+  if (env_.empty() && plan_.symbols_size() > 0) fail("Session::profileSteps before bind()");
+  if (dirty_) prepare(stream);
+  std::vector<cudaEvent_t> marks(steps_.size() + 1);
+  for (auto& e : marks) check(cudaEventCreate(&e), "creating a profiling event");
+  std::vector<std::vector<float>> per_step(steps_.size());
+  for (int it = 0; it < iters; ++it) {
+    check(cudaEventRecord(marks[0], stream), "recording a profiling event");
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      steps_[i]->run(stream);
+      check(cudaEventRecord(marks[i + 1], stream), "recording a profiling event");
+    }
+    check(cudaEventSynchronize(marks.back()), "profiling the steps");
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]), "reading a profiling event");
+      per_step[i].push_back(ms);
+    }
+  }
+  for (auto& e : marks) cudaEventDestroy(e);
+  std::vector<double> median_us;
+  for (auto& v : per_step) {
+    std::sort(v.begin(), v.end());
+    median_us.push_back(v.empty() ? 0.0 : 1000.0 * v[v.size() / 2]);
+  }
+  return median_us;
 }
 
 void Session::replay(cudaStream_t stream) {

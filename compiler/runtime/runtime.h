@@ -25,6 +25,7 @@
 #include "compiler/runtime/communicator.h"
 #include "compiler/runtime/embedded.h"
 #include "kernels/all_reduce_rms_norm.h"
+#include "kernels/runtime/small_m_fp8_gemm.h"
 #include "proto/dtype.h"
 #include "proto/fxfuse_plan.pb.h"
 
@@ -100,6 +101,11 @@ class Session {
   void capture(cudaStream_t stream);
   void replay(cudaStream_t stream);
   bool captured() const { return graph_exec_ != nullptr; }
+  // Where the time goes: runs the steps `iters` times without a CUDA graph, with an event pair
+  // around each step, and returns each step's median in microseconds (plan order). A step's
+  // time includes its launch gap when the host falls behind the GPU, so steps of a few
+  // microseconds read high; use replay() for the step's total.
+  std::vector<double> profileSteps(cudaStream_t stream, int iters);
 
   // How FusedAllReduceNorm steps reduce: kAuto (the thresholds table, kernels/allreduce),
   // kOneShot/kTwoShot (forced where the call fits the workspace), kNcclFallback (always NCCL +
@@ -159,6 +165,8 @@ class Session {
   void createMatmulDesc(const fxfuse::plan::v1::Matmul& mm, const MatmulOperands& o, MatmulLaunch* m,
                         const std::string& where) const;
   void createMatmulLayouts(const MatmulOperands& o, MatmulLaunch* m, const std::string& where) const;
+  std::optional<SmallMFp8GemmParams> smallMFp8Params(const fxfuse::plan::v1::Matmul& mm, const MatmulOperands& o,
+                                                     const MatmulLaunch& m, const std::string& where) const;
   void chooseMatmulAlgorithm(const fxfuse::plan::v1::Matmul& mm, const MatmulOperands& o, MatmulLaunch* m,
                              cudaStream_t stream, const std::string& where);
   std::function<void(cudaStream_t)> prepareFusedAllReduceNorm(const fxfuse::plan::v1::FusedAllReduceNorm& f,

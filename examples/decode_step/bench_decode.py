@@ -111,6 +111,13 @@ def markdown(rows, modes):
         cells.append("%.1f" % r["floor_us"])
         cells.append("%.0f %%" % (100 * r["fraction_of_floor"]) if "fraction_of_floor" in r else "—")
         lines.append("| " + " | ".join(cells) + " |")
+    for r in rows:  # where fxfuse's time goes (--profile): the largest step groups
+        if r.get("profile"):
+            total = sum(g["us"] for g in r["profile"]) or 1.0
+            lines.append("\nsteps of %d x %d, per-step medians without a CUDA graph (sum %.0f µs): %s" % (
+                r["batch"], r["context"], total, "; ".join(
+                    "%s x%d %.0f µs (%.0f %%)" % (g["what"], g["steps"], g["us"], 100 * g["us"] / total)
+                    for g in r["profile"][:8])))
     return "\n".join(lines) + "\n"
 
 
@@ -134,6 +141,8 @@ def main():
     ap.add_argument("--contexts", default="1024,4096")
     ap.add_argument("--kv-cache", choices=sorted(KV_BYTES), default="bf16")
     ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--profile", type=int, default=0,
+                    help="also time each step over this many plain runs (fxfuse bench --profile)")
     ap.add_argument("--copy-rate", type=float, help="bytes/s; default: measured here with torch")
     ap.add_argument("--torch-modes", default="eager,default",
                     help="comma list of eager, default, max-autotune; 'none' skips torch")
@@ -166,7 +175,8 @@ def main():
             points.append((batch, ctx))
             js = os.path.join(a.out, "%s_b%d_c%d.json" % (tag, batch, ctx))
             p = run([a.fxfuse, "bench", plan, "--kv-batch", str(batch), "--kv-query-len", "1", "--kv-context",
-                     str(ctx), "--iters", str(a.iters), "--json", js], log)
+                     str(ctx), "--iters", str(a.iters), "--json", js] +
+                    (["--profile", str(a.profile)] if a.profile else []), log)
             row = {"batch": batch, "context": ctx}
             row.update(step_bytes(config, batch, ctx, a.kv_cache))
             row["bytes"] = row["weights"] + row["kv_read"] + row["kv_write"]
@@ -175,7 +185,7 @@ def main():
                 r = json.load(open(js))
                 row.update({"fxfuse_us": r["median_us"], "kernels": r["kernels"],
                             "tokens_per_s": batch / (r["median_us"] * 1e-6),
-                            "fraction_of_floor": row["floor_us"] / r["median_us"]})
+                            "fraction_of_floor": row["floor_us"] / r["median_us"], "profile": r.get("profile", [])})
             else:
                 row["error"] = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["failed"]
             rows.append(row)

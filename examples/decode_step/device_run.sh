@@ -9,7 +9,7 @@
 # context 1k, 4k, then torch eager and torch.compile default, no torch point starts after the
 # budget), B70_BUDGET=150 (70B at batch 1, 8 x 1k, fxfuse and torch.compile default),
 # B8FP8_BUDGET=60 (8B with an FP8 KV cache, fxfuse only; its table is in summary.txt).
-# TORCH_MODES_8B (default "eager,default"). At most 8 files come back: summary.txt (the
+# TORCH_MODES_8B (default "eager,default"). PROFILE (default 10): per-step profile runs of each 8B point. At most 8 files come back: summary.txt (the
 # tables and the check lines), kv.txt, decode_*.json and decode_*.md of both models, logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +17,7 @@ OUT=${OUT:-/tmp/decode_out}
 mkdir -p "$OUT"
 D=/tmp/fxrt
 mkdir -p "$D" && tar -C "$D" -xJf .device_rt/bundle.tar.xz || { echo "no bundle: run tests/runtime/stage_device.sh" | tee "$OUT/summary.txt"; exit 2; }
-for b in fxfuse paged_attention_gpu_test; do
+for b in fxfuse paged_attention_gpu_test small_m_fp8_gemm_gpu_test; do
   mv "$D/$b" "$D/$b.bin"
   # shellcheck disable=SC2016  # LD_LIBRARY_PATH expands in the wrapper, not here
   printf '#!/bin/bash\nexport LD_LIBRARY_PATH=%s/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\nexec %s/%s.bin "$@"\n' "$D" "$D" "$b" > "$D/$b"
@@ -33,6 +33,8 @@ LOGS=$(mktemp -d)
 
 OUT=$LOGS timeout "${KV_BUDGET:-90}" bash tests/runtime/kv_cache_gpu.sh "$D/fxfuse" "$D/paged_attention_gpu_test" > "$OUT/kv.txt" 2>&1
 echo "kv checks: $(tail -1 "$OUT/kv.txt")" >> "$OUT/summary.txt"
+timeout 120 "$D/small_m_fp8_gemm_gpu_test" > "$LOGS/small_m_fp8_gemm.txt" 2>&1
+echo "small-M FP8 GEMM test (rc $?): $(tail -2 "$LOGS/small_m_fp8_gemm.txt" | tr '\n' ' ')" >> "$OUT/summary.txt"
 
 bench() {  # CONFIG BUDGET ARGS...
   local config=$1 budget=$2; shift 2
@@ -42,7 +44,7 @@ bench() {  # CONFIG BUDGET ARGS...
   cp "$LOGS/$config"/decode_*.json "$LOGS/$config"/decode_*.md "$OUT/" 2>/dev/null
   cat "$LOGS/$config"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$LOGS/bench_$config.txt" >> "$OUT/summary.txt"
 }
-bench llama8b "${B8_BUDGET:-260}" --batches 1,8,32,64 --contexts 1024,4096 --iters 50 \
+bench llama8b "${B8_BUDGET:-260}" --batches 1,8,32,64 --contexts 1024,4096 --iters 50 --profile "${PROFILE:-10}" \
   --torch-modes "${TORCH_MODES_8B:-eager,default}"
 bench llama70b "${B70_BUDGET:-150}" --batches 1,8 --contexts 1024 --iters 20 --torch-modes default
 # FP8 KV cache (vLLM's kv_cache_dtype=fp8; the floor counts FP8 cache bytes): fxfuse only.

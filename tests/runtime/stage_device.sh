@@ -1,18 +1,20 @@
 #!/bin/bash
-# Builds fxfuse, the build-time example and the paged-attention kernel test for sm_90a here and
+# Builds fxfuse, the build-time example and the paged-attention and small-M GEMM kernel tests for sm_90a here and
 # packs them, with the shared libraries they need that a bare CUDA image may lack (OpenBLAS,
 # libzip, simdjson and their dependencies), into .device_rt/bundle.tar.xz (git-ignored via .git/info/exclude), which the
 # device tool carries (`carry: [".device_rt"]`). tests/runtime/device_final.sh unpacks it there.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.device_rt/' .git/info/exclude 2>/dev/null || echo '/.device_rt/' >> .git/info/exclude
-bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:paged_attention_gpu_test
+bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:paged_attention_gpu_test \
+  //tests/kernels:small_m_fp8_gemm_gpu_test
 bin=$(bazel info bazel-bin)
 stage=$(mktemp -d)
 mkdir -p "$stage/lib"
-cp -f "$bin/fxfuse" "$bin/examples/decoder_fp8/decoder_example" "$bin/tests/kernels/paged_attention_gpu_test" "$stage/"
-chmod u+w "$stage"/fxfuse "$stage"/decoder_example "$stage"/paged_attention_gpu_test
-strip "$stage"/fxfuse "$stage"/decoder_example "$stage"/paged_attention_gpu_test
+tests=(paged_attention_gpu_test small_m_fp8_gemm_gpu_test)
+cp -f "$bin/fxfuse" "$bin/examples/decoder_fp8/decoder_example" "${tests[@]/#/$bin/tests/kernels/}" "$stage/"
+chmod u+w "$stage"/fxfuse "$stage"/decoder_example "${tests[@]/#/$stage/}"
+strip "$stage"/fxfuse "$stage"/decoder_example "${tests[@]/#/$stage/}"
 # Non-system shared libraries (glibc, libstdc++ and libgcc come from the image).
 ldd "$bin/fxfuse" | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl\.so|librt\.so' |
   while read -r l; do cp -L "$l" "$stage/lib/"; done

@@ -515,11 +515,40 @@ void registerRun(CLI::App& app, int& exit_code) {
   });
 }
 
+// `bench --profile`: the steps' median times grouped by what they do (describeStep), largest
+// first, as a table on stdout; returns the same groups as a JSON array for --json.
+std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& step_us, double replay_us) {
+  struct Group {
+    int steps = 0;
+    double us = 0;
+  };
+  std::map<std::string, Group> groups;
+  double total = 0;
+  for (size_t i = 0; i < step_us.size(); ++i) {
+    Group& g = groups[lowering::describeStep(plan.steps(static_cast<int>(i)))];
+    g.steps++;
+    g.us += step_us[i];
+    total += step_us[i];
+  }
+  std::vector<std::pair<std::string, Group>> sorted(groups.begin(), groups.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  std::printf("profile (per-step medians without a CUDA graph; sum %.1f us, CUDA graph replay %.1f us):\n", total,
+              replay_us);
+  std::string json;
+  for (const auto& [what, g] : sorted) {
+    std::printf("  %9.1f us %5.1f %%  %4d steps  %s\n", g.us, total > 0 ? 100.0 * g.us / total : 0.0, g.steps,
+                what.c_str());
+    json += fmt::format("{}{{\"what\": \"{}\", \"steps\": {}, \"us\": {:.3f}}}", json.empty() ? "" : ", ", what,
+                        g.steps, g.us);
+  }
+  return "[" + json + "]";
+}
+
 void registerBench(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("bench", "Time a launch plan (or a graph) on the GPU: median of CUDA graph replays");
   static std::string input, device = "cuda", json;
   static std::vector<std::string> binds;
-  static int warmup = 20, iters = 200, world_size = kDefaultWorldSize;
+  static int warmup = 20, iters = 200, world_size = kDefaultWorldSize, profile = 0;
   static bool no_graph = false, no_gemm_tune = false;
   static MultiGpuFlags mg;
   cmd->add_option("input", input, "launch plan (binary or text) or graph; recognized by content")->required();
@@ -531,6 +560,8 @@ void registerBench(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-graph", no_graph, "time plain run() launches instead of CUDA graph replays");
   cmd->add_flag("--no-gemm-tune", no_gemm_tune, "cuBLASLt's first heuristic algorithm for matmuls (no timing)");
   cmd->add_option("--json", json, "also write the result as JSON to this file");
+  cmd->add_option("--profile", profile, "then time each step over this many plain runs and print where the time goes")
+      ->check(CLI::Range(0, 100000));
   static std::string kv_cache;
   static int64_t kv_block_size = compiler::CompileOptions::kDefaultKvBlockSize;
   static interp::KvBatchOptions kv_batch;
@@ -611,13 +642,15 @@ void registerBench(CLI::App& app, int& exit_code) {
                 static_cast<long long>(l.plan.arena().no_reuse_bytes_at_hint()));
     if (batch) std::printf("serving batch: %s\n", batch->describe().c_str());
     if (mg.rank <= 0) printMatmulAlgorithms(s);
+    std::string profile_json = "[]";
+    if (profile > 0) profile_json = printStepProfile(l.plan, s.profileSteps(stream, profile), med * 1000.0);
     if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers
       ir::writeOutputFile(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
                                             "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
-                                            "\"arena_bytes\": {}, \"gemm_tune\": {}, \"kv_batch\": \"{}\"}}\n",
+                                            "\"arena_bytes\": {}, \"gemm_tune\": {}, \"kv_batch\": \"{}\", \"profile\": {}}}\n",
                                             input, binds_s, med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
                                             no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes(),
-                                            s.gemmTuning() ? "true" : "false", batch ? batch->describe() : ""));
+                                            s.gemmTuning() ? "true" : "false", batch ? batch->describe() : "", profile_json));
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     cudaStreamDestroy(stream);

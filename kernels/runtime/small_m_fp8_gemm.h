@@ -1,0 +1,49 @@
+// fxfuse's FP8 GEMM for a few rows (decode): out[M, N] = round(acc * scale_x * scale_w (+ bias))
+// with acc = x[M, K] . w[N, K]^T in fp32, for M <= kSmallMFp8MaxRows. The weight is vLLM's
+// column-major FP8 linear weight [K, N] seen as its rows [N, K] (K contiguous), the
+// activations are a statically quantized FP8 row block. At these M the step is a stream of the
+// weight bytes: the kernel puts the weight on the A side of Hopper's mma.sync m16n8k32 e4m3
+// (16 weight rows x 8 tokens per instruction), each warp streams its share of K with 16-byte
+// loads that bypass L1, the eight warps of a block add their partial sums in shared memory,
+// and the epilogue rounds as fxfuse's interpreter does (`scaledMmValues`: the scale product in
+// f32, then acc * scale, then + bias, then the output dtype). The runtime times it against
+// cuBLASLt's best algorithm on the step's own operands and keeps the faster
+// (docs/runtime.md "Matmul algorithms").
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "proto/dtype.h"
+
+namespace fxfuse::runtime {
+
+using ::fxfuse::DType;
+
+// The most rows (tokens) the kernel takes: eight mma tiles of 8 tokens per warp.
+inline constexpr int64_t kSmallMFp8MaxRows = 64;
+
+struct SmallMFp8GemmParams {
+  int64_t M = 0, N = 0, K = 0;
+  const void* x = nullptr;  // F8E4M3FN [M, K], row stride x_row_stride elements (bytes)
+  int64_t x_row_stride = 0;
+  const void* w = nullptr;  // F8E4M3FN [N, K]: the weight's columns, row stride w_row_stride
+  int64_t w_row_stride = 0;
+  const float* scale_x = nullptr;  // [1] fp32 on the device (per-tensor)
+  const float* scale_w = nullptr;  // [1]
+  const void* bias = nullptr;      // optional [N] of bias_dtype
+  DType bias_dtype = DType::BF16;  // BF16, F16 or F32
+  void* out = nullptr;             // [M, N] of out_dtype, row stride out_row_stride elements
+  int64_t out_row_stride = 0;
+  DType out_dtype = DType::BF16;   // BF16, F16 or F32
+};
+
+// Why the kernel cannot take `p` (sizes, dtypes, alignment: K, the row strides and the x/w
+// pointers must be multiples of 16 bytes), or nullptr when it can. Host-only; no GPU needed.
+const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p);
+
+// cudaErrorInvalidValue when SmallMFp8GemmUnsupported(p) says why, else the launch error.
+cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream);
+
+}  // namespace fxfuse::runtime

@@ -1,0 +1,55 @@
+// The host-side checks of the small-M FP8 GEMM (kernels/runtime/small_m_fp8_gemm.h), on the CPU:
+// what the kernel takes and what it refuses (before any CUDA call, so no GPU is needed).
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+
+#include "kernels/runtime/small_m_fp8_gemm.h"
+
+namespace fxfuse::runtime {
+namespace {
+
+alignas(16) uint8_t storage[64];
+const float scale = 1.0f;
+
+SmallMFp8GemmParams decode(int64_t M, int64_t N, int64_t K) {
+  SmallMFp8GemmParams p;
+  p.M = M, p.N = N, p.K = K;
+  p.x = storage, p.x_row_stride = K;
+  p.w = storage, p.w_row_stride = K;
+  p.scale_x = &scale, p.scale_w = &scale;
+  p.out = storage, p.out_row_stride = N;
+  return p;
+}
+
+TEST_CASE("small-M FP8 GEMM takes decode shapes", "[gemm]") {
+  CHECK(SmallMFp8GemmUnsupported(decode(1, 6144, 4096)) == nullptr);
+  CHECK(SmallMFp8GemmUnsupported(decode(64, 4096, 14336)) == nullptr);
+  CHECK(SmallMFp8GemmUnsupported(decode(7, 1, 16)) == nullptr);
+}
+
+TEST_CASE("small-M FP8 GEMM refuses what it cannot compute", "[gemm]") {
+  CHECK(SmallMFp8GemmUnsupported(decode(0, 16, 64)) != nullptr);
+  CHECK(SmallMFp8GemmUnsupported(decode(65, 16, 64)) != nullptr);  // past the eight token tiles
+  CHECK(SmallMFp8GemmUnsupported(decode(8, 16, 40)) != nullptr);   // K not a multiple of 16
+  CHECK(SmallMFp8GemmUnsupported(decode(8, 0, 64)) != nullptr);
+  SmallMFp8GemmParams p = decode(8, 16, 64);
+  p.x = storage + 8;  // misaligned activations
+  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+  p = decode(8, 16, 64);
+  p.w_row_stride = 72;  // rows not 16-byte aligned
+  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+  p = decode(8, 16, 64);
+  p.out_row_stride = 15;
+  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+  p = decode(8, 16, 64);
+  p.out_dtype = DType::F8E4M3FN;
+  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+  p = decode(8, 16, 64);
+  p.scale_w = nullptr;
+  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+  CHECK(LaunchSmallMFp8Gemm(p, nullptr) == cudaErrorInvalidValue);  // refused before any CUDA call
+}
+
+}  // namespace
+}  // namespace fxfuse::runtime

@@ -1,0 +1,169 @@
+// GPU test of the small-M FP8 GEMM (kernels/runtime/small_m_fp8_gemm.h) against a float64 CPU
+// reference of the same rounding (scale product in f32, acc * scale, + bias, output dtype).
+// The bound per element: two steps of the output dtype, plus the fp32 accumulation error of
+// the exact sum (2^-20 of the sum of |products|, scaled). Cases cover every token-tile count
+// (M 1..64 across the 8-token tiles), N not a multiple of 16, K with a partial 64-byte step and
+// with one 16-byte step, padded row strides (the padding must stay untouched), bias of each
+// dtype and every output dtype; and Llama-3.1-8B decode shapes.
+#include <cuda_runtime_api.h>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "kernels/reference/numerics.h"
+#include "kernels/runtime/small_m_fp8_gemm.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace fxfuse::runtime {
+namespace {
+
+using kernels::testing::DeviceBuffer;
+using kernels::testing::NextSeed;
+namespace ref = kernels::reference;
+
+struct Case {
+  int64_t M, N, K;
+  DType out_dtype = DType::BF16;
+  bool bias = false;
+  DType bias_dtype = DType::BF16;
+  int64_t x_pad = 0, w_pad = 0, out_pad = 0;  // extra row stride (bytes for x/w, elements for out)
+};
+
+// Random e4m3 bytes of moderate magnitude (|v| <= 2^4, both signs, subnormals included), never NaN.
+std::vector<uint8_t> randomFp8(size_t n, std::mt19937_64& rng) {
+  std::vector<uint8_t> v(n);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : v) {
+    do b = static_cast<uint8_t>(byte(rng));
+    while (ref::IsE4m3NaN(b) || std::fabs(ref::E4m3BitsToFloat(b)) > 16.0f);
+  }
+  return v;
+}
+
+int bytesOf(DType t) { return t == DType::F32 ? 4 : 2; }
+
+float readOut(const std::vector<uint8_t>& bytes, int64_t i, DType t) {
+  if (t == DType::F32) {
+    float f;
+    std::memcpy(&f, &bytes[static_cast<size_t>(i) * 4], 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, &bytes[static_cast<size_t>(i) * 2], 2);
+  return ref::D16BitsToFloat(h, t);
+}
+
+double roundTo(double v, DType t) {
+  if (t == DType::F32) return static_cast<float>(v);
+  return ref::Round16(static_cast<float>(v), t);
+}
+
+double stepOf(double v, DType t) {  // one step of the output dtype at v
+  const int bits = t == DType::F32 ? 24 : t == DType::BF16 ? 8 : 11;
+  return std::ldexp(1.0, std::ilogb(std::max(std::fabs(v), 1e-30)) - bits + 1);
+}
+
+void runCase(const Case& c) {
+  const uint64_t seed = NextSeed();
+  std::mt19937_64 rng(seed);
+  const int64_t xs = c.K + c.x_pad, ws = c.K + c.w_pad, os = c.N + c.out_pad;
+  const std::vector<uint8_t> x = randomFp8(static_cast<size_t>(c.M * xs), rng);
+  const std::vector<uint8_t> w = randomFp8(static_cast<size_t>(c.N * ws), rng);
+  std::uniform_real_distribution<float> unit(0.25f, 2.0f);
+  const float sx = unit(rng) / 64, sw = unit(rng) / 64;
+  std::vector<uint8_t> bias_bytes(static_cast<size_t>(c.N * 4));
+  std::vector<double> bias(static_cast<size_t>(c.N), 0.0);
+  if (c.bias)
+    for (int64_t n = 0; n < c.N; ++n) {
+      const float b = unit(rng) - 1.0f;
+      if (c.bias_dtype == DType::F32) {
+        std::memcpy(&bias_bytes[static_cast<size_t>(n) * 4], &b, 4);
+        bias[static_cast<size_t>(n)] = b;
+      } else {
+        const uint16_t h = ref::FloatToD16Bits(b, c.bias_dtype);
+        std::memcpy(&bias_bytes[static_cast<size_t>(n) * 2], &h, 2);
+        bias[static_cast<size_t>(n)] = ref::D16BitsToFloat(h, c.bias_dtype);
+      }
+    }
+  DeviceBuffer dx(x.size()), dw(w.size()), dsx(4), dsw(4), dbias(bias_bytes.size());
+  DeviceBuffer dout(static_cast<size_t>(c.M * os * bytesOf(c.out_dtype)));
+  dx.Upload(x);
+  dw.Upload(w);
+  dsx.Upload(std::vector<float>{sx});
+  dsw.Upload(std::vector<float>{sw});
+  dbias.Upload(bias_bytes);
+  dout.Poison();
+  SmallMFp8GemmParams p;
+  p.M = c.M, p.N = c.N, p.K = c.K;
+  p.x = dx.get(), p.x_row_stride = xs;
+  p.w = dw.get(), p.w_row_stride = ws;
+  p.scale_x = static_cast<const float*>(dsx.get());
+  p.scale_w = static_cast<const float*>(dsw.get());
+  if (c.bias) p.bias = dbias.get(), p.bias_dtype = c.bias_dtype;
+  p.out = dout.get(), p.out_row_stride = os, p.out_dtype = c.out_dtype;
+  REQUIRE(SmallMFp8GemmUnsupported(p) == nullptr);
+  FXFUSE_CUDA_REQUIRE(LaunchSmallMFp8Gemm(p, nullptr));
+  FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
+  const std::vector<uint8_t> got = dout.Download<uint8_t>(dout.bytes());
+  const float scale = sx * sw;
+  int64_t failures = 0;
+  std::ostringstream log;
+  for (int64_t m = 0; m < c.M; ++m)
+    for (int64_t n = 0; n < os; ++n) {
+      const float g = readOut(got, m * os + n, c.out_dtype);
+      if (n >= c.N) {  // padding: still the poison (NaN)
+        if (!std::isnan(g) && failures++ < 8) log << "  padding (" << m << ", " << n << ") written\n";
+        continue;
+      }
+      double acc = 0, mag = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double prod = static_cast<double>(ref::E4m3BitsToFloat(x[static_cast<size_t>(m * xs + k)])) *
+                            ref::E4m3BitsToFloat(w[static_cast<size_t>(n * ws + k)]);
+        acc += prod;
+        mag += std::fabs(prod);
+      }
+      double v = static_cast<float>(static_cast<float>(acc) * scale);
+      if (c.bias) v = static_cast<float>(v + bias[static_cast<size_t>(n)]);
+      const double want = roundTo(v, c.out_dtype);
+      const double bound = 2 * stepOf(want, c.out_dtype) + std::ldexp(mag * scale, -20);
+      if (!(std::fabs(g - want) <= bound) && failures++ < 8)
+        log << "  (" << m << ", " << n << "): got " << g << " want " << want << " bound " << bound << "\n";
+    }
+  INFO("M " << c.M << " N " << c.N << " K " << c.K << " out " << kernels::DTypeName(c.out_dtype) << " bias "
+            << c.bias << " seed " << seed << ": " << failures << " failures\n"
+            << log.str());
+  CHECK(failures == 0);
+}
+
+TEST_CASE("small-M FP8 GEMM matches the reference at every token-tile count", "[gpu][gemm]") {
+  for (int64_t M : {1, 2, 7, 8, 9, 16, 17, 31, 33, 48, 64}) runCase({M, 40, 1040});
+}
+
+TEST_CASE("small-M FP8 GEMM: K with a partial step, one step, and N not a multiple of 16", "[gpu][gemm]") {
+  runCase({3, 33, 16});
+  runCase({5, 16, 48});
+  runCase({8, 1, 64});
+  runCase({12, 100, 4112});
+}
+
+TEST_CASE("small-M FP8 GEMM: padded strides, bias and output dtypes", "[gpu][gemm]") {
+  runCase({4, 50, 128, DType::BF16, true, DType::BF16, 16, 32, 3});
+  runCase({9, 50, 128, DType::F16, true, DType::F16, 48, 16, 5});
+  runCase({20, 50, 256, DType::F32, true, DType::F32, 0, 0, 1});
+  runCase({1, 50, 256, DType::BF16, true, DType::F32});
+}
+
+TEST_CASE("small-M FP8 GEMM: Llama-3.1-8B decode shapes", "[gpu][gemm]") {
+  runCase({1, 6144, 4096});   // qkv
+  runCase({8, 4096, 4096});   // o_proj
+  runCase({4, 1024, 14336});  // down (a slice of its 4096 rows)
+}
+
+}  // namespace
+}  // namespace fxfuse::runtime
