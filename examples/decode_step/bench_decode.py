@@ -121,9 +121,12 @@ def markdown(rows, modes):
     return "\n".join(lines) + "\n"
 
 
-def run(cmd, log):
+def run(cmd, log, stdout_file=None):
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
+    if stdout_file:  # the whole output (matmul algorithm choices, the profile)
+        with open(stdout_file, "w") as f:
+            f.write(p.stdout + p.stderr)
     log.append({"cmd": " ".join(cmd), "rc": p.returncode, "seconds": round(time.time() - t0, 2),
                 "stdout_tail": p.stdout[-1500:], "stderr_tail": p.stderr[-1500:]})
     if p.returncode != 0:
@@ -176,7 +179,7 @@ def main():
             js = os.path.join(a.out, "%s_b%d_c%d.json" % (tag, batch, ctx))
             p = run([a.fxfuse, "bench", plan, "--kv-batch", str(batch), "--kv-query-len", "1", "--kv-context",
                      str(ctx), "--iters", str(a.iters), "--json", js] +
-                    (["--profile", str(a.profile)] if a.profile else []), log)
+                    (["--profile", str(a.profile)] if a.profile else []), log, js[:-len(".json")] + ".txt")
             row = {"batch": batch, "context": ctx}
             row.update(step_bytes(config, batch, ctx, a.kv_cache))
             row["bytes"] = row["weights"] + row["kv_read"] + row["kv_write"]

@@ -9,11 +9,12 @@
 //
 // Both read the batch metadata (slot_mapping, block_table, seq_lens, query_start_loc) on the
 // device: no host synchronization, so a step can be captured in a CUDA graph and replayed with
-// new metadata. Attention is split-KV (flash-decoding): the context is cut into chunks of
-// `split_keys` keys, one warp per (query token, head, chunk) with online softmax in fp32 over
-// groups of keys loaded together; a second kernel merges the chunks. The split is chosen on
-// the host from the bound sizes (the block table's width bounds every context), so decode
-// batches of a few sequences still fill the GPU. Metadata outside its range (a slot or block
+// new metadata. Attention is split-KV (flash-decoding): each row's context is cut into
+// num_splits chunks, one warp per (query token, group of query heads sharing a KV head, chunk)
+// with online softmax in fp32 over groups of keys whose K and V rows are loaded together (each
+// row read once for the group's heads); a second kernel merges the chunks. The number of
+// chunks is chosen on the host from the bound sizes, the chunk length on the device from each
+// row's own context, so decode batches of a few sequences still fill the GPU. Metadata outside its range (a slot or block
 // id past the cache, a context longer than the block table) is never read or written out of
 // bounds; the values it gives are unspecified.
 #pragma once
@@ -73,16 +74,27 @@ struct PagedAttentionParams {
   // FP8 output: out = fp8_e4m3(clamp(f32(round_D(o)) * (1 / out_scale), ±448)) with 1 / out_scale
   // one fp32 division (attention_quant's rounding). [1] fp32 on the device.
   const float* out_scale = nullptr;
-  // Split-KV: chunks of `split_keys` keys (num_splits of them cover max_blocks * block_size);
-  // num_splits > 1 needs `workspace` of PagedAttentionWorkspaceBytes. PlanPagedAttentionSplits
-  // sets these three; num_splits = 1 attends every context in one pass.
-  int64_t num_splits = 1, split_keys = 0;
+  // Split-KV: each row's own context cut into num_splits chunks of PagedChunkKeys(its keys,
+  // num_splits) keys (the chunks past its end are empty); num_splits > 1 needs `workspace` of
+  // PagedAttentionWorkspaceBytes. PlanPagedAttentionSplits sets both; num_splits = 1 attends
+  // every context in one pass.
+  int64_t num_splits = 1;
   float* workspace = nullptr;
 };
 
-// Chooses num_splits and split_keys for the bound sizes: enough (token, head, chunk) warps to
-// fill `num_sms` multiprocessors about twice, chunks of at least kPagedMinSplitKeys keys.
+// Keys the kernels load together, and the smallest chunk worth a warp of its own.
+inline constexpr int64_t kPagedKeyGroup = 8;
 inline constexpr int64_t kPagedMinSplitKeys = 32;
+// Keys of each chunk of a context of `keys` keys split `num_splits` ways: whole key groups, at
+// least kPagedMinSplitKeys (host and device: nvcc takes constexpr functions in kernels).
+constexpr int64_t PagedChunkKeys(int64_t keys, int64_t num_splits) {
+  const int64_t c = (keys + num_splits - 1) / num_splits;
+  return ((c < kPagedMinSplitKeys ? kPagedMinSplitKeys : c) + kPagedKeyGroup - 1) / kPagedKeyGroup * kPagedKeyGroup;
+}
+
+// Chooses num_splits for the bound sizes: enough (token, head group, chunk) warps to fill
+// `num_sms` multiprocessors about twice, where the block table's width allows chunks of at
+// least kPagedMinSplitKeys keys.
 void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms);
 // Device bytes the split needs: per (token, head, chunk) E partial sums, the running maximum
 // and the running sum (fp32); 0 without a split.

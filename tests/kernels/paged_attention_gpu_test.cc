@@ -4,7 +4,8 @@
 // step of the output dtype of the exact result (fp32 online softmax against f64), padding
 // rows exactly 0, in one pass and split-KV (merged chunks). Cases: decode-only, prefill-only, chunked prefill mixed with decode, padding
 // tokens (slot -1), an empty sequence, GQA and MHA, block-boundary contexts, FP8 cache, FP8
-// output, fp16, head sizes 64/96/128/256, block sizes 1/16/32.
+// output, fp16, head sizes 33/64/96/128/256, block sizes 1/16/32, 1 to 8 query heads per KV
+// head, contexts up to 1000.
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
@@ -246,23 +247,23 @@ void runCase(const Case& c) {
     CHECK(dvc.Download<uint16_t>(cache_n) == v16);
   }
   // (b) within one rounding step of the exact value (plus fp32 accumulation noise): in one
-  // pass, with the split the planner picks for an H200, and with chunks of 5 keys (chunks that
-  // cross block boundaries, chunks past short contexts).
+  // pass, with the split the planner picks for an H200, in 7 chunks (chunk lengths that cross
+  // block boundaries) and in 256 (chunks of the minimum length, most of them past the context).
   const std::vector<double> ref = attendReference(c, b, q, k16, k8, v16, v8, softmax_scale);
   checkAttention(c, ref, dout, q_n, "one pass");
   PagedAttentionParams planned = a;
   PlanPagedAttentionSplits(planned, 132);
-  PagedAttentionParams fine = a;
-  fine.split_keys = 5;
-  fine.num_splits = (b.max_blocks * c.block_size + 4) / 5;
-  for (PagedAttentionParams* split : {&planned, &fine}) {
+  PagedAttentionParams seven = a, many = a;
+  seven.num_splits = 7;
+  many.num_splits = 256;
+  for (PagedAttentionParams* split : {&planned, &seven, &many}) {
     if (split->num_splits <= 1) continue;
     DeviceBuffer workspace(static_cast<size_t>(PagedAttentionWorkspaceBytes(*split)));
     split->workspace = static_cast<float*>(workspace.get());
     dout.Poison();
     FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(*split, nullptr));
     FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
-    checkAttention(c, ref, dout, q_n, split == &planned ? "planned split" : "chunks of 5 keys");
+    checkAttention(c, ref, dout, q_n, split == &planned ? "planned split" : split == &seven ? "7 chunks" : "256 chunks");
   }
 }
 
@@ -330,6 +331,14 @@ TEST_CASE("paged attention: FP8 cache and FP8 output, fp16", "[gpu][paged_attent
   Case c{"fp8-both", DType::F16, true, true, 4, 2, 128, 16, {2, 1}, {18, 15}};
   c.padding_tokens = 1;
   runCase(c);
+}
+
+TEST_CASE("paged attention: long decode contexts, eight query heads per KV head (Llama-70B)", "[gpu][paged_attention]") {
+  runCase({"long-gqa8", DType::BF16, false, false, 64, 8, 128, 16, {1, 1, 1}, {300, 1000, 77}});
+}
+
+TEST_CASE("paged attention: three query heads per KV head, odd head size, FP8 cache", "[gpu][paged_attention]") {
+  runCase({"odd", DType::F16, true, false, 6, 2, 33, 16, {1, 2}, {70, 129}});
 }
 
 TEST_CASE("paged attention: bad params are refused", "[gpu][paged_attention]") {

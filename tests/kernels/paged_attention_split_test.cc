@@ -30,10 +30,17 @@ void checkCovers(const PagedAttentionParams& p) {
   REQUIRE(p.num_splits >= 1);
   CHECK(p.num_splits <= 256);
   if (p.num_splits == 1) return;
-  CHECK(p.split_keys % 8 == 0);
-  CHECK(p.split_keys >= kPagedMinSplitKeys);
-  CHECK(p.num_splits * p.split_keys >= max_keys);         // every key in some chunk
-  CHECK((p.num_splits - 1) * p.split_keys < max_keys);    // no chunk past the block table
+  // Every context up to the block table's width is covered by the chunks, each chunk whole
+  // key groups and at least kPagedMinSplitKeys long, and no chunk starts past a context
+  // longer than its first chunk needs.
+  for (int64_t keys : {int64_t{1}, kPagedMinSplitKeys + 1, max_keys / 3 + 1, max_keys}) {
+    const int64_t chunk = PagedChunkKeys(keys, p.num_splits);
+    INFO("keys " << keys << " chunk " << chunk);
+    CHECK(chunk % kPagedKeyGroup == 0);
+    CHECK(chunk >= kPagedMinSplitKeys);
+    CHECK(p.num_splits * chunk >= keys);
+    CHECK(chunk < keys + kPagedMinSplitKeys + kPagedKeyGroup);
+  }
   CHECK(PagedAttentionWorkspaceBytes(p) ==
         p.num_tokens * p.heads_q * p.num_splits * (p.head_size + 2) * static_cast<int64_t>(sizeof(float)));
 }
@@ -45,19 +52,19 @@ TEST_CASE("split-KV plan: small decode batches split their contexts to fill the 
       PagedAttentionParams p = decodeBatch(seqs, context);
       PlanPagedAttentionSplits(p, 132);
       checkCovers(p);
-      const int64_t rows = seqs * p.heads_q;
-      const int64_t warps = rows * p.num_splits;
-      // about two waves of 32 warps per SM (132 SMs; rounding chunks up to whole key groups
-      // may lose a few), unless the context is too short to cut into more chunks of at least
-      // kPagedMinSplitKeys keys
+      // one warp per (token, group of the 4 query heads sharing a KV head, chunk): about two
+      // waves of 32 warps per SM (132 SMs), unless the block table is too narrow to cut into
+      // more chunks of at least kPagedMinSplitKeys keys
+      const int64_t warps = seqs * (p.heads_q / 4) * p.num_splits;
       const bool short_context = (p.num_splits + 1) * kPagedMinSplitKeys > p.max_blocks * p.block_size;
-      if (!short_context) CHECK(warps * 10 >= 132 * 32 * 9);
+      const bool capped = p.num_splits == 256;
+      if (!short_context && !capped) CHECK(warps * 10 >= 132 * 32 * 9);
     }
   }
 }
 
 TEST_CASE("split-KV plan: batches that fill the GPU, and short contexts, take one pass") {
-  PagedAttentionParams big = decodeBatch(256, 4096);  // 8192 rows
+  PagedAttentionParams big = decodeBatch(1024, 4096);  // 8192 warps of 4 query heads
   PlanPagedAttentionSplits(big, 132);
   CHECK(big.num_splits == 1);
   CHECK(PagedAttentionWorkspaceBytes(big) == 0);
@@ -80,9 +87,7 @@ TEST_CASE("split-KV launch refuses splits it cannot honour") {
   p.out = &dummy;
   p.block_table = p.seq_lens = p.query_start_loc = reinterpret_cast<const int32_t*>(&dummy);
   p.scale = 0.1f;
-  p.num_splits = 4;  // no workspace, no chunk size
-  CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
-  p.split_keys = 256;  // still no workspace
+  p.num_splits = 4;  // no workspace
   CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
   p.num_splits = 257;  // above the cap
   p.workspace = reinterpret_cast<float*>(&dummy);

@@ -515,6 +515,8 @@ void registerRun(CLI::App& app, int& exit_code) {
   });
 }
 
+constexpr size_t kProfileGroupsShown = 25;
+
 // `bench --profile`: the steps' median times grouped by what they do (describeStep), largest
 // first, as a table on stdout; returns the same groups as a JSON array for --json.
 std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& step_us, double replay_us) {
@@ -535,9 +537,13 @@ std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& st
   std::printf("profile (per-step medians without a CUDA graph; sum %.1f us, CUDA graph replay %.1f us):\n", total,
               replay_us);
   std::string json;
+  size_t shown = 0;
   for (const auto& [what, g] : sorted) {
-    std::printf("  %9.1f us %5.1f %%  %4d steps  %s\n", g.us, total > 0 ? 100.0 * g.us / total : 0.0, g.steps,
-                what.c_str());
+    if (shown++ == kProfileGroupsShown)
+      std::printf("  ... %zu more groups (all of them in --json)\n", sorted.size() - kProfileGroupsShown);
+    if (shown <= kProfileGroupsShown)
+      std::printf("  %9.1f us %5.1f %%  %4d steps  %s\n", g.us, total > 0 ? 100.0 * g.us / total : 0.0, g.steps,
+                  what.c_str());
     json += fmt::format("{}{{\"what\": \"{}\", \"steps\": {}, \"us\": {:.3f}}}", json.empty() ? "" : ", ", what,
                         g.steps, g.us);
   }
