@@ -22,15 +22,6 @@ __device__ __forceinline__ float load16(const void* p, int64_t i, DType t) {
   return __half2float(reinterpret_cast<const __half*>(p)[i]);
 }
 
-// A cache element as f32: a model-dtype value as it is, an FP8 one times its scale (one fp32
-// multiply).
-__device__ __forceinline__ float loadCache(const void* p, int64_t i, DType t, float scale) {
-  if (t != DType::F8E4M3FN) return load16(p, i, t);
-  __nv_fp8_e4m3 v;
-  v.__x = reinterpret_cast<const __nv_fp8_storage_t*>(p)[i];
-  return static_cast<float>(v) * scale;
-}
-
 __device__ __forceinline__ float roundTo(float x, DType t) {
   if (t == DType::BF16) return __bfloat162float(__float2bfloat16_rn(x));
   if (t == DType::F16) return __half2float(__float2half_rn(x));
@@ -103,42 +94,61 @@ constexpr int kKeyGroup = static_cast<int>(kPagedKeyGroup);
 constexpr int64_t kTargetWarpsPerSm = 32;
 constexpr int64_t kMaxSplits = 256;
 
-// The elements of one cache or query row a lane holds: NE consecutive ones from lane * NE.
-// `vector`: the row length is a multiple of NE (so the lane's elements are aligned and either
-// all in the row or all past it): one load of NE elements; else one load per element.
-template <int NE>
-__device__ __forceinline__ void loadLane(const void* p, int64_t i, DType t, float scale, int lane, int64_t length,
-                                         bool vector, float (&out)[NE]) {
+// The cache formats the attention kernel is compiled for.
+enum class CacheFormat { kBf16, kF16, kFp8 };
+
+// The raw bits of the NE consecutive cache elements a lane holds (elements lane * NE ...):
+// NE bytes (FP8) or 2 * NE bytes, in 32-bit words. Loaded for a whole key group before any is
+// converted, so the group's loads are in flight together.
+template <int NE, CacheFormat F>
+struct LaneBits {
+  static constexpr int kBytes = NE * (F == CacheFormat::kFp8 ? 1 : 2);
+  uint32_t w[(kBytes + 3) / 4];
+};
+
+// Loads a lane's elements of the row at element `i`: one load when `vector` (the row length is
+// a multiple of NE, so the lane's elements are aligned and all in or all past the row), else
+// one per element; elements past `length` are 0 bits (0.0 in every format).
+template <int NE, CacheFormat F>
+__device__ __forceinline__ LaneBits<NE, F> loadBits(const void* p, int64_t i, int lane, int64_t length, bool vector) {
+  using Bits = LaneBits<NE, F>;
+  constexpr int kElem = F == CacheFormat::kFp8 ? 1 : 2;
+  Bits b{};
   const int64_t e0 = static_cast<int64_t>(lane) * NE;
-  if (vector && e0 < length) {
-    if (t == DType::F8E4M3FN) {
-      uint8_t b[NE];
-      if constexpr (NE == 8) *reinterpret_cast<uint2*>(b) = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p) + i + e0);
-      else if constexpr (NE == 4) *reinterpret_cast<uint32_t*>(b) = *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(p) + i + e0);
-      else if constexpr (NE == 2) *reinterpret_cast<uint16_t*>(b) = *reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(p) + i + e0);
-      else b[0] = static_cast<const uint8_t*>(p)[i + e0];
-#pragma unroll
-      for (int k = 0; k < NE; ++k) {
-        __nv_fp8_e4m3 v;
-        v.__x = b[k];
-        out[k] = static_cast<float>(v) * scale;
-      }
-      return;
-    }
-    uint16_t h[NE];
-    const uint16_t* src = static_cast<const uint16_t*>(p) + i + e0;
-    if constexpr (NE == 8) *reinterpret_cast<uint4*>(h) = *reinterpret_cast<const uint4*>(src);
-    else if constexpr (NE == 4) *reinterpret_cast<uint2*>(h) = *reinterpret_cast<const uint2*>(src);
-    else if constexpr (NE == 2) *reinterpret_cast<uint32_t*>(h) = *reinterpret_cast<const uint32_t*>(src);
-    else h[0] = src[0];
-#pragma unroll
-    for (int k = 0; k < NE; ++k) {
-      out[k] = t == DType::BF16 ? __bfloat162float(__ushort_as_bfloat16(h[k])) : __half2float(__ushort_as_half(h[k]));
-    }
-    return;
+  const uint8_t* src = static_cast<const uint8_t*>(p) + (i + e0) * kElem;
+  if (vector) {
+    if (e0 >= length) return b;
+    if constexpr (Bits::kBytes == 16) *reinterpret_cast<uint4*>(b.w) = *reinterpret_cast<const uint4*>(src);
+    else if constexpr (Bits::kBytes == 8) *reinterpret_cast<uint2*>(b.w) = *reinterpret_cast<const uint2*>(src);
+    else if constexpr (Bits::kBytes == 4) b.w[0] = *reinterpret_cast<const uint32_t*>(src);
+    else if constexpr (Bits::kBytes == 2) b.w[0] = *reinterpret_cast<const uint16_t*>(src);
+    else b.w[0] = *src;
+    return b;
   }
 #pragma unroll
-  for (int k = 0; k < NE; ++k) out[k] = e0 + k < length ? loadCache(p, i + e0 + k, t, scale) : 0.0f;
+  for (int k = 0; k < NE; ++k) {
+    if (e0 + k >= length) break;
+    const uint32_t v = kElem == 1 ? src[k] : reinterpret_cast<const uint16_t*>(src)[k];
+    b.w[k * kElem / 4] |= v << (8 * ((k * kElem) % 4));
+  }
+  return b;
+}
+
+// The lane's elements as floats (FP8 times its scale).
+template <int NE, CacheFormat F>
+__device__ __forceinline__ void toFloats(const LaneBits<NE, F>& b, float scale, float (&out)[NE]) {
+#pragma unroll
+  for (int k = 0; k < NE; ++k) {
+    if constexpr (F == CacheFormat::kFp8) {
+      __nv_fp8_e4m3 v;
+      v.__x = static_cast<__nv_fp8_storage_t>((b.w[k / 4] >> (8 * (k % 4))) & 0xffu);
+      out[k] = static_cast<float>(v) * scale;
+    } else {
+      const uint16_t h = static_cast<uint16_t>((b.w[k / 2] >> (16 * (k % 2))) & 0xffffu);
+      out[k] = F == CacheFormat::kBf16 ? __uint_as_float(static_cast<uint32_t>(h) << 16)
+                                       : __half2float(__ushort_as_half(h));
+    }
+  }
 }
 
 // The running state of HPW query heads over some keys: lane l's output elements l * NE ...
@@ -149,43 +159,99 @@ struct Softmax {
   float m[HPW], l[HPW];
 };
 
+// Sums each of the V values of every lane over the warp's 32 lanes with halving exchanges
+// (V - 1 shuffles for V <= 32 instead of 5 per value): in each round a lane keeps one half of
+// its values, sends the other half to its partner and adds what it receives. Afterwards lane l
+// holds in v[0..C), C = max(1, V / 32), the sums of values C * (l >> (5 - log2(V / C))) + j.
+template <int V, int kRound = 0>
+__device__ __forceinline__ void warpTransposeSum(float (&v)[V], int lane) {
+  if constexpr (kRound < 5) {
+    constexpr int kMask = 16 >> kRound;
+    constexpr int kCount = (V >> kRound) > 1 ? (V >> kRound) : 1;
+    if constexpr (kCount == 1) {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], kMask);
+    } else {
+      const bool upper = (lane & kMask) != 0;
+#pragma unroll
+      for (int i = 0; i < kCount / 2; ++i) {
+        const float keep = upper ? v[i + kCount / 2] : v[i];
+        const float send = upper ? v[i] : v[i + kCount / 2];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kMask);
+      }
+    }
+    warpTransposeSum<V, kRound + 1>(v, lane);
+  }
+}
+
 // Keys [lo, hi) of a sequence (block table `blocks`) into `st` for the warp's HPW query heads
-// `q`, which share KV head hk: kKeyGroup keys at a time, their K and V rows loaded together,
-// each key's scores reduced across the warp, then every head's state rescaled once and the
-// group's values added. Invalid block ids are skipped.
-template <int NE, int HPW>
+// `q`, which share KV head hk, kKeyGroup keys at a time: the group's K and V rows are loaded
+// together, the HPW x kKeyGroup partial scores summed across the warp (warpTransposeSum) and
+// shared through `scores` (the warp's kKeyGroup * HPW floats of shared memory), then every
+// lane rescales each head's state once and adds the group's values. Invalid block ids are
+// skipped. A key's block and offset advance with the key: no division per key.
+template <int NE, int HPW, CacheFormat F>
 __device__ void attendKeys(const PagedAttentionParams& p, const float (&q)[HPW][NE], const int32_t* blocks, int64_t hk,
-                           int64_t lo, int64_t hi, float ks, float vs, int lane, bool vector, Softmax<NE, HPW>& st) {
-  for (int64_t j0 = lo; j0 < hi; j0 += kKeyGroup) {
-    bool ok[kKeyGroup];
-    float kr[kKeyGroup][NE], vr[kKeyGroup][NE];
+                           int64_t lo, int64_t hi, float ks, float vs, int lane, bool vector, float* scores,
+                           Softmax<NE, HPW>& st) {
+  constexpr int V = HPW * kKeyGroup;
+  constexpr int C = V > 32 ? V / 32 : 1;
+  constexpr int kShift = V >= 32 ? 0 : (V == 16 ? 1 : V == 8 ? 2 : 3);
+  const int block_size = static_cast<int>(p.block_size);
+  // The block id of each key of the next group, looked up a group ahead (the lookup's latency
+  // overlaps the current group's work); `bi`/`off` walk the keys without a division per key.
+  int bi = static_cast<int>(lo / block_size), off = static_cast<int>(lo - static_cast<int64_t>(bi) * block_size);
+  int32_t ids[kKeyGroup], offs[kKeyGroup];
+  auto lookup = [&](int64_t j0) {
 #pragma unroll
     for (int g = 0; g < kKeyGroup; ++g) {
-      const int64_t j = j0 + g;
-      const int64_t block = j < hi ? blocks[j / p.block_size] : -1;
-      ok[g] = block >= 0 && block < p.num_blocks;  // bad metadata: never read outside the cache
-      const int64_t base = ok[g] ? ((block * p.block_size + j % p.block_size) * p.heads_kv + hk) * p.head_size : 0;
-      loadLane<NE>(p.key_cache, base, p.cache_dtype, ks, lane, ok[g] ? p.head_size : 0, vector, kr[g]);
-      loadLane<NE>(p.value_cache, base, p.cache_dtype, vs, lane, ok[g] ? p.head_size : 0, vector, vr[g]);
+      ids[g] = j0 + g < hi ? blocks[bi] : -1;
+      offs[g] = off;
+      if (++off == block_size) {
+        off = 0;
+        ++bi;
+      }
     }
+  };
+  lookup(lo);
+  for (int64_t j0 = lo; j0 < hi; j0 += kKeyGroup) {
+    bool ok[kKeyGroup];
+    LaneBits<NE, F> kb[kKeyGroup], vb[kKeyGroup];
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) {
+      const int64_t block = ids[g];
+      ok[g] = block >= 0 && block < p.num_blocks;  // bad metadata: never read outside the cache
+      const int64_t base = ok[g] ? ((block * p.block_size + offs[g]) * p.heads_kv + hk) * p.head_size : 0;
+      kb[g] = loadBits<NE, F>(p.key_cache, base, lane, ok[g] ? p.head_size : 0, vector);
+      vb[g] = loadBits<NE, F>(p.value_cache, base, lane, ok[g] ? p.head_size : 0, vector);
+    }
+    if (j0 + kKeyGroup < hi) lookup(j0 + kKeyGroup);
+    float kr[kKeyGroup][NE], vr[kKeyGroup][NE];
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) toFloats<NE, F>(kb[g], ks, kr[g]);
+    float part[V];
+#pragma unroll
+    for (int h = 0; h < HPW; ++h)
+#pragma unroll
+      for (int g = 0; g < kKeyGroup; ++g) {
+        float x = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NE; ++k) x += q[h][k] * kr[g][k];
+        part[h * kKeyGroup + g] = x;
+      }
+    warpTransposeSum<V>(part, lane);
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) toFloats<NE, F>(vb[g], vs, vr[g]);
+    __syncwarp();  // the previous group's scores are read by every lane
+#pragma unroll
+    for (int j = 0; j < C; ++j) scores[C * (lane >> kShift) + j] = part[j];
+    __syncwarp();
 #pragma unroll
     for (int h = 0; h < HPW; ++h) {
       float s[kKeyGroup];
-#pragma unroll
-      for (int g = 0; g < kKeyGroup; ++g) {
-        float part = 0.0f;
-#pragma unroll
-        for (int k = 0; k < NE; ++k) part += q[h][k] * kr[g][k];
-        s[g] = part;
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-        for (int g = 0; g < kKeyGroup; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
       float mn = st.m[h];
 #pragma unroll
       for (int g = 0; g < kKeyGroup; ++g) {
-        s[g] = ok[g] ? s[g] * p.scale : -INFINITY;
+        s[g] = ok[g] ? scores[h * kKeyGroup + g] * p.scale : -INFINITY;
         mn = fmaxf(mn, s[g]);
       }
       if (mn == -INFINITY) continue;  // no valid key so far
@@ -241,7 +307,7 @@ __device__ void writeRow(const PagedAttentionParams& p, const QueryRow& r, const
 // chunk's keys of the token's causal range, K and V read once for the group's heads. One
 // chunk: the output rows; several: each head's partial state into the workspace, merged by
 // pagedCombineKernel.
-template <int NE, int HPW>
+template <int NE, int HPW, CacheFormat F>
 __global__ void __launch_bounds__(kWarps * 32) pagedAttentionKernel(PagedAttentionParams p) {
   const int lane = threadIdx.x & 31;
   const int64_t groups = p.heads_q / HPW;
@@ -273,8 +339,9 @@ __global__ void __launch_bounds__(kWarps * 32) pagedAttentionKernel(PagedAttenti
     const int64_t hi = lo + chunk < r.keys ? lo + chunk : r.keys;
     const float ks = p.cache_dtype == DType::F8E4M3FN ? *p.k_scale : 1.0f;
     const float vs = p.cache_dtype == DType::F8E4M3FN ? *p.v_scale : 1.0f;
-    attendKeys<NE, HPW>(p, q, p.block_table + r.seq * p.block_table_stride, h0 / (p.heads_q / p.heads_kv), lo, hi, ks,
-                        vs, lane, vector, st);
+    __shared__ float scores[kWarps][HPW * kKeyGroup];
+    attendKeys<NE, HPW, F>(p, q, p.block_table + r.seq * p.block_table_stride, h0 / (p.heads_q / p.heads_kv), lo, hi, ks,
+                        vs, lane, vector, scores[threadIdx.x >> 5], st);
   }
 #pragma unroll
   for (int h = 0; h < HPW; ++h) {
@@ -378,17 +445,26 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
     attend<<<split_grid, kWarps * 32, 0, stream>>>(p);
     if (p.num_splits > 1) combine<<<combine_grid, kWarps * 32, 0, stream>>>(p);
   };
-  auto byHeads = [&](auto ne_tag) {
+  auto byHeads = [&](auto ne_tag, auto format_tag) {
     constexpr int NE = decltype(ne_tag)::value;
-    if (hpw == 8) launch(pagedAttentionKernel<NE, 8>, pagedCombineKernel<NE>);
-    else if (hpw == 4) launch(pagedAttentionKernel<NE, 4>, pagedCombineKernel<NE>);
-    else if (hpw == 2) launch(pagedAttentionKernel<NE, 2>, pagedCombineKernel<NE>);
-    else launch(pagedAttentionKernel<NE, 1>, pagedCombineKernel<NE>);
+    constexpr CacheFormat F = decltype(format_tag)::value;
+    if constexpr (NE * 8 <= 32) {  // headsPerWarp keeps HPW * NE <= 32
+      if (hpw == 8) return launch(pagedAttentionKernel<NE, 8, F>, pagedCombineKernel<NE>);
+    }
+    if (hpw == 4) launch(pagedAttentionKernel<NE, 4, F>, pagedCombineKernel<NE>);
+    else if (hpw == 2) launch(pagedAttentionKernel<NE, 2, F>, pagedCombineKernel<NE>);
+    else launch(pagedAttentionKernel<NE, 1, F>, pagedCombineKernel<NE>);
   };
-  if (ne == 1) byHeads(std::integral_constant<int, 1>{});
-  else if (ne == 2) byHeads(std::integral_constant<int, 2>{});
-  else if (ne == 4) byHeads(std::integral_constant<int, 4>{});
-  else byHeads(std::integral_constant<int, 8>{});
+  auto byFormat = [&](auto ne_tag) {
+    using Format = CacheFormat;
+    if (p.cache_dtype == DType::F8E4M3FN) byHeads(ne_tag, std::integral_constant<Format, Format::kFp8>{});
+    else if (p.cache_dtype == DType::BF16) byHeads(ne_tag, std::integral_constant<Format, Format::kBf16>{});
+    else byHeads(ne_tag, std::integral_constant<Format, Format::kF16>{});
+  };
+  if (ne == 1) byFormat(std::integral_constant<int, 1>{});
+  else if (ne == 2) byFormat(std::integral_constant<int, 2>{});
+  else if (ne == 4) byFormat(std::integral_constant<int, 4>{});
+  else byFormat(std::integral_constant<int, 8>{});
   return cudaGetLastError();
 }
 
