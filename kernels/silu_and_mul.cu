@@ -57,6 +57,8 @@ __device__ __forceinline__ void LoadGateUp(const SiluAndMulArgs& a, int64_t row,
 template <typename T, int kVecs, bool kFp8>
 __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
     SiluAndMulVectorized(const SiluAndMulArgs a) {
+  allowDependentGrids();
+  waitForPrecedingGrid();
   const int num_vecs = a.d >> 3;
   ScaleOp op{false, 1.0f};
   if constexpr (kFp8) op = ScaleOp::Make(__ldg(a.scale), a.divide);
@@ -103,6 +105,8 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
 // SiLU-and-mul, scalar path (any d, any alignment): one row per CTA, element loads.
 template <typename T, bool kFp8>
 __global__ void __launch_bounds__(1024) SiluAndMulScalar(const SiluAndMulArgs a) {
+  allowDependentGrids();
+  waitForPrecedingGrid();
   using Num = D16<T>;
   const int64_t row = blockIdx.x;
   const T* in_row = static_cast<const T*>(a.input) + row * a.input_stride;
@@ -123,14 +127,12 @@ Status LaunchSiluVectorized(SiluAndMulArgs args, int threads, int stages, int sm
   static std::atomic<int> occupancy_cache[33] = {};
   const auto kernel = SiluAndMulVectorized<T, kVecs, kFp8>;
   args.persistent = stages > 0;
-  if (!args.persistent) {
-    kernel<<<static_cast<unsigned int>(args.num_rows), threads, 0, stream>>>(args);
-    return Status::Ok();
-  }
+  if (!args.persistent)
+    return LaunchStatus(LaunchProgrammatic(kernel, dim3(static_cast<unsigned int>(args.num_rows)), dim3(threads), 0,
+                                           stream, args));
   unsigned int grid = 0;
   FXFUSE_KERNELS_RETURN_IF_ERROR(PersistentGrid(kernel, args.num_rows, threads, 0, sm_count, occupancy_cache, &grid));
-  kernel<<<grid, threads, 0, stream>>>(args);
-  return Status::Ok();
+  return LaunchStatus(LaunchProgrammatic(kernel, dim3(grid), dim3(threads), 0, stream, args));
 }
 
 template <typename T, bool kFp8>
@@ -139,7 +141,8 @@ Status LaunchSiluAndMul(int64_t num_tokens, const internal::RowLaunchConfig& con
   const char* name = kFp8 ? "silu_and_mul_quant" : "silu_and_mul";
   const int threads = config.threads;
   if (!config.vectorized) {
-    SiluAndMulScalar<T, kFp8><<<static_cast<unsigned int>(num_tokens), threads, 0, stream>>>(args);
+    FXFUSE_KERNELS_RETURN_IF_ERROR(LaunchStatus(LaunchProgrammatic(
+        SiluAndMulScalar<T, kFp8>, dim3(static_cast<unsigned int>(num_tokens)), dim3(threads), 0, stream, args)));
   } else {
     const Status status = [&]() -> Status {
       switch (config.vecs_per_thread) {

@@ -4,6 +4,7 @@
 #define FXFUSE_KERNELS_TYPES_H_
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "proto/dtype.h"
 
@@ -64,6 +65,17 @@ struct LaunchTuning {
   // prefetched ahead; SiLU-and-mul prefetches one row in registers for any value >= 1).
   int row_pipeline_stages = -1;
 };
+
+// Whether fxfuse launches its own kernels with programmatic dependent launch
+// (kernels/device/pdl.cuh): $FXFUSE_PDL=0 turns it off (A/B measurements), default on. Read
+// once per process.
+inline bool ProgrammaticLaunchEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("FXFUSE_PDL");
+    return !(v && v[0] == '0');
+  }();
+  return enabled;
+}
 
 }  // namespace fxfuse::kernels
 

@@ -59,6 +59,14 @@ std::string suffix(DType t) {
 
 const std::string& generatedPrelude() {
   static const std::string p = R"CUDA(// fxfuse generated kernel (compiler/lowering/codegen.cc)
+// Programmatic dependent launch (kernels/device/pdl.cuh): the next kernel may be scheduled now;
+// nothing is read or written before the previous kernel has finished.
+__device__ __forceinline__ void fx_pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 #define FX_INF __int_as_float(0x7f800000)
 #define FX_NAN __int_as_float(0x7fc00000)
 __device__ __forceinline__ float fx_ld_bf16(unsigned short b) { return __uint_as_float(((unsigned)b) << 16); }
@@ -1147,7 +1155,7 @@ std::string kernelSource(const Codegen& cg, const Emitter& em, const std::string
   for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << (k ? ", " : "") << "void* p" << k;
   for (size_t k = 0; k < em.int_args_.size(); ++k)
     src << (k || !em.tensor_args_.empty() ? ", " : "") << "long long e" << k;
-  src << ") {\n  FxCtx c;\n";
+  src << ") {\n  fx_pdl_begin();\n  FxCtx c;\n";
   for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << "  c.p" << k << " = p" << k << ";\n";
   for (size_t k = 0; k < em.int_args_.size(); ++k) src << "  c.e" << k << " = e" << k << ";\n";
   src << body << "}\n";

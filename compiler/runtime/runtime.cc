@@ -532,9 +532,22 @@ std::function<void(cudaStream_t)> Session::prepareGeneratedKernel(const pb::Kern
   g->block = dim3(static_cast<unsigned>(bd[0]), static_cast<unsigned>(bd[1]), static_cast<unsigned>(bd[2]));
   bool empty = gd[0] * gd[1] * gd[2] == 0;
   if (empty) launches_--;
-  return [g, fn, where, empty](cudaStream_t s) {
+  // Programmatic dependent launch only for a kernel whose source waits for the previous grid
+  // (plans written before fxfuse's kernels did are launched plainly).
+  const bool programmatic = k::ProgrammaticLaunchEnabled() &&
+                            plan_.kernels(kl.generated()).source().find("griddepcontrol.wait") != std::string::npos;
+  return [g, fn, where, empty, programmatic](cudaStream_t s) {
     if (empty) return;
-    check(cudaLaunchKernel(fn, g->grid, g->block, g->argv.data(), 0, s), where);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = g->grid;
+    config.blockDim = g->block;
+    config.stream = s;
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = programmatic ? 1 : 0;
+    check(cudaLaunchKernelExC(&config, fn, g->argv.data()), where);
   };
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kernels/device/numeric.cuh"
+#include "kernels/device/pdl.cuh"
 #include "kernels/device/reduce.cuh"
 #include "kernels/internal/launch_config.h"
 #include "kernels/status.h"
@@ -108,6 +109,8 @@ template <typename T, int kVecs, bool kResidual, bool kNorm, RowOutput kOut>
 __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
     RowKernelVectorized(const RowKernelArgs a) {
   static_assert(kNorm || !kResidual, "a residual add is only fused with a normalization");
+  allowDependentGrids();
+  waitForPrecedingGrid();
   extern __shared__ uint4 row_stages[];
   constexpr int kArrays = kResidual ? 2 : 1;
   const int num_vecs = a.hidden >> 3;
@@ -322,6 +325,8 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
 template <typename T, bool kResidual, bool kNorm, RowOutput kOut>
 __global__ void __launch_bounds__(1024) RowKernelScalar(const RowKernelArgs a) {
   static_assert(kNorm || !kResidual, "a residual add is only fused with a normalization");
+  allowDependentGrids();
+  waitForPrecedingGrid();
   using Num = D16<T>;
   const int64_t row = blockIdx.x;
   const int hidden = a.hidden;
@@ -431,6 +436,11 @@ __global__ void __launch_bounds__(1024) RowKernelScalar(const RowKernelArgs a) {
 }
 
 // Host: a launch error (bad configuration, or an earlier asynchronous fault) as a Status.
+// A launch's own error as a Status (the caller's CheckLaunch names the kernel).
+inline Status LaunchStatus(cudaError_t err) {
+  return err == cudaSuccess ? Status::Ok() : Status::CudaError(std::string("launch: ") + cudaGetErrorString(err));
+}
+
 inline Status CheckLaunch(const char* kernel) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
@@ -495,8 +505,8 @@ Status LaunchRowKernelVectorized(RowKernelArgs args, int threads, int requested_
   const auto kernel = RowKernelVectorized<T, kVecs, kResidual, kNorm, kOut>;
   if (requested_stages == 0) {  // one row per CTA
     args.stages = 0;
-    kernel<<<static_cast<unsigned int>(args.num_rows), threads, 0, stream>>>(args);
-    return Status::Ok();
+    return LaunchStatus(LaunchProgrammatic(kernel, dim3(static_cast<unsigned int>(args.num_rows)), dim3(threads), 0,
+                                           stream, args));
   }
   const int64_t stage_bytes = RowStageBytes(kVecs, threads, kResidual);
   args.stages = RowStages(requested_stages, stage_bytes);
@@ -516,8 +526,7 @@ Status LaunchRowKernelVectorized(RowKernelArgs args, int threads, int requested_
   unsigned int grid = 0;
   FXFUSE_KERNELS_RETURN_IF_ERROR(
       PersistentGrid(kernel, args.num_rows, threads, static_cast<int>(smem), sm_count, occupancy_cache, &grid));
-  kernel<<<grid, threads, static_cast<size_t>(smem), stream>>>(args);
-  return Status::Ok();
+  return LaunchStatus(LaunchProgrammatic(kernel, dim3(grid), dim3(threads), static_cast<size_t>(smem), stream, args));
 }
 
 // Host: launches the row kernel variant chosen by `config` over `num_tokens` rows.
@@ -529,7 +538,9 @@ Status LaunchRowKernel(const char* name, int64_t num_tokens, const internal::Row
   const int threads = config.threads;
   const int stages = config.pipeline_stages;
   if (!config.vectorized) {
-    RowKernelScalar<T, kResidual, kNorm, kOut><<<static_cast<unsigned int>(num_tokens), threads, 0, stream>>>(args);
+    FXFUSE_KERNELS_RETURN_IF_ERROR(LaunchStatus(LaunchProgrammatic(RowKernelScalar<T, kResidual, kNorm, kOut>,
+                                                                   dim3(static_cast<unsigned int>(num_tokens)),
+                                                                   dim3(threads), 0, stream, args)));
   } else {
     const Status status = [&]() -> Status {
       switch (config.vecs_per_thread) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/device/pdl.cuh"
 #include "kernels/runtime/paged_attention.h"
 #include "kernels/types.h"
 
@@ -43,6 +44,8 @@ __device__ __forceinline__ void storeCache(void* cache, int64_t i, const void* s
 // One thread per (token, head, element), grid-stride; tokens without a slot in the cache
 // (-1, or outside it) are skipped.
 __global__ void __launch_bounds__(kCacheThreads) reshapeAndCacheKernel(ReshapeAndCacheParams p) {
+  kernels::allowDependentGrids();
+  kernels::waitForPrecedingGrid();
   const int64_t row = p.heads_kv * p.head_size;
   const int64_t total = p.num_tokens * row;
   const int64_t capacity = p.num_blocks * p.block_size;
@@ -309,6 +312,8 @@ __device__ void writeRow(const PagedAttentionParams& p, const QueryRow& r, const
 // pagedCombineKernel.
 template <int NE, int HPW, CacheFormat F>
 __global__ void __launch_bounds__(kWarps * 32) pagedAttentionKernel(PagedAttentionParams p) {
+  kernels::allowDependentGrids();
+  kernels::waitForPrecedingGrid();
   const int lane = threadIdx.x & 31;
   const int64_t groups = p.heads_q / HPW;
   const int64_t warp_row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -366,6 +371,8 @@ __global__ void __launch_bounds__(kWarps * 32) pagedAttentionKernel(PagedAttenti
 // that saw no valid key (m_c = -inf) are skipped.
 template <int NE>
 __global__ void __launch_bounds__(kWarps * 32) pagedCombineKernel(PagedAttentionParams p) {
+  kernels::allowDependentGrids();
+  kernels::waitForPrecedingGrid();
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (row >= p.num_tokens * p.heads_q) return;
@@ -417,8 +424,8 @@ cudaError_t LaunchReshapeAndCache(const ReshapeAndCacheParams& p, cudaStream_t s
   const int64_t total = p.num_tokens * p.heads_kv * p.head_size;
   if (total == 0) return cudaSuccess;
   if (!p.key || !p.value || !p.key_cache || !p.value_cache || !p.slot_mapping) return cudaErrorInvalidValue;
-  reshapeAndCacheKernel<<<gridFor(total, kCacheThreads, 65536), kCacheThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return kernels::LaunchProgrammatic(reshapeAndCacheKernel, dim3(gridFor(total, kCacheThreads, 65536)),
+                                     dim3(kCacheThreads), 0, stream, p);
 }
 
 cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
@@ -441,9 +448,11 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
   const dim3 split_grid(gridFor(p.num_tokens * (p.heads_q / hpw), kWarps, (int64_t{1} << 31) - 1),
                         static_cast<unsigned>(p.num_splits));
   const unsigned combine_grid = gridFor(rows, kWarps, (int64_t{1} << 31) - 1);
+  cudaError_t err = cudaSuccess;
   auto launch = [&](auto attend, auto combine) {
-    attend<<<split_grid, kWarps * 32, 0, stream>>>(p);
-    if (p.num_splits > 1) combine<<<combine_grid, kWarps * 32, 0, stream>>>(p);
+    err = kernels::LaunchProgrammatic(attend, split_grid, dim3(kWarps * 32), 0, stream, p);
+    if (err == cudaSuccess && p.num_splits > 1)
+      err = kernels::LaunchProgrammatic(combine, dim3(combine_grid), dim3(kWarps * 32), 0, stream, p);
   };
   auto byHeads = [&](auto ne_tag, auto format_tag) {
     constexpr int NE = decltype(ne_tag)::value;
@@ -465,7 +474,7 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
   else if (ne == 2) byFormat(std::integral_constant<int, 2>{});
   else if (ne == 4) byFormat(std::integral_constant<int, 4>{});
   else byFormat(std::integral_constant<int, 8>{});
-  return cudaGetLastError();
+  return err;
 }
 
 void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms) {

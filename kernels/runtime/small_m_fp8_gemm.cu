@@ -5,13 +5,14 @@
 // weight rows g and g+8 and 16 bytes of token g's activations, all at K offset t * 16, and
 // issues two mma per 8-token tile. The mma reduces over K, so the order of K inside one
 // instruction is free as long as both operands use the same one: A register j of lane (g, t)
-// and B register j of the same lane hold the same four K positions. Weight loads for kUnroll
-// steps are in flight together before the mma that consume them.
+// and B register j of the same lane hold the same four K positions. The loads of several steps
+// (weights and activations) are in flight together before the mma that consume them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
+#include "kernels/device/pdl.cuh"
 #include "kernels/runtime/small_m_fp8_gemm.h"
 
 namespace fxfuse::runtime {
@@ -21,7 +22,6 @@ constexpr int kWarps = 8;
 constexpr int kRowsPerBlock = 16;  // the mma's M: weight rows
 constexpr int kTokensPerTile = 8;  // the mma's N: tokens
 constexpr int kStepBytes = 64;     // K bytes a warp covers per step: 4 lanes x 16
-constexpr int kUnroll = 4;         // steps whose weight loads are in flight together
 
 // 16 bytes of weights: read once, so not kept in L1.
 __device__ __forceinline__ uint4 loadStreaming(const uint8_t* p) {
@@ -81,12 +81,29 @@ __device__ void reduceAndStore(const SmallMFp8GemmParams& p, const float (&acc)[
   }
 }
 
+// The block's weight rows into L2 (128-byte lines), issued before the kernel waits for the
+// previous step: no step writes weights, and a prefetch only warms the cache, so the weight
+// stream starts while the previous kernel drains.
+__device__ __forceinline__ void prefetchWeightRows(const SmallMFp8GemmParams& p, int64_t n0) {
+  const int64_t rows = p.N - n0 < kRowsPerBlock ? p.N - n0 : kRowsPerBlock;
+  const int64_t lines_per_row = (p.K + 127) / 128;
+  const uint8_t* w = static_cast<const uint8_t*>(p.w);
+  for (int64_t i = threadIdx.x; i < rows * lines_per_row; i += blockDim.x) {
+    const uint8_t* line = w + (n0 + i / lines_per_row) * p.w_row_stride + (i % lines_per_row) * 128;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  }
+}
+
 template <int kTiles>
 __global__ void __launch_bounds__(kWarps * 32) smallMFp8GemmKernel(const SmallMFp8GemmParams p) {
+  kernels::allowDependentGrids();
+  prefetchWeightRows(p, static_cast<int64_t>(blockIdx.x) * kRowsPerBlock);
+  kernels::waitForPrecedingGrid();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane / 4, t = lane % 4;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
   const bool has_lo = n0 + g < p.N, has_hi = n0 + g + 8 < p.N;
+  // Rows past N read row 0 (in bounds) and are zeroed before use.
   const uint8_t* w_lo = static_cast<const uint8_t*>(p.w) + (has_lo ? (n0 + g) * p.w_row_stride : 0);
   const uint8_t* w_hi = static_cast<const uint8_t*>(p.w) + (has_hi ? (n0 + g + 8) * p.w_row_stride : 0);
   const uint8_t* x = static_cast<const uint8_t*>(p.x);
@@ -95,25 +112,35 @@ __global__ void __launch_bounds__(kWarps * 32) smallMFp8GemmKernel(const SmallMF
   const int64_t first = warp * per_warp, last = min(steps, first + per_warp);
   const uint4 zero = make_uint4(0, 0, 0, 0);
   float acc[kTiles][4] = {};
+  constexpr int kUnroll = kTiles <= 1 ? 8 : kTiles == 2 ? 4 : 2;  // steps in flight: registers bound it
   for (int64_t s0 = first; s0 < last; s0 += kUnroll) {
-    uint4 lo[kUnroll], hi[kUnroll];
+    // Every load of kUnroll steps (weights and activations) is issued before any mma uses one:
+    // unconditionally, from a clamped address, and zeroed where it is out of range only when the
+    // mma consumes it (a select right after a load would wait for it).
+    uint4 lo[kUnroll], hi[kUnroll], xv[kUnroll][kTiles];
+    bool in[kUnroll], token_in[kTiles];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t k = (s0 + u) * kStepBytes + t * 16;
-      const bool in = s0 + u < last && k < p.K;  // K % 16 == 0: a lane's 16 bytes are all in or all out
-      lo[u] = in && has_lo ? loadStreaming(w_lo + k) : zero;
-      hi[u] = in && has_hi ? loadStreaming(w_hi + k) : zero;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k = (s0 + u) * kStepBytes + t * 16;
-      const bool in = s0 + u < last && k < p.K;
+      in[u] = s0 + u < last && k < p.K;  // K % 16 == 0: a lane's 16 bytes are all in or all out
+      const int64_t kc = in[u] ? k : 0;
+      lo[u] = loadStreaming(w_lo + kc);
+      hi[u] = loadStreaming(w_hi + kc);
 #pragma unroll
       for (int tile = 0; tile < kTiles; ++tile) {
         const int64_t token = tile * kTokensPerTile + g;
-        const uint4 xv = in && token < p.M ? __ldg(reinterpret_cast<const uint4*>(x + token * p.x_row_stride + k)) : zero;
-        mmaE4m3(acc[tile], lo[u].x, hi[u].x, lo[u].y, hi[u].y, xv.x, xv.y);
-        mmaE4m3(acc[tile], lo[u].z, hi[u].z, lo[u].w, hi[u].w, xv.z, xv.w);
+        token_in[tile] = token < p.M;
+        xv[u][tile] = __ldg(reinterpret_cast<const uint4*>(x + (token_in[tile] ? token : 0) * p.x_row_stride + kc));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint4 a_lo = in[u] && has_lo ? lo[u] : zero, a_hi = in[u] && has_hi ? hi[u] : zero;
+#pragma unroll
+      for (int tile = 0; tile < kTiles; ++tile) {
+        const uint4 b = in[u] && token_in[tile] ? xv[u][tile] : zero;
+        mmaE4m3(acc[tile], a_lo.x, a_hi.x, a_lo.y, a_hi.y, b.x, b.y);
+        mmaE4m3(acc[tile], a_lo.z, a_hi.z, a_lo.w, a_hi.w, b.z, b.w);
       }
     }
   }
@@ -143,11 +170,11 @@ cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t strea
   const dim3 grid(static_cast<unsigned>((p.N + kRowsPerBlock - 1) / kRowsPerBlock));
   const dim3 block(kWarps * 32);
   const int64_t tiles = (p.M + kTokensPerTile - 1) / kTokensPerTile;
-  if (tiles <= 1) smallMFp8GemmKernel<1><<<grid, block, 0, stream>>>(p);
-  else if (tiles <= 2) smallMFp8GemmKernel<2><<<grid, block, 0, stream>>>(p);
-  else if (tiles <= 4) smallMFp8GemmKernel<4><<<grid, block, 0, stream>>>(p);
-  else smallMFp8GemmKernel<8><<<grid, block, 0, stream>>>(p);
-  return cudaGetLastError();
+  const auto kernel = tiles <= 1   ? smallMFp8GemmKernel<1>
+                      : tiles <= 2 ? smallMFp8GemmKernel<2>
+                      : tiles <= 4 ? smallMFp8GemmKernel<4>
+                                   : smallMFp8GemmKernel<8>;
+  return kernels::LaunchProgrammatic(kernel, grid, block, 0, stream, p);
 }
 
 }  // namespace fxfuse::runtime

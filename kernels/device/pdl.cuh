@@ -1,0 +1,51 @@
+// Programmatic dependent launch (PDL, Hopper): a kernel launched with the programmatic
+// stream-serialization attribute may be scheduled while the kernel before it in the stream is
+// still running, so its launch latency and prologue overlap the predecessor's tail (inside a
+// CUDA graph too: the edge becomes a programmatic one). Every kernel fxfuse launches this way
+// calls waitForPrecedingGrid() before it reads or writes any memory an earlier step may touch
+// (it returns once the preceding grid has finished and its writes are visible), and
+// allowDependentGrids() at its start so the next kernel can be scheduled early. Both are no-ops
+// for a plain launch and before sm_90. Only memory no step writes (weights) may be touched
+// before the wait, and only to prefetch it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "kernels/types.h"
+
+namespace fxfuse::kernels {
+
+__device__ __forceinline__ void waitForPrecedingGrid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allowDependentGrids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches `kernel` with programmatic stream serialization when ProgrammaticLaunchEnabled(),
+// else as a plain launch. The kernel must start with allowDependentGrids() and call
+// waitForPrecedingGrid() before it touches memory.
+template <typename... Params, typename... Args>
+cudaError_t LaunchProgrammatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                               cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = ProgrammaticLaunchEnabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace fxfuse::kernels
