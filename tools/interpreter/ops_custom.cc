@@ -423,7 +423,7 @@ void registerVllmOps(OpTable& t) {
   auto gather = [](Call& c, const Tensor& x, int64_t dim, int64_t n) {
     if (c.interp->options().collective) fail("{}: all_gather is not supported in a lockstep (multi-rank) run", c.target);
     Shape s = x.shape;
-    dim = normDim(dim, x.dim());
+    dim = shapeDim(dim, x.dim(), "all_gather");
     s[dim] *= n;
     Tensor out = c.alloc(0, s, x.dtype);
     for (int64_t r = 0; r < n; ++r) copyInto(slice(out, dim, r * x.shape[dim], (r + 1) * x.shape[dim], 1), x);
@@ -431,7 +431,7 @@ void registerVllmOps(OpTable& t) {
   };
   auto scatter = [](Call& c, const Tensor& x, int64_t dim, int64_t n) {
     if (c.interp->options().collective) fail("{}: reduce_scatter is not supported in a lockstep (multi-rank) run", c.target);
-    dim = normDim(dim, x.dim());
+    dim = shapeDim(dim, x.dim(), "reduce_scatter");
     if (x.shape[dim] % n) fail("reduce_scatter: dim {} of {} is not divisible by {}", dim, x.describe(), n);
     Tensor sum = allReduceSim(x, static_cast<int>(n));
     Tensor part = slice(sum, dim, 0, x.shape[dim] / n, 1);

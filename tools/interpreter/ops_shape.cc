@@ -307,7 +307,7 @@ void registerShapeOps(OpTable& t) {
   });
   t.add("aten.unflatten", [](Call& c) {
     Tensor x = c.tensor("self", 0);
-    int64_t d = normDim(c.integer("dim", 0, 1), x.dim());
+    int64_t d = shapeDim(c.integer("dim", 0, 1), x.dim(), "unflatten");
     Shape sizes = inferShape(c.ints("sizes", 2), x.shape[d]);
     Shape shape(x.shape.begin(), x.shape.begin() + d);
     shape.insert(shape.end(), sizes.begin(), sizes.end());
@@ -377,7 +377,7 @@ void registerShapeOps(OpTable& t) {
   });
   t.add("aten.split", [](Call& c) {
     Tensor x = c.tensor("self", 0);
-    int64_t dim = normDim(c.integer("dim", 0, 2), x.dim());
+    int64_t dim = shapeDim(c.integer("dim", 0, 2), x.dim(), "split");
     const RValue& s = c.get("split_size", 1);
     std::vector<Tensor> parts;
     if (s.kind == RValue::Kind::List) {
@@ -398,7 +398,7 @@ void registerShapeOps(OpTable& t) {
   });
   t.add("aten.split_with_sizes", [](Call& c) {
     Tensor x = c.tensor("self", 0);
-    int64_t dim = normDim(c.integer("dim", 0, 2), x.dim());
+    int64_t dim = shapeDim(c.integer("dim", 0, 2), x.dim(), "split_with_sizes");
     Shape sizes = c.ints("split_sizes", 1);
     int64_t total = 0;
     for (int64_t n : sizes) total += n;
@@ -415,7 +415,7 @@ void registerShapeOps(OpTable& t) {
   t.add("aten.chunk", [](Call& c) {
     Tensor x = c.tensor("self", 0);
     int64_t chunks = c.integer("chunks", 1, 1);
-    int64_t dim = normDim(c.integer("dim", 0, 2), x.dim());
+    int64_t dim = shapeDim(c.integer("dim", 0, 2), x.dim(), "chunk");
     int64_t n = (x.shape[dim] + chunks - 1) / chunks;
     std::vector<Tensor> parts;
     for (int64_t at = 0; at < x.shape[dim]; at += n) parts.push_back(slice(x, dim, at, at + n, 1));
@@ -423,7 +423,7 @@ void registerShapeOps(OpTable& t) {
   });
   t.add("aten.unbind", [](Call& c) {
     Tensor x = c.tensor("self", 0);
-    int64_t dim = normDim(c.integer("dim", 0, 1), x.dim());
+    int64_t dim = shapeDim(c.integer("dim", 0, 1), x.dim(), "unbind");
     std::vector<Tensor> parts;
     for (int64_t i = 0; i < x.shape[dim]; ++i) parts.push_back(select(x, dim, i));
     outViews(c, parts);
@@ -435,7 +435,7 @@ void registerShapeOps(OpTable& t) {
   t.add("aten.index_put_", [](Call& c) { indexPutOp(c, true); });
   t.add("aten.index_select", [](Call& c) {
     Tensor x = c.tensor("self", 0);
-    int64_t dim = normDim(c.integer("dim", 0, 1), x.dim());
+    int64_t dim = shapeDim(c.integer("dim", 0, 1), x.dim(), "index_select");
     Tensor idx = c.tensor("index", 2);
     std::vector<double> iv = idx.values();
     Shape shape = x.shape;
@@ -453,7 +453,7 @@ void registerShapeOps(OpTable& t) {
   });
   t.add("aten.gather", [](Call& c) {
     Tensor x = c.tensor("self", 0);
-    int64_t dim = normDim(c.integer("dim", 0, 1), x.dim());
+    int64_t dim = shapeDim(c.integer("dim", 0, 1), x.dim(), "gather");
     Tensor idx = c.tensor("index", 2);
     if (idx.dim() != x.dim()) fail("gather: index {} and self {} differ in rank", idx.describe(), x.describe());
     std::vector<double> vals;
@@ -551,7 +551,7 @@ void registerShapeOps(OpTable& t) {
     // diff(self, n=1, dim=-1, prepend=None, append=None): out[i] = x[i+1] - x[i], n times.
     Tensor x = c.tensor("self", 0);
     int64_t n = c.integer("n", 1, 1);
-    int64_t dim = normDim(c.integer("dim", -1, 2), x.dim());
+    int64_t dim = shapeDim(c.integer("dim", -1, 2), x.dim(), "diff");
     std::vector<RValue> parts;
     if (auto p = c.optTensor("prepend", 3)) parts.push_back(RValue::ofTensor(*p));
     parts.push_back(RValue::ofTensor(x));
@@ -658,7 +658,7 @@ void registerShapeOps(OpTable& t) {
   t.add("aten.numel", [](Call& c) { c.out(0, RValue::ofInt(c.tensor("self", 0).numel())); });
   t.add("aten.sym_stride", [](Call& c) {
     Tensor x = c.tensor("self", 0);
-    c.out(0, RValue::ofInt(x.strides[normDim(c.integer("dim", 0, 1), x.dim())]));
+    c.out(0, RValue::ofInt(x.strides[shapeDim(c.integer("dim", 0, 1), x.dim(), "sym_stride")]));
   });
   t.add("aten.sym_storage_offset", [](Call& c) { c.out(0, RValue::ofInt(c.tensor("self", 0).offset)); });
   t.add("aten._local_scalar_dense", [](Call& c) {

@@ -84,7 +84,7 @@ int64_t Tensor::numel() const {
   return n;
 }
 
-int64_t Tensor::size(int64_t d) const { return shape[normDim(d, dim())]; }
+int64_t Tensor::size(int64_t d) const { return shape[shapeDim(d, dim(), "size")]; }
 
 bool Tensor::isContiguous() const {
   int64_t expected = 1;
@@ -200,6 +200,11 @@ int64_t normDim(int64_t d, int64_t rank, const char* what) {
   int64_t r = std::max<int64_t>(rank, 1);
   if (d < -r || d >= r) fail("{} {} out of range for a rank-{} tensor", what, d, rank);
   return d < 0 ? d + r : d;
+}
+
+int64_t shapeDim(int64_t d, int64_t rank, const char* op) {
+  if (rank == 0) fail("{}: a 0-d tensor has no dimension {}", op, d);
+  return normDim(d, rank);
 }
 
 Shape broadcastShapes(const Shape& a, const Shape& b) {

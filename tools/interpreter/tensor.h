@@ -82,6 +82,9 @@ struct Tensor {
 
 Shape contiguousStrides(const Shape& shape);
 int64_t normDim(int64_t d, int64_t rank, const char* what = "dim");
+// A dim of `rank` that indexes the shape (split, unbind, gather, ...): as normDim, but a 0-d
+// tensor has no dimension to index, so `op` fails in one line.
+int64_t shapeDim(int64_t d, int64_t rank, const char* op);
 std::string shapeStr(const Shape& s);
 
 // Broadcasts two shapes (numpy rules); throws FxError naming both shapes when they clash.
