@@ -538,6 +538,10 @@ std::function<void(cudaStream_t)> Session::prepareGeneratedKernel(const pb::Kern
                             plan_.kernels(kl.generated()).source().find("griddepcontrol.wait") != std::string::npos;
   return [g, fn, where, empty, programmatic](cudaStream_t s) {
     if (empty) return;
+    if (!programmatic) {
+      check(cudaLaunchKernel(fn, g->grid, g->block, g->argv.data(), 0, s), where);
+      return;
+    }
     cudaLaunchConfig_t config = {};
     config.gridDim = g->grid;
     config.blockDim = g->block;
@@ -546,7 +550,7 @@ std::function<void(cudaStream_t)> Session::prepareGeneratedKernel(const pb::Kern
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &attribute;
-    config.numAttrs = programmatic ? 1 : 0;
+    config.numAttrs = 1;
     check(cudaLaunchKernelExC(&config, fn, g->argv.data()), where);
   };
 }
