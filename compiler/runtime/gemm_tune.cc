@@ -101,22 +101,31 @@ struct TuningScratch {
   void* flush = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
   TuningScratch(size_t outputs, size_t output_bytes, const std::string& where) {
-    for (size_t i = 0; i < outputs; ++i) {
-      buffers.push_back(nullptr);
-      checkCuda(cudaMalloc(&buffers.back(), std::max<size_t>(output_bytes, 256)), where + ": GEMM tuning output");
+    try {
+      for (size_t i = 0; i < outputs; ++i) {
+        buffers.push_back(nullptr);
+        checkCuda(cudaMalloc(&buffers.back(), std::max<size_t>(output_bytes, 256)), where + ": GEMM tuning output");
+      }
+      if (cudaMalloc(&flush, kL2FlushBytes) != cudaSuccess) {  // tuning without the flush rather than failing
+        cudaGetLastError();
+        flush = nullptr;
+      }
+      checkCuda(cudaEventCreate(&start), where);
+      checkCuda(cudaEventCreate(&stop), where);
+    } catch (...) {
+      release();
+      throw;
     }
-    if (cudaMalloc(&flush, kL2FlushBytes) != cudaSuccess) {  // tuning without the flush rather than failing
-      cudaGetLastError();
-      flush = nullptr;
-    }
-    checkCuda(cudaEventCreate(&start), where);
-    checkCuda(cudaEventCreate(&stop), where);
   }
-  ~TuningScratch() {
+  ~TuningScratch() { release(); }
+  void release() {
     if (start) cudaEventDestroy(start);
     if (stop) cudaEventDestroy(stop);
     for (void* b : buffers) cudaFree(b);
     if (flush) cudaFree(flush);
+    start = stop = nullptr;
+    buffers.clear();
+    flush = nullptr;
   }
 };
 
@@ -140,14 +149,17 @@ std::vector<float> downloadAsFloat(const void* d, size_t bytes, cudaDataType_t t
 
 // Whether two outputs of the same call agree up to accumulation order: every element within
 // kOwnGemmRelTol of the other plus kOwnGemmRmsTol of the output's RMS (a kernel that reads a
-// layout or a scale wrongly differs in most elements), NaN where the other has NaN.
+// layout or a scale wrongly differs in most elements), NaN where the other has NaN, an
+// infinity only where the other has the same one.
 bool outputsAgree(const std::vector<float>& a, const std::vector<float>& b, std::string* why) {
   double sq = 0;
   for (float v : b) sq += std::isfinite(v) ? static_cast<double>(v) * v : 0.0;
   const double rms = b.empty() ? 0 : std::sqrt(sq / static_cast<double>(b.size()));
   for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i]) ||
-        (!std::isnan(a[i]) && std::fabs(a[i] - b[i]) > kOwnGemmRelTol * std::fabs(b[i]) + kOwnGemmRmsTol * rms)) {
+    const bool infinite = std::isinf(a[i]) || std::isinf(b[i]);
+    if (std::isnan(a[i]) != std::isnan(b[i]) || (infinite && a[i] != b[i]) ||
+        (!infinite && !std::isnan(a[i]) &&
+         std::fabs(a[i] - b[i]) > kOwnGemmRelTol * std::fabs(b[i]) + kOwnGemmRmsTol * rms)) {
       *why = fmt::format("element {}: {} vs cuBLASLt {}", i, a[i], b[i]);
       return false;
     }

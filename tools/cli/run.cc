@@ -544,7 +544,10 @@ std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& st
     if (shown <= kProfileGroupsShown)
       std::printf("  %9.1f us %5.1f %%  %4d steps  %s\n", g.us, total > 0 ? 100.0 * g.us / total : 0.0, g.steps,
                   what.c_str());
-    json += fmt::format("{}{{\"what\": \"{}\", \"steps\": {}, \"us\": {:.3f}}}", json.empty() ? "" : ", ", what,
+    std::string quoted;  // a plan's kernel name may hold any character
+    for (unsigned char ch : what)
+      quoted += ch == '"' || ch == '\\' || ch < 0x20 ? fmt::format("\\u{:04x}", ch) : std::string(1, ch);
+    json += fmt::format("{}{{\"what\": \"{}\", \"steps\": {}, \"us\": {:.3f}}}", json.empty() ? "" : ", ", quoted,
                         g.steps, g.us);
   }
   return "[" + json + "]";
