@@ -14,6 +14,7 @@
 
 #include "kernels/attention/attention.h"
 #include "kernels/attention/device/sm90.cuh"
+#include "kernels/device/cp_async.cuh"
 
 namespace fxfuse::attention {
 namespace {
@@ -55,14 +56,9 @@ struct DecodeLayout {
   static constexpr int kBytes = kRows * E * 4 + kRows * kTileKeys * 4 + 3 * kRows * 4 + 2 * kStages * kTileBytes + 16;
 };
 
-__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
+using kernels::cpAsync16;
+using kernels::cpAsyncCommit;
+using kernels::cpAsyncWait;
 
 // kRows: rows (query heads of the group x query tokens) padded to 4, 16 or 64; padded rows have
 // q = 0 and are not stored. P V: with 4 rows each thread owns 8 columns of all rows for a subset

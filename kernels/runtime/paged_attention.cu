@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/device/cp_async.cuh"
+#include "kernels/device/mbarrier.cuh"
 #include "kernels/device/pdl.cuh"
+#include "kernels/device/reduce.cuh"
 #include "kernels/runtime/paged_attention.h"
 #include "kernels/types.h"
 
@@ -90,6 +93,8 @@ __device__ __forceinline__ void storeOut(const PagedAttentionParams& p, int64_t 
   }
 }
 
+constexpr float kLog2e = 1.4426950408889634f;
+
 // Keys a warp loads before it reduces any: their loads are in flight together instead of one
 // key's latency after another's.
 constexpr int kKeyGroup = static_cast<int>(kPagedKeyGroup);
@@ -155,7 +160,8 @@ __device__ __forceinline__ void toFloats(const LaneBits<NE, F>& b, float scale, 
 }
 
 // The running state of HPW query heads over some keys: lane l's output elements l * NE ...
-// (unnormalized), each head's maximum score and sum of exp(score - maximum).
+// (unnormalized), each head's maximum score and sum of 2^(score - maximum); scores are in
+// base 2 (log2(e) is folded into q).
 template <int NE, int HPW>
 struct Softmax {
   float acc[HPW][NE];
@@ -186,22 +192,73 @@ __device__ __forceinline__ void warpTransposeSum(float (&v)[V], int lane) {
   }
 }
 
-// Keys [lo, hi) of a sequence (block table `blocks`) into `st` for the warp's HPW query heads
-// `q`, which share KV head hk, kKeyGroup keys at a time: the group's K and V rows are loaded
-// together, the HPW x kKeyGroup partial scores summed across the warp (warpTransposeSum) and
-// shared through `scores` (the warp's kKeyGroup * HPW floats of shared memory), then every
-// lane rescales each head's state once and adds the group's values. Invalid block ids are
-// skipped. A key's block and offset advance with the key: no division per key.
+// One group of kKeyGroup keys into `st` for the warp's HPW query heads `q`: the raw K and V
+// bits each lane holds (`kb`, `vb`) converted, the HPW x kKeyGroup partial scores summed across
+// the warp (warpTransposeSum) and shared through `scores` (the warp's kKeyGroup * HPW floats of
+// shared memory), then every lane rescales each head's state once and adds the group's values.
+// Keys whose bit in `valid` is clear (past the chunk, or an invalid block id) score -inf.
 template <int NE, int HPW, CacheFormat F>
-__device__ void attendKeys(const PagedAttentionParams& p, const float (&q)[HPW][NE], const int32_t* blocks, int64_t hk,
-                           int64_t lo, int64_t hi, float ks, float vs, int lane, bool vector, float* scores,
-                           Softmax<NE, HPW>& st) {
+__device__ __forceinline__ void addKeyGroup(const PagedAttentionParams& p, const float (&q)[HPW][NE],
+                                            const LaneBits<NE, F> (&kb)[kKeyGroup],
+                                            const LaneBits<NE, F> (&vb)[kKeyGroup], unsigned valid, float vs,
+                                            int lane, float* scores, Softmax<NE, HPW>& st) {
   constexpr int V = HPW * kKeyGroup;
   constexpr int C = V > 32 ? V / 32 : 1;
   constexpr int kShift = V >= 32 ? 0 : (V == 16 ? 1 : V == 8 ? 2 : 3);
+  float kr[kKeyGroup][NE], vr[kKeyGroup][NE];
+#pragma unroll
+  for (int g = 0; g < kKeyGroup; ++g) toFloats<NE, F>(kb[g], 1.0f, kr[g]);  // k_scale is in q
+  float part[V];
+#pragma unroll
+  for (int h = 0; h < HPW; ++h)
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) {
+      float x = 0.0f;
+#pragma unroll
+      for (int k = 0; k < NE; ++k) x += q[h][k] * kr[g][k];
+      part[h * kKeyGroup + g] = x;
+    }
+  warpTransposeSum<V>(part, lane);
+#pragma unroll
+  for (int g = 0; g < kKeyGroup; ++g) toFloats<NE, F>(vb[g], vs, vr[g]);
+  __syncwarp();  // the previous group's scores are read by every lane
+#pragma unroll
+  for (int j = 0; j < C; ++j) scores[C * (lane >> kShift) + j] = part[j];
+  __syncwarp();
+#pragma unroll
+  for (int h = 0; h < HPW; ++h) {
+    float s[kKeyGroup];
+    float mn = st.m[h];
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) {
+      s[g] = (valid >> g) & 1u ? scores[h * kKeyGroup + g] : -INFINITY;
+      mn = fmaxf(mn, s[g]);
+    }
+    if (mn == -INFINITY) continue;  // no valid key so far
+    const float corr = exp2f(st.m[h] - mn);  // st.m = -inf the first time: 2^-inf = 0
+    st.l[h] *= corr;
+#pragma unroll
+    for (int k = 0; k < NE; ++k) st.acc[h][k] *= corr;
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) {
+      const float pj = exp2f(s[g] - mn);  // an invalid key: 2^-inf = 0 (and its row is 0)
+      st.l[h] += pj;
+#pragma unroll
+      for (int k = 0; k < NE; ++k) st.acc[h][k] += pj * vr[g][k];
+    }
+    st.m[h] = mn;
+  }
+}
+
+// Keys [lo, hi) of a sequence (block table `blocks`) into `st`, loaded straight into
+// registers kKeyGroup keys at a time (any head size: rows that are not whole 16-byte pieces).
+// A key's block and offset advance with the key: no division per key; the next group's block
+// ids are looked up while the current group's rows load.
+template <int NE, int HPW, CacheFormat F>
+__device__ void attendKeys(const PagedAttentionParams& p, const float (&q)[HPW][NE], const int32_t* blocks, int64_t hk,
+                           int64_t lo, int64_t hi, float vs, int lane, bool vector, float* scores,
+                           Softmax<NE, HPW>& st) {
   const int block_size = static_cast<int>(p.block_size);
-  // The block id of each key of the next group, looked up a group ahead (the lookup's latency
-  // overlaps the current group's work); `bi`/`off` walk the keys without a division per key.
   int bi = static_cast<int>(lo / block_size), off = static_cast<int>(lo - static_cast<int64_t>(bi) * block_size);
   int32_t ids[kKeyGroup], offs[kKeyGroup];
   auto lookup = [&](int64_t j0) {
@@ -217,60 +274,106 @@ __device__ void attendKeys(const PagedAttentionParams& p, const float (&q)[HPW][
   };
   lookup(lo);
   for (int64_t j0 = lo; j0 < hi; j0 += kKeyGroup) {
-    bool ok[kKeyGroup];
+    unsigned valid = 0;
     LaneBits<NE, F> kb[kKeyGroup], vb[kKeyGroup];
 #pragma unroll
     for (int g = 0; g < kKeyGroup; ++g) {
       const int64_t block = ids[g];
-      ok[g] = block >= 0 && block < p.num_blocks;  // bad metadata: never read outside the cache
-      const int64_t base = ok[g] ? ((block * p.block_size + offs[g]) * p.heads_kv + hk) * p.head_size : 0;
-      kb[g] = loadBits<NE, F>(p.key_cache, base, lane, ok[g] ? p.head_size : 0, vector);
-      vb[g] = loadBits<NE, F>(p.value_cache, base, lane, ok[g] ? p.head_size : 0, vector);
+      const bool ok = block >= 0 && block < p.num_blocks;  // bad metadata: never read outside the cache
+      valid |= static_cast<unsigned>(ok) << g;
+      const int64_t base = ok ? ((block * p.block_size + offs[g]) * p.heads_kv + hk) * p.head_size : 0;
+      kb[g] = loadBits<NE, F>(p.key_cache, base, lane, ok ? p.head_size : 0, vector);
+      vb[g] = loadBits<NE, F>(p.value_cache, base, lane, ok ? p.head_size : 0, vector);
     }
     if (j0 + kKeyGroup < hi) lookup(j0 + kKeyGroup);
-    float kr[kKeyGroup][NE], vr[kKeyGroup][NE];
+    addKeyGroup<NE, HPW, F>(p, q, kb, vb, valid, vs, lane, scores, st);
+  }
+}
+
+// The cp.async ring a warp streams its keys through when rows are whole 16-byte pieces: each
+// stage holds one key group's K rows then V rows (kRowBytes apart, room for the longest row of
+// NE elements per lane); about 16 KB of shared memory per warp, 2 to 4 stages.
+template <int NE, CacheFormat F>
+struct StagedRing {
+  static constexpr int kElem = F == CacheFormat::kFp8 ? 1 : 2;
+  static constexpr int kRowBytes = 32 * NE * kElem;
+  static constexpr int kStageBytes = 2 * kKeyGroup * kRowBytes;
+  static constexpr int kStages = 16384 / kStageBytes < 2 ? 2 : 16384 / kStageBytes > 4 ? 4 : 16384 / kStageBytes;
+  static constexpr int kWarpBytes = kStages * kStageBytes;
+};
+
+// Whether a head of `head_size` elements streams through the ring: whole 16-byte pieces, a
+// power of two of them per row (so a copy's row and piece are a shift and a mask).
+__host__ __device__ constexpr bool StagedRows(int64_t head_size, int64_t elem_bytes) {
+  const int64_t bytes = head_size * elem_bytes;
+  const int64_t pieces = bytes / 16;
+  return bytes % 16 == 0 && pieces > 0 && (pieces & (pieces - 1)) == 0;
+}
+
+// Keys [lo, hi) into `st` like attendKeys, through the warp's cp.async ring `ring` (shared
+// memory of StagedRing::kWarpBytes) and `masks` (a valid-key mask per stage): the copies of
+// the next kStages - 1 groups are in flight while a group is computed, without registers to
+// hold them. Lane g < kKeyGroup looks up key g's block id one group ahead of its copy.
+template <int NE, int HPW, CacheFormat F>
+__device__ void attendKeysStaged(const PagedAttentionParams& p, const float (&q)[HPW][NE], const int32_t* blocks,
+                                 int64_t hk, int64_t lo, int64_t hi, float vs, int lane, float* scores,
+                                 uint8_t* ring, unsigned* masks, Softmax<NE, HPW>& st) {
+  using Ring = StagedRing<NE, F>;
+  const int64_t groups = hi > lo ? (hi - lo + kKeyGroup - 1) / kKeyGroup : 0;
+  const int block_size = static_cast<int>(p.block_size);
+  // A row is 1 << pieces_log2 16-byte pieces (at most 32: head_size <= kPagedMaxHeadSize).
+  const int pieces_log2 = __ffs(static_cast<int>(p.head_size * Ring::kElem / 16)) - 1;
+  const int rows_per_pass = 32 >> pieces_log2, piece = lane & ((1 << pieces_log2) - 1);
+  const int passes = (kKeyGroup + rows_per_pass - 1) / rows_per_pass;
+  const uint32_t ring_address = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+  auto blockOf = [&](int64_t gi) -> int32_t {
+    const int64_t j = lo + gi * kKeyGroup + lane;
+    return lane < kKeyGroup && j < hi ? blocks[j / block_size] : -1;
+  };
+  int32_t next_block = blockOf(0);
+  auto issue = [&](int64_t gi) {
+    const int32_t block = next_block;
+    next_block = blockOf(gi + 1);  // its latency overlaps these copies and the compute
+    const bool ok = block >= 0 && block < p.num_blocks;  // bad metadata: never read outside the cache
+    const int64_t j = lo + gi * kKeyGroup + lane;
+    const int64_t row = ok ? ((static_cast<int64_t>(block) * block_size + j % block_size) * p.heads_kv + hk) * p.head_size
+                           : -1;
+    const unsigned valid = __ballot_sync(0xffffffffu, ok);
+    const int stage = static_cast<int>(gi % Ring::kStages);
+    if (lane == 0) masks[stage] = valid;
+    // Lane l copies piece l % pieces of the K and the V row of keys l / pieces, + rows_per_pass, ...
 #pragma unroll
-    for (int g = 0; g < kKeyGroup; ++g) toFloats<NE, F>(kb[g], ks, kr[g]);
-    float part[V];
-#pragma unroll
-    for (int h = 0; h < HPW; ++h)
-#pragma unroll
-      for (int g = 0; g < kKeyGroup; ++g) {
-        float x = 0.0f;
-#pragma unroll
-        for (int k = 0; k < NE; ++k) x += q[h][k] * kr[g][k];
-        part[h * kKeyGroup + g] = x;
-      }
-    warpTransposeSum<V>(part, lane);
-#pragma unroll
-    for (int g = 0; g < kKeyGroup; ++g) toFloats<NE, F>(vb[g], vs, vr[g]);
-    __syncwarp();  // the previous group's scores are read by every lane
-#pragma unroll
-    for (int j = 0; j < C; ++j) scores[C * (lane >> kShift) + j] = part[j];
-    __syncwarp();
-#pragma unroll
-    for (int h = 0; h < HPW; ++h) {
-      float s[kKeyGroup];
-      float mn = st.m[h];
-#pragma unroll
-      for (int g = 0; g < kKeyGroup; ++g) {
-        s[g] = ok[g] ? scores[h * kKeyGroup + g] * p.scale : -INFINITY;
-        mn = fmaxf(mn, s[g]);
-      }
-      if (mn == -INFINITY) continue;  // no valid key so far
-      const float corr = expf(st.m[h] - mn);  // st.m = -inf the first time: exp(-inf) = 0
-      st.l[h] *= corr;
-#pragma unroll
-      for (int k = 0; k < NE; ++k) st.acc[h][k] *= corr;
-#pragma unroll
-      for (int g = 0; g < kKeyGroup; ++g) {
-        const float pj = expf(s[g] - mn);  // an invalid key: exp(-inf) = 0 (and its row loaded as 0)
-        st.l[h] += pj;
-#pragma unroll
-        for (int k = 0; k < NE; ++k) st.acc[h][k] += pj * vr[g][k];
-      }
-      st.m[h] = mn;
+    for (int i = 0; i < kKeyGroup; ++i) {
+      if (i >= passes) break;  // warp-uniform
+      const int g = (lane >> pieces_log2) + i * rows_per_pass;
+      const int64_t key_row = __shfl_sync(0xffffffffu, row, g & (kKeyGroup - 1));
+      if (g >= kKeyGroup) continue;  // rows shorter than 64 bytes: more lanes than the group's rows
+      const bool ok_row = key_row >= 0;
+      const int64_t src = (ok_row ? key_row * Ring::kElem : 0) + piece * 16;
+      const uint32_t dst = ring_address + stage * Ring::kStageBytes + g * Ring::kRowBytes + piece * 16;
+      kernels::cpAsync16(dst, static_cast<const uint8_t*>(p.key_cache) + src, ok_row);
+      kernels::cpAsync16(dst + kKeyGroup * Ring::kRowBytes, static_cast<const uint8_t*>(p.value_cache) + src, ok_row);
     }
+  };
+#pragma unroll
+  for (int s = 0; s < Ring::kStages - 1; ++s) {
+    if (s < groups) issue(s);
+    kernels::cpAsyncCommit();  // empty groups keep the wait counts uniform
+  }
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    kernels::cpAsyncWait<Ring::kStages - 2>();
+    __syncwarp();  // every lane's copies of group gi landed; the stage read last round is free
+    if (gi + Ring::kStages - 1 < groups) issue(gi + Ring::kStages - 1);
+    kernels::cpAsyncCommit();
+    const int stage = static_cast<int>(gi % Ring::kStages);
+    const uint8_t* keys = ring + stage * Ring::kStageBytes;
+    LaneBits<NE, F> kb[kKeyGroup], vb[kKeyGroup];
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) {
+      kb[g] = loadBits<NE, F>(keys + g * Ring::kRowBytes, 0, lane, p.head_size, true);
+      vb[g] = loadBits<NE, F>(keys + (kKeyGroup + g) * Ring::kRowBytes, 0, lane, p.head_size, true);
+    }
+    addKeyGroup<NE, HPW, F>(p, q, kb, vb, masks[stage], vs, lane, scores, st);
   }
 }
 
@@ -306,22 +409,36 @@ __device__ void writeRow(const PagedAttentionParams& p, const QueryRow& r, const
   }
 }
 
+// The split-KV workspace: per (token, query head) row and chunk, the unnormalized output
+// (head_size floats; all rows' first, so each is 16-byte aligned when head_size is a multiple of
+// 4) and then, after all of them, the running maximum and sum (2 floats).
+struct SplitWorkspace {
+  float* acc;
+  float* ml;
+  __device__ SplitWorkspace(const PagedAttentionParams& p)
+      : acc(p.workspace), ml(p.workspace + p.num_tokens * p.heads_q * p.num_splits * p.head_size) {}
+};
+
 // One warp per (query token, group of HPW query heads of one KV head, chunk blockIdx.y): the
-// chunk's keys of the token's causal range, K and V read once for the group's heads. One
-// chunk: the output rows; several: each head's partial state into the workspace, merged by
-// pagedCombineKernel.
-template <int NE, int HPW, CacheFormat F>
+// chunk's keys of the token's causal range, K and V read once for the group's heads, through
+// the warp's cp.async ring when kStaged (dynamic shared memory of kWarps rings). One chunk: the
+// output rows; several: each head's partial state into the workspace (chunks past the
+// context write nothing), merged by pagedCombineKernel.
+template <int NE, int HPW, CacheFormat F, bool kStaged>
 __global__ void __launch_bounds__(kWarps * 32) pagedAttentionKernel(PagedAttentionParams p) {
   kernels::allowDependentGrids();
   kernels::waitForPrecedingGrid();
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t groups = p.heads_q / HPW;
-  const int64_t warp_row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int64_t warp_row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (warp_row >= p.num_tokens * groups) return;
   const int64_t t = warp_row / groups, h0 = (warp_row % groups) * HPW;
   const QueryRow r = queryRow(p, t, h0);
   const bool split = p.num_splits > 1;
-  const bool vector = p.head_size % NE == 0;
+  const int64_t chunk = split ? PagedChunkKeys(r.keys, p.num_splits) : r.keys;
+  const int64_t lo = split ? static_cast<int64_t>(blockIdx.y) * chunk : 0;
+  const int64_t hi = lo + chunk < r.keys ? lo + chunk : r.keys;
+  if (split && (r.seq < 0 || lo >= r.keys)) return;  // the combine reads no chunk past the context
   Softmax<NE, HPW> st;
 #pragma unroll
   for (int h = 0; h < HPW; ++h) {
@@ -331,23 +448,33 @@ __global__ void __launch_bounds__(kWarps * 32) pagedAttentionKernel(PagedAttenti
     for (int k = 0; k < NE; ++k) st.acc[h][k] = 0.0f;
   }
   if (r.seq >= 0) {
+    // q carries the softmax scale, log2(e) (scores are exponents of 2) and the FP8 k_scale, so
+    // a key's score is its dot product with q alone.
+    const float ks = p.cache_dtype == DType::F8E4M3FN ? *p.k_scale : 1.0f;
+    const float vs = p.cache_dtype == DType::F8E4M3FN ? *p.v_scale : 1.0f;
+    const float q_factor = p.scale * kLog2e * ks;
     float q[HPW][NE];
 #pragma unroll
     for (int h = 0; h < HPW; ++h)
 #pragma unroll
       for (int k = 0; k < NE; ++k) {
         const int64_t e = static_cast<int64_t>(lane) * NE + k;
-        q[h][k] = e < p.head_size ? load16(p.q, t * p.q_stride[0] + (h0 + h) * p.q_stride[1] + e, p.dtype) : 0.0f;
+        q[h][k] = e < p.head_size ? load16(p.q, t * p.q_stride[0] + (h0 + h) * p.q_stride[1] + e, p.dtype) * q_factor
+                                  : 0.0f;
       }
-    const int64_t chunk = split ? PagedChunkKeys(r.keys, p.num_splits) : r.keys;
-    const int64_t lo = split ? static_cast<int64_t>(blockIdx.y) * chunk : 0;
-    const int64_t hi = lo + chunk < r.keys ? lo + chunk : r.keys;
-    const float ks = p.cache_dtype == DType::F8E4M3FN ? *p.k_scale : 1.0f;
-    const float vs = p.cache_dtype == DType::F8E4M3FN ? *p.v_scale : 1.0f;
+    const int32_t* blocks = p.block_table + r.seq * p.block_table_stride;
+    const int64_t hk = h0 / (p.heads_q / p.heads_kv);
     __shared__ float scores[kWarps][HPW * kKeyGroup];
-    attendKeys<NE, HPW, F>(p, q, p.block_table + r.seq * p.block_table_stride, h0 / (p.heads_q / p.heads_kv), lo, hi, ks,
-                        vs, lane, vector, scores[threadIdx.x >> 5], st);
+    if constexpr (kStaged) {
+      extern __shared__ __align__(16) uint8_t paged_rings[];
+      __shared__ unsigned masks[kWarps][4];
+      attendKeysStaged<NE, HPW, F>(p, q, blocks, hk, lo, hi, vs, lane, scores[warp],
+                                   paged_rings + warp * StagedRing<NE, F>::kWarpBytes, masks[warp], st);
+    } else {
+      attendKeys<NE, HPW, F>(p, q, blocks, hk, lo, hi, vs, lane, p.head_size % NE == 0, scores[warp], st);
+    }
   }
+  const SplitWorkspace ws(p);
 #pragma unroll
   for (int h = 0; h < HPW; ++h) {
     const QueryRow rh{r.t, h0 + h, r.seq, r.keys};
@@ -355,45 +482,89 @@ __global__ void __launch_bounds__(kWarps * 32) pagedAttentionKernel(PagedAttenti
       writeRow<NE>(p, rh, st.acc[h], st.l[h], lane);
       continue;
     }
-    float* w = p.workspace + ((t * p.heads_q + h0 + h) * p.num_splits + blockIdx.y) * (p.head_size + 2);
+    const int64_t slot = (t * p.heads_q + h0 + h) * p.num_splits + blockIdx.y;
 #pragma unroll
     for (int k = 0; k < NE; ++k)
-      if (lane * NE + k < p.head_size) w[lane * NE + k] = st.acc[h][k];
+      if (lane * NE + k < p.head_size) ws.acc[slot * p.head_size + lane * NE + k] = st.acc[h][k];
     if (lane == 0) {
-      w[p.head_size] = st.m[h];
-      w[p.head_size + 1] = st.l[h];
+      ws.ml[2 * slot] = st.m[h];
+      ws.ml[2 * slot + 1] = st.l[h];
     }
   }
 }
 
-// One warp per (query token, query head): the chunks that hold some of the row's keys merged,
-// o = sum_c acc_c * exp(m_c - M) / sum_c l_c * exp(m_c - M) with M the largest m_c; chunks
-// that saw no valid key (m_c = -inf) are skipped.
+// The largest of some scores that may all be -inf (reduce.cuh's MaxOp is for magnitudes).
+struct ScoreMaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  static constexpr float kIdentity = -__builtin_huge_valf();
+};
+
+// Chunks whose partial outputs a combine warp loads before it adds any.
+constexpr int kCombineBatch = 4;
+
+// One block per (query token, query head) row: the chunks that hold some of the row's keys
+// merged, o = sum_c acc_c * 2^(m_c - M) / sum_c l_c * 2^(m_c - M) with M the largest m_c
+// (chunks that saw no valid key, m_c = -inf, weigh 0). The block's threads compute the chunk
+// weights together; warp w then adds chunks w, w + kWarps, ... kCombineBatch at a time (their
+// loads in flight together) and the warps' sums are added in a fixed order.
 template <int NE>
 __global__ void __launch_bounds__(kWarps * 32) pagedCombineKernel(PagedAttentionParams p) {
   kernels::allowDependentGrids();
   kernels::waitForPrecedingGrid();
-  const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (row >= p.num_tokens * p.heads_q) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t row = blockIdx.x;
   const QueryRow r = queryRow(p, row / p.heads_q, row % p.heads_q);
-  const int64_t stride = p.head_size + 2;
-  const float* w = p.workspace + row * p.num_splits * stride;
   const int64_t chunk = PagedChunkKeys(r.keys, p.num_splits);
-  const int64_t used = r.seq < 0 ? 0 : (r.keys + chunk - 1) / chunk;  // chunks past the context are empty
-  float M = -INFINITY;
-  for (int64_t c = 0; c < used; ++c) M = fmaxf(M, w[c * stride + p.head_size]);
-  float acc[NE], l = 0.0f;
+  const int used = r.seq < 0 ? 0 : static_cast<int>((r.keys + chunk - 1) / chunk);
+  const SplitWorkspace ws(p);
+  const float* acc_in = ws.acc + row * p.num_splits * p.head_size;
+  const float* ml = ws.ml + row * p.num_splits * 2;
+  __shared__ float weight[kMaxSplits];
+  __shared__ float partials[2][32];
+  __shared__ float sums[kWarps][kPagedMaxHeadSize];
+  float m = -INFINITY;
+  for (int c = threadIdx.x; c < used; c += blockDim.x) m = fmaxf(m, ml[2 * c]);
+  const float M = kernels::device::BlockAllReduce(m, partials[0], ScoreMaxOp{});
+  float l = 0.0f;
+  for (int c = threadIdx.x; c < used; c += blockDim.x) {
+    const float mc = ml[2 * c];
+    const float f = mc == -INFINITY ? 0.0f : exp2f(mc - M);
+    weight[c] = f;
+    l += ml[2 * c + 1] * f;
+  }
+  l = kernels::device::BlockAllReduce(l, partials[1], kernels::device::SumOp{});  // also publishes weight[]
+  float acc[NE];
 #pragma unroll
   for (int k = 0; k < NE; ++k) acc[k] = 0.0f;
-  for (int64_t c = 0; c < used; ++c) {
-    const float mc = w[c * stride + p.head_size];
-    if (mc == -INFINITY) continue;
-    const float f = expf(mc - M);
-    l += w[c * stride + p.head_size + 1] * f;
+  const bool mine = lane * NE < p.head_size;
+  for (int c0 = warp; c0 < used; c0 += kWarps * kCombineBatch) {
+    float part[kCombineBatch][NE];
 #pragma unroll
-    for (int k = 0; k < NE; ++k)
-      if (lane * NE + k < p.head_size) acc[k] += w[c * stride + lane * NE + k] * f;
+    for (int b = 0; b < kCombineBatch; ++b) {
+      const int c = c0 + b * kWarps;
+#pragma unroll
+      for (int k = 0; k < NE; ++k)
+        part[b][k] = c < used && mine && lane * NE + k < p.head_size ? acc_in[c * p.head_size + lane * NE + k] : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < kCombineBatch; ++b) {
+      const int c = c0 + b * kWarps;
+      const float f = c < used ? weight[c] : 0.0f;
+#pragma unroll
+      for (int k = 0; k < NE; ++k) acc[k] += part[b][k] * f;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NE; ++k)
+    if (lane * NE + k < kPagedMaxHeadSize) sums[warp][lane * NE + k] = acc[k];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int k = 0; k < NE; ++k) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += sums[w][lane * NE + k];
+    acc[k] = total;
   }
   writeRow<NE>(p, r, acc, l, lane);
 }
@@ -408,6 +579,21 @@ int64_t headsPerWarp(const PagedAttentionParams& p, int64_t ne) {
 }
 
 bool isD16(DType t) { return t == DType::BF16 || t == DType::F16; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Launches the attention kernel of (NE, HPW, F): through the cp.async ring when `staged`
+// (dynamic shared memory past the default 48 KB limit, raised once per kernel and device), else
+// direct.
+template <int NE, int HPW, CacheFormat F>
+cudaError_t launchAttention(bool staged, dim3 grid, cudaStream_t stream, const PagedAttentionParams& p) {
+  if (!staged)
+    return kernels::LaunchProgrammatic(pagedAttentionKernel<NE, HPW, F, false>, grid, dim3(kWarps * 32), 0, stream, p);
+  constexpr int kBytes = kWarps * StagedRing<NE, F>::kWarpBytes;
+  const cudaError_t raised = kernels::device::ensureSmemLimit<pagedAttentionKernel<NE, HPW, F, true>>(kBytes);
+  if (raised != cudaSuccess) return raised;
+  return kernels::LaunchProgrammatic(pagedAttentionKernel<NE, HPW, F, true>, grid, dim3(kWarps * 32), kBytes, stream, p);
+}
 
 unsigned gridFor(int64_t items, int64_t per_block, int64_t cap) {
   int64_t g = (items + per_block - 1) / per_block;
@@ -447,22 +633,21 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
   const int64_t hpw = headsPerWarp(p, ne);
   const dim3 split_grid(gridFor(p.num_tokens * (p.heads_q / hpw), kWarps, (int64_t{1} << 31) - 1),
                         static_cast<unsigned>(p.num_splits));
-  const unsigned combine_grid = gridFor(rows, kWarps, (int64_t{1} << 31) - 1);
+  const int64_t elem_bytes = p.cache_dtype == DType::F8E4M3FN ? 1 : 2;
+  const bool staged = StagedRows(p.head_size, elem_bytes) && aligned16(p.key_cache) && aligned16(p.value_cache);
   cudaError_t err = cudaSuccess;
-  auto launch = [&](auto attend, auto combine) {
-    err = kernels::LaunchProgrammatic(attend, split_grid, dim3(kWarps * 32), 0, stream, p);
-    if (err == cudaSuccess && p.num_splits > 1)
-      err = kernels::LaunchProgrammatic(combine, dim3(combine_grid), dim3(kWarps * 32), 0, stream, p);
-  };
   auto byHeads = [&](auto ne_tag, auto format_tag) {
     constexpr int NE = decltype(ne_tag)::value;
     constexpr CacheFormat F = decltype(format_tag)::value;
     if constexpr (NE * 8 <= 32) {  // headsPerWarp keeps HPW * NE <= 32
-      if (hpw == 8) return launch(pagedAttentionKernel<NE, 8, F>, pagedCombineKernel<NE>);
+      if (hpw == 8) err = launchAttention<NE, 8, F>(staged, split_grid, stream, p);
     }
-    if (hpw == 4) launch(pagedAttentionKernel<NE, 4, F>, pagedCombineKernel<NE>);
-    else if (hpw == 2) launch(pagedAttentionKernel<NE, 2, F>, pagedCombineKernel<NE>);
-    else launch(pagedAttentionKernel<NE, 1, F>, pagedCombineKernel<NE>);
+    if (hpw == 4) err = launchAttention<NE, 4, F>(staged, split_grid, stream, p);
+    else if (hpw == 2) err = launchAttention<NE, 2, F>(staged, split_grid, stream, p);
+    else if (hpw == 1) err = launchAttention<NE, 1, F>(staged, split_grid, stream, p);
+    if (err == cudaSuccess && p.num_splits > 1)
+      err = kernels::LaunchProgrammatic(pagedCombineKernel<NE>, dim3(static_cast<unsigned>(rows)), dim3(kWarps * 32), 0,
+                                        stream, p);
   };
   auto byFormat = [&](auto ne_tag) {
     using Format = CacheFormat;

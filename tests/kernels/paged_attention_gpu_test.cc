@@ -2,10 +2,12 @@
 // CPU reference of fxfuse.paged_attention (docs/canonical-ops.md): the cache write must be bit
 // exact (16-bit copy, or vLLM's fp8(satfinite(x / scale))), the attention within one rounding
 // step of the output dtype of the exact result (fp32 online softmax against f64), padding
-// rows exactly 0, in one pass and split-KV (merged chunks). Cases: decode-only, prefill-only, chunked prefill mixed with decode, padding
-// tokens (slot -1), an empty sequence, GQA and MHA, block-boundary contexts, FP8 cache, FP8
-// output, fp16, head sizes 33/64/96/128/256, block sizes 1/16/32, 1 to 8 query heads per KV
-// head, contexts up to 1000.
+// rows exactly 0, in one pass and split-KV (merged chunks). Cases: decode-only, prefill-only,
+// chunked prefill mixed with decode, padding tokens (slot -1), an empty sequence, GQA and MHA,
+// block-boundary contexts, FP8 cache, FP8 output, fp16, head sizes 16/32/33/64/96/128/256 (rows
+// of 32 to 512 bytes through the cp.async ring, 1 to 16 rows per pass of a warp, and the direct
+// loads of rows that are not whole 16-byte pieces), block sizes 1/16/32, 1 to 8 query heads
+// per KV head, contexts up to 1000.
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
@@ -339,6 +341,12 @@ TEST_CASE("paged attention: long decode contexts, eight query heads per KV head 
 
 TEST_CASE("paged attention: three query heads per KV head, odd head size, FP8 cache", "[gpu][paged_attention]") {
   runCase({"odd", DType::F16, true, false, 6, 2, 33, 16, {1, 2}, {70, 129}});
+}
+
+TEST_CASE("paged attention: rows shorter than 64 bytes (more copying lanes than a key group's rows)",
+          "[gpu][paged_attention]") {
+  runCase({"e16", DType::BF16, false, false, 4, 2, 16, 16, {1, 1}, {40, 100}});
+  runCase({"e32-fp8", DType::BF16, true, false, 4, 1, 32, 16, {1, 3}, {65, 20}});
 }
 
 TEST_CASE("paged attention: bad params are refused", "[gpu][paged_attention]") {

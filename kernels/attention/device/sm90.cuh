@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/device/mbarrier.cuh"
 #include "kernels/types.h"
 
 namespace fxfuse::attention::device {
@@ -19,46 +20,12 @@ __device__ __forceinline__ uint32_t smemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// ---- host: raises kKernel's dynamic shared-memory limit once per device (the attribute is
-// per device; plans of several GPUs in one process launch on each).
-template <auto kKernel>
-inline cudaError_t ensureSmemLimit(int bytes) {
-  static std::atomic<unsigned long long> done{0};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  const unsigned long long bit = 1ull << (dev & 63);
-  if (done.load() & bit) return cudaSuccess;
-  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e == cudaSuccess) done.fetch_or(bit);
-  return e;
-}
-
-// ---- mbarriers (shared::cta addresses)
-__device__ __forceinline__ void mbarInit(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void fenceBarrierInit() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void mbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbarArrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(bar) : "memory");
-}
-// Waits until the barrier's phase with this parity has completed.
-__device__ __forceinline__ void mbarWait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
+using kernels::device::ensureSmemLimit;
+using kernels::device::fenceBarrierInit;
+using kernels::device::mbarArrive;
+using kernels::device::mbarArriveExpectTx;
+using kernels::device::mbarInit;
+using kernels::device::mbarWait;
 
 // ---- TMA: one box of a 4-D tensor map into shared memory, completing on `bar`.
 __device__ __forceinline__ void tmaLoad4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
