@@ -1,44 +1,51 @@
 // The small-M FP8 GEMM (small_m_fp8_gemm.h): a weight stream through mma.sync m16n8k32 e4m3.
 //
-// One block owns 16 weight rows (16 outputs columns n) and all M tokens; its eight warps split
-// K into contiguous ranges. Per step of 64 K bytes, lane (g, t) of a warp loads 16 bytes of
-// weight rows g and g+8 and 16 bytes of token g's activations, all at K offset t * 16, and
-// issues two mma per 8-token tile. The mma reduces over K, so the order of K inside one
-// instruction is free as long as both operands use the same one: A register j of lane (g, t)
-// and B register j of the same lane hold the same four K positions. The loads of several steps
-// (weights and activations) are in flight together before the mma that consume them.
+// Persistent blocks, one per multiprocessor, each owning every gridDim.x-th tile of 16 weight
+// rows (16 output columns n) for all M tokens. A producer warp streams the tile's rows through a
+// ring of kStages shared-memory stages, kChunkBytes of K per stage, with one-dimensional bulk
+// copies (TMA) that complete on the stage's mbarrier: no registers and no load instructions
+// hold the stream, so a block keeps ~100 KB of weights in flight, and the next tile's copies
+// start while this one is computed. Four consumer warps split each stage's K; per step of 64 K
+// bytes, lane (g, t) reads 16 bytes of weight rows g and g+8 from shared memory and 16 bytes of
+// token g's activations (global, L1-cached: every tile reads the same activations), all at K
+// offset t * 16, and issues two mma per 8-token tile. The mma reduces over K, so the order of K
+// inside one instruction is free as long as both operands use the same one: A register j of
+// lane (g, t) and B register j of the same lane hold the same four K positions. At the end of a
+// tile the consumers add their partial sums in shared memory and round as the interpreter does.
+//
+// Weights are never written by a plan step, so the producer starts streaming before the kernel
+// waits for the previous step (programmatic dependent launch); only the consumers wait.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
+#include "kernels/device/mbarrier.cuh"
 #include "kernels/device/pdl.cuh"
 #include "kernels/runtime/small_m_fp8_gemm.h"
 
 namespace fxfuse::runtime {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kRowsPerBlock = 16;  // the mma's M: weight rows
-constexpr int kTokensPerTile = 8;  // the mma's N: tokens
-constexpr int kStepBytes = 64;     // K bytes a warp covers per step: 4 lanes x 16
+namespace dev = kernels::device;
 
-// 16 bytes of weights: read once, so not kept in L1.
-__device__ __forceinline__ uint4 loadStreaming(const uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
+constexpr int kConsumerWarps = 4;
+constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
+constexpr int kRowsPerTile = 16;    // the mma's M: weight rows
+constexpr int kTokensPerTile = 8;   // the mma's N: tokens
+constexpr int kStepBytes = 64;      // K bytes a warp covers per step: 4 lanes x 16
+constexpr int kChunkBytes = 1024;   // K bytes of each row per stage: 4 steps per consumer warp
+constexpr int kRowPitch = kChunkBytes + 64;  // rows g and g+1 64 bytes apart in the banks: no conflicts
+constexpr int kStageBytes = kRowsPerTile * kRowPitch;
+constexpr int kStages = 6;
 
 // c += A (16 x 32, rows of weights) * B (32 x 8, columns of tokens), e4m3 in, f32 accumulate.
 __device__ __forceinline__ void mmaE4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ float loadAsFloat(const void* p, int64_t i, DType t) {
@@ -53,23 +60,36 @@ __device__ __forceinline__ void storeRounded(void* p, int64_t i, float v, DType 
   else reinterpret_cast<float*>(p)[i] = v;
 }
 
-// The block's partial sums of every warp, [warp][accumulator][lane] (lane fastest: no bank
-// conflicts), added up by the whole block; each sum is one output element.
+// Barrier of the consumer warps only (named barrier 1; the producer never joins it).
+__device__ __forceinline__ void consumerSync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+}
+
+// The shared memory of a block: the stage ring, its full/empty mbarriers and the consumers'
+// partial sums of a tile ([warp][accumulator][lane], lane fastest: no bank conflicts).
 template <int kTiles>
-__device__ void reduceAndStore(const SmallMFp8GemmParams& p, const float (&acc)[kTiles][4], int64_t n0) {
-  __shared__ float partial[kWarps][kTiles * 4][32];
+struct Shared {
+  uint8_t stages[kStages][kStageBytes];
+  float partial[kConsumerWarps][kTiles * 4][32];
+  uint64_t full[kStages], empty[kStages];
+};
+
+// The consumers' partial sums of one tile added up and stored; each sum is one output element.
+template <int kTiles>
+__device__ void reduceAndStore(const SmallMFp8GemmParams& p, const float (&acc)[kTiles][4], int64_t n0,
+                               Shared<kTiles>& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int tile = 0; tile < kTiles; ++tile)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) partial[warp][tile * 4 + j][lane] = acc[tile][j];
-  __syncthreads();
+    for (int j = 0; j < 4; ++j) sh.partial[warp][tile * 4 + j][lane] = acc[tile][j];
+  consumerSync();
   const float scale = __fmul_rn(*p.scale_x, *p.scale_w);
-  for (int e = threadIdx.x; e < kTiles * 4 * 32; e += kWarps * 32) {
+  for (int e = threadIdx.x; e < kTiles * 4 * 32; e += kConsumerWarps * 32) {
     const int elem = e / 32, l = e % 32;
     float sum = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += partial[w][elem][l];
+    for (int w = 0; w < kConsumerWarps; ++w) sum += sh.partial[w][elem][l];
     // Accumulator j of lane l: token (l % 4) * 2 + j % 2 of the tile, weight row l / 4 (+ 8 for j >= 2).
     const int tile = elem / 4, j = elem % 4;
     const int64_t token = tile * kTokensPerTile + (l % 4) * 2 + (j & 1);
@@ -79,72 +99,124 @@ __device__ void reduceAndStore(const SmallMFp8GemmParams& p, const float (&acc)[
     if (p.bias) v = __fadd_rn(v, loadAsFloat(p.bias, n, p.bias_dtype));
     storeRounded(p.out, token * p.out_row_stride + n, v, p.out_dtype);
   }
+  consumerSync();  // the partial sums are read before the next tile writes them
 }
 
-// The block's weight rows into L2 (128-byte lines), issued before the kernel waits for the
-// previous step: no step writes weights, and a prefetch only warms the cache, so the weight
-// stream starts while the previous kernel drains.
-__device__ __forceinline__ void prefetchWeightRows(const SmallMFp8GemmParams& p, int64_t n0) {
-  const int64_t rows = p.N - n0 < kRowsPerBlock ? p.N - n0 : kRowsPerBlock;
-  const int64_t lines_per_row = (p.K + 127) / 128;
+// The producer warp: every chunk of every tile of this block into the ring, in the order the
+// consumers take them. Lane 0 arms the stage's full barrier with the chunk's bytes, then lane r
+// copies row r (rows past N are not copied: their sums are never stored).
+__device__ void produce(const SmallMFp8GemmParams& p, uint8_t (*stages)[kStageBytes], uint64_t* full, uint64_t* empty,
+                        int64_t tiles, int64_t chunks) {
+  const int lane = threadIdx.x & 31;
   const uint8_t* w = static_cast<const uint8_t*>(p.w);
-  for (int64_t i = threadIdx.x; i < rows * lines_per_row; i += blockDim.x) {
-    const uint8_t* line = w + (n0 + i / lines_per_row) * p.w_row_stride + (i % lines_per_row) * 128;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  int64_t it = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t n0 = tile * kRowsPerTile;
+    const int rows = static_cast<int>(p.N - n0 < kRowsPerTile ? p.N - n0 : kRowsPerTile);
+    for (int64_t c = 0; c < chunks; ++c, ++it) {
+      const int s = static_cast<int>(it % kStages);
+      const uint32_t round = static_cast<uint32_t>(it / kStages);
+      const int64_t k0 = c * kChunkBytes;
+      const uint32_t bytes = static_cast<uint32_t>(p.K - k0 < kChunkBytes ? p.K - k0 : kChunkBytes);
+      const uint32_t full_bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full[s]));
+      if (lane == 0) {
+        dev::mbarWait(static_cast<uint32_t>(__cvta_generic_to_shared(&empty[s])), (round & 1u) ^ 1u);
+        dev::mbarArriveExpectTx(full_bar, bytes * static_cast<uint32_t>(rows));
+      }
+      __syncwarp();
+      if (lane < rows)
+        dev::bulkCopyToShared(static_cast<uint32_t>(__cvta_generic_to_shared(stages[s] + lane * kRowPitch)),
+                              w + (n0 + lane) * p.w_row_stride + k0, bytes, full_bar);
+    }
+  }
+}
+
+// A consumer warp: its quarter of each chunk's K for every tile of this block. Parts of a
+// chunk past K (its last chunk) read zero activations.
+template <int kTiles>
+__device__ void consume(const SmallMFp8GemmParams& p, Shared<kTiles>& sh, int64_t tiles, int64_t chunks) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane / 4, t = lane % 4;
+  const uint8_t* x = static_cast<const uint8_t*>(p.x);
+  constexpr int kSteps = kChunkBytes / kStepBytes / kConsumerWarps;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  bool token_in[kTiles];
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile) token_in[tile] = tile * kTokensPerTile + g < p.M;
+  int64_t it = 0;
+  for (int64_t tile_n = blockIdx.x; tile_n < tiles; tile_n += gridDim.x) {
+    float acc[kTiles][4] = {};
+    for (int64_t c = 0; c < chunks; ++c, ++it) {
+      const int s = static_cast<int>(it % kStages);
+      const uint32_t round = static_cast<uint32_t>(it / kStages);
+      // The activations of this warp's steps, loaded before the weights arrive.
+      uint4 xv[kSteps][kTiles];
+      bool in[kSteps];
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+        const int in_chunk = (warp * kSteps + u) * kStepBytes + t * 16;
+        const int64_t k = c * kChunkBytes + in_chunk;
+        in[u] = k < p.K;  // K % 16 == 0: a lane's 16 bytes are all in or all out
+#pragma unroll
+        for (int tile = 0; tile < kTiles; ++tile) {
+          const int64_t token = tile * kTokensPerTile + g;
+          xv[u][tile] = in[u] && token_in[tile] ? __ldg(reinterpret_cast<const uint4*>(x + token * p.x_row_stride + k))
+                                                : zero;
+        }
+      }
+      dev::mbarWait(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.full[s])), round & 1u);
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+        const int in_chunk = (warp * kSteps + u) * kStepBytes + t * 16;
+        // Past K the stage holds stale bytes: the activations there are zero, but 0 x NaN is not.
+        const uint4 a_lo = in[u] ? *reinterpret_cast<const uint4*>(sh.stages[s] + g * kRowPitch + in_chunk) : zero;
+        const uint4 a_hi = in[u] ? *reinterpret_cast<const uint4*>(sh.stages[s] + (g + 8) * kRowPitch + in_chunk) : zero;
+#pragma unroll
+        for (int tile = 0; tile < kTiles; ++tile) {
+          mmaE4m3(acc[tile], a_lo.x, a_hi.x, a_lo.y, a_hi.y, xv[u][tile].x, xv[u][tile].y);
+          mmaE4m3(acc[tile], a_lo.z, a_hi.z, a_lo.w, a_hi.w, xv[u][tile].z, xv[u][tile].w);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) dev::mbarArrive(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.empty[s])));
+    }
+    reduceAndStore<kTiles>(p, acc, tile_n * kRowsPerTile, sh);
   }
 }
 
 template <int kTiles>
-__global__ void __launch_bounds__(kWarps * 32) smallMFp8GemmKernel(const SmallMFp8GemmParams p) {
+__global__ void __launch_bounds__(kThreads) smallMFp8GemmKernel(const SmallMFp8GemmParams p) {
   kernels::allowDependentGrids();
-  prefetchWeightRows(p, static_cast<int64_t>(blockIdx.x) * kRowsPerBlock);
-  kernels::waitForPrecedingGrid();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane / 4, t = lane % 4;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
-  const bool has_lo = n0 + g < p.N, has_hi = n0 + g + 8 < p.N;
-  // Rows past N read row 0 (in bounds) and are zeroed before use.
-  const uint8_t* w_lo = static_cast<const uint8_t*>(p.w) + (has_lo ? (n0 + g) * p.w_row_stride : 0);
-  const uint8_t* w_hi = static_cast<const uint8_t*>(p.w) + (has_hi ? (n0 + g + 8) * p.w_row_stride : 0);
-  const uint8_t* x = static_cast<const uint8_t*>(p.x);
-  const int64_t steps = (p.K + kStepBytes - 1) / kStepBytes;
-  const int64_t per_warp = (steps + kWarps - 1) / kWarps;
-  const int64_t first = warp * per_warp, last = min(steps, first + per_warp);
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  float acc[kTiles][4] = {};
-  constexpr int kUnroll = kTiles <= 1 ? 8 : kTiles == 2 ? 4 : 2;  // steps in flight: registers bound it
-  for (int64_t s0 = first; s0 < last; s0 += kUnroll) {
-    // Every load of kUnroll steps (weights and activations) is issued before any mma uses one:
-    // unconditionally, from a clamped address, and zeroed where it is out of range only when the
-    // mma consumes it (a select right after a load would wait for it).
-    uint4 lo[kUnroll], hi[kUnroll], xv[kUnroll][kTiles];
-    bool in[kUnroll], token_in[kTiles];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k = (s0 + u) * kStepBytes + t * 16;
-      in[u] = s0 + u < last && k < p.K;  // K % 16 == 0: a lane's 16 bytes are all in or all out
-      const int64_t kc = in[u] ? k : 0;
-      lo[u] = loadStreaming(w_lo + kc);
-      hi[u] = loadStreaming(w_hi + kc);
-#pragma unroll
-      for (int tile = 0; tile < kTiles; ++tile) {
-        const int64_t token = tile * kTokensPerTile + g;
-        token_in[tile] = token < p.M;
-        xv[u][tile] = __ldg(reinterpret_cast<const uint4*>(x + (token_in[tile] ? token : 0) * p.x_row_stride + kc));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const uint4 a_lo = in[u] && has_lo ? lo[u] : zero, a_hi = in[u] && has_hi ? hi[u] : zero;
-#pragma unroll
-      for (int tile = 0; tile < kTiles; ++tile) {
-        const uint4 b = in[u] && token_in[tile] ? xv[u][tile] : zero;
-        mmaE4m3(acc[tile], a_lo.x, a_hi.x, a_lo.y, a_hi.y, b.x, b.y);
-        mmaE4m3(acc[tile], a_lo.z, a_hi.z, a_lo.w, a_hi.w, b.z, b.w);
-      }
-    }
+  extern __shared__ __align__(128) uint8_t smem[];
+  Shared<kTiles>& sh = *reinterpret_cast<Shared<kTiles>*>(smem);
+  if (threadIdx.x < kStages) {
+    dev::mbarInit(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.full[threadIdx.x])), 1);
+    dev::mbarInit(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.empty[threadIdx.x])), kConsumerWarps);
   }
-  reduceAndStore<kTiles>(p, acc, n0);
+  dev::fenceBarrierInit();
+  __syncthreads();
+  const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
+  const int64_t chunks = (p.K + kChunkBytes - 1) / kChunkBytes;
+  if (threadIdx.x / 32 == kConsumerWarps) {
+    produce(p, sh.stages, sh.full, sh.empty, tiles, chunks);  // weights only: no wait for the previous step
+    return;
+  }
+  kernels::waitForPrecedingGrid();
+  consume<kTiles>(p, sh, tiles, chunks);
+}
+
+template <int kTiles>
+cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
+  constexpr int kBytes = static_cast<int>(sizeof(Shared<kTiles>));
+  const cudaError_t raised = dev::ensureSmemLimit<smallMFp8GemmKernel<kTiles>>(kBytes);
+  if (raised != cudaSuccess) return raised;
+  int device = 0, sms = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return e;
+  const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
+  const dim3 grid(static_cast<unsigned>(tiles < sms ? tiles : sms));
+  return kernels::LaunchProgrammatic(smallMFp8GemmKernel<kTiles>, grid, dim3(kThreads), kBytes, stream, p);
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -161,20 +233,17 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
     return "the x and w row strides must cover K and be multiples of 16 bytes";
   if (p.out_row_stride < p.N) return "the output row stride must cover N";
   if (!floatOutput(p.out_dtype) || (p.bias && !floatOutput(p.bias_dtype))) return "out and bias must be BF16, F16 or F32";
-  if ((p.N + kRowsPerBlock - 1) / kRowsPerBlock > 0x7fffffff) return "N is too large";
+  if ((p.N + kRowsPerTile - 1) / kRowsPerTile > 0x7fffffff) return "N is too large";
   return nullptr;
 }
 
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>((p.N + kRowsPerBlock - 1) / kRowsPerBlock));
-  const dim3 block(kWarps * 32);
   const int64_t tiles = (p.M + kTokensPerTile - 1) / kTokensPerTile;
-  const auto kernel = tiles <= 1   ? smallMFp8GemmKernel<1>
-                      : tiles <= 2 ? smallMFp8GemmKernel<2>
-                      : tiles <= 4 ? smallMFp8GemmKernel<4>
-                                   : smallMFp8GemmKernel<8>;
-  return kernels::LaunchProgrammatic(kernel, grid, block, 0, stream, p);
+  return tiles <= 1   ? launchTiles<1>(p, stream)
+         : tiles <= 2 ? launchTiles<2>(p, stream)
+         : tiles <= 4 ? launchTiles<4>(p, stream)
+                      : launchTiles<8>(p, stream);
 }
 
 }  // namespace fxfuse::runtime

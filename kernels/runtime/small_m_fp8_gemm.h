@@ -3,9 +3,10 @@
 // column-major FP8 linear weight [K, N] seen as its rows [N, K] (K contiguous), the
 // activations are a statically quantized FP8 row block. At these M the step is a stream of the
 // weight bytes: the kernel puts the weight on the A side of Hopper's mma.sync m16n8k32 e4m3
-// (16 weight rows x 8 tokens per instruction), each warp streams its share of K with 16-byte
-// loads that bypass L1, the eight warps of a block add their partial sums in shared memory,
-// and the epilogue rounds as fxfuse's interpreter does (`scaledMmValues`: the scale product in
+// (16 weight rows x 8 tokens per instruction); persistent blocks stream their tiles of weight
+// rows through a ring of shared-memory stages with bulk copies (TMA), four warps per block
+// split each stage's K and add their partial sums in shared memory, and the epilogue rounds as
+// fxfuse's interpreter does (`scaledMmValues`: the scale product in
 // f32, then acc * scale, then + bias, then the output dtype). The runtime times it against
 // cuBLASLt's best algorithm on the step's own operands and keeps the faster
 // (docs/runtime.md "Matmul algorithms").
