@@ -235,9 +235,27 @@ GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeurist
   return choice;
 }
 
+// $FXFUSE_OWN_GEMM: "always" takes fxfuse's kernel wherever it runs and agrees with cuBLASLt,
+// "never" keeps cuBLASLt; anything else (the default) times both. For A/B measurements: the
+// timing runs each kernel alone, which cannot show what overlapping with its neighbours
+// (programmatic dependent launch) is worth. Read once per process.
+namespace {
+enum class OwnGemmPolicy { kTimed, kAlways, kNever };
+OwnGemmPolicy ownGemmPolicy() {
+  static const OwnGemmPolicy policy = [] {
+    const char* v = std::getenv("FXFUSE_OWN_GEMM");
+    const std::string s = v ? v : "";
+    return s == "always" ? OwnGemmPolicy::kAlways : s == "never" ? OwnGemmPolicy::kNever : OwnGemmPolicy::kTimed;
+  }();
+  return policy;
+}
+}  // namespace
+
 OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, const OwnGemmLaunch& own,
                             cudaDataType_t d_type, bool tune, cudaStream_t stream, const std::string& key,
                             const std::string& where) {
+  const OwnGemmPolicy policy = ownGemmPolicy();
+  if (policy == OwnGemmPolicy::kNever) return OwnGemmChoice{false, "; own kernel off (FXFUSE_OWN_GEMM=never)"};
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   checkCuda(cudaStreamIsCapturing(stream, &capturing), where);
   if (!tune || capturing != cudaStreamCaptureStatusNone) return OwnGemmChoice{false, "; own kernel not timed"};
@@ -259,12 +277,13 @@ OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, cons
     const bool agree = own_us >= 0 && lt_us >= 0 &&
                        outputsAgree(downloadAsFloat(t.buffers[1], call.d_bytes, d_type, where),
                                     downloadAsFloat(t.buffers[0], call.d_bytes, d_type, where), &why);
-    c.use = agree && own_us < lt_us;
+    c.use = agree && (own_us < lt_us || policy == OwnGemmPolicy::kAlways);
     c.summary = own_us < 0   ? std::string("; own kernel failed to run")
                 : lt_us < 0  ? std::string("; own kernel not compared (cuBLASLt did not run)")
                 : !agree     ? fmt::format("; own kernel refused: output differs from cuBLASLt's ({})", why)
-                             : fmt::format("; own kernel {:.1f} us vs {:.1f} us: {}", own_us, lt_us,
-                                           c.use ? "own kernel" : "cuBLASLt");
+                             : fmt::format("; own kernel {:.1f} us vs {:.1f} us: {}{}", own_us, lt_us,
+                                           c.use ? "own kernel" : "cuBLASLt",
+                                           policy == OwnGemmPolicy::kAlways ? " (FXFUSE_OWN_GEMM=always)" : "");
   }
   std::lock_guard<std::mutex> lock(own_mutex);
   own_cache[key] = c;

@@ -9,11 +9,12 @@
 # context 1k, 4k, then torch eager and torch.compile default, no torch point starts after the
 # budget), B70_BUDGET=150 (70B at batch 1, 8 x 1k, fxfuse and torch.compile default),
 # B8FP8_BUDGET=60 (8B with an FP8 KV cache, fxfuse only; its table is in summary.txt), then
-# 8B at batch 1 and 8 with programmatic dependent launch (FXFUSE_PDL=1, 60 s).
+# 8B at batch 1 and 8 with programmatic dependent launch (FXFUSE_PDL=1) and with it the own
+# small-M GEMM everywhere (FXFUSE_OWN_GEMM=always), AB_BUDGET=45 s each (0: left out).
 # TORCH_MODES_8B (default "eager,default"). PROFILE (default 10): per-step profile runs of each 8B point. At most 8 files come back: summary.txt (the
 # tables and the check lines), kv.txt, decode_*.json and decode_*.md of both models, logs.tgz.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-/tmp/decode_out}
 mkdir -p "$OUT"
 D=/tmp/fxrt
@@ -48,11 +49,18 @@ bench() {  # CONFIG BUDGET ARGS...
 bench llama8b "${B8_BUDGET:-260}" --batches 1,8,32,64 --contexts 1024,4096 --iters 50 --profile "${PROFILE:-10}" \
   --torch-modes "${TORCH_MODES_8B:-eager,default}"
 bench llama70b "${B70_BUDGET:-150}" --batches 1,8 --contexts 1024 --iters 20 --torch-modes default
-# Programmatic dependent launch on (FXFUSE_PDL=1, off by default): the same plan, fxfuse only, A/B.
-timeout 60 env FXFUSE_PDL=1 python3 examples/decode_step/bench_decode.py --fxfuse "$D/fxfuse" --config llama8b \
-  --batches 1,8 --contexts 1024 --iters 50 --torch-modes none --out "$LOGS/llama8b_pdl" > "$LOGS/bench_llama8b_pdl.txt" 2>&1
-echo "== llama8b with programmatic dependent launch, FXFUSE_PDL=1 (rc $?)" >> "$OUT/summary.txt"
-cat "$LOGS/llama8b_pdl"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$LOGS/bench_llama8b_pdl.txt" >> "$OUT/summary.txt"
+# A/B of the launch variants, fxfuse only, 8B at batch 1 and 8 x 1k (30 s each): programmatic
+# dependent launch (FXFUSE_PDL=1, off by default), and with it fxfuse's small-M GEMM wherever it
+# runs (FXFUSE_OWN_GEMM=always: its weight prefetch overlaps the previous kernel only then).
+AB_BUDGET=${AB_BUDGET:-45}
+[[ $AB_BUDGET -gt 0 ]] && for variant in "FXFUSE_PDL=1" "FXFUSE_PDL=1 FXFUSE_OWN_GEMM=always"; do
+  tag=$(echo "$variant" | tr ' =' '__')
+  # shellcheck disable=SC2086  # the variant is a list of VAR=value words
+  timeout "$AB_BUDGET" env $variant python3 examples/decode_step/bench_decode.py --fxfuse "$D/fxfuse" --config llama8b \
+    --batches 1,8 --contexts 1024 --iters 50 --torch-modes none --out "$LOGS/llama8b_$tag" > "$LOGS/bench_llama8b_$tag.txt" 2>&1
+  echo "== llama8b with $variant (rc $?)" >> "$OUT/summary.txt"
+  cat "$LOGS/llama8b_$tag"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$LOGS/bench_llama8b_$tag.txt" >> "$OUT/summary.txt"
+done
 # FP8 KV cache (vLLM's kv_cache_dtype=fp8; the floor counts FP8 cache bytes): fxfuse only.
 B8FP8_BUDGET=${B8FP8_BUDGET:-60}
 timeout "$B8FP8_BUDGET" python3 examples/decode_step/bench_decode.py --fxfuse "$D/fxfuse" --config llama8b \

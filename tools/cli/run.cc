@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -517,6 +518,26 @@ void registerRun(CLI::App& app, int& exit_code) {
 
 constexpr size_t kProfileGroupsShown = 25;
 
+// The profile group of each generated kernel (by its index in Plan.kernels): kernels whose
+// sources differ only in their entry point's name (the same fusion in every layer) share one,
+// named after the first of them with its kind and its first fused node.
+std::vector<std::string> generatedKernelGroups(const pb::Plan& plan) {
+  std::map<std::string, std::string> by_source;
+  std::vector<std::string> groups;
+  for (const auto& k : plan.kernels()) {
+    std::string source = k.source();
+    for (size_t at = source.find(k.name()); !k.name().empty() && at != std::string::npos;
+         at = source.find(k.name(), at))
+      source.erase(at, k.name().size());
+    auto [it, inserted] = by_source.emplace(std::move(source), "");
+    if (inserted)
+      it->second = fmt::format("gen.{} ({}{})", k.name(), k.kind().empty() ? "generated" : k.kind(),
+                               k.nodes().empty() ? "" : ": " + k.nodes(0));
+    groups.push_back(it->second);
+  }
+  return groups;
+}
+
 // `bench --profile`: the steps' median times grouped by what they do (describeStep), largest
 // first, as a table on stdout; returns the same groups as a JSON array for --json.
 std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& step_us, double replay_us) {
@@ -525,9 +546,13 @@ std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& st
     double us = 0;
   };
   std::map<std::string, Group> groups;
+  const std::vector<std::string> generated = generatedKernelGroups(plan);
   double total = 0;
   for (size_t i = 0; i < step_us.size(); ++i) {
-    Group& g = groups[lowering::describeStep(plan.steps(static_cast<int>(i)))];
+    const pb::Step& step = plan.steps(static_cast<int>(i));
+    const bool gen = step.has_kernel() && step.kernel().kernel().rfind("gen.", 0) == 0 &&
+                     step.kernel().generated() >= 0 && step.kernel().generated() < static_cast<int>(generated.size());
+    Group& g = groups[gen ? generated[step.kernel().generated()] : lowering::describeStep(step)];
     g.steps++;
     g.us += step_us[i];
     total += step_us[i];
