@@ -298,7 +298,8 @@ struct StagedRing {
   static constexpr int kElem = F == CacheFormat::kFp8 ? 1 : 2;
   static constexpr int kRowBytes = 32 * NE * kElem;
   static constexpr int kStageBytes = 2 * kKeyGroup * kRowBytes;
-  static constexpr int kStages = 16384 / kStageBytes < 2 ? 2 : 16384 / kStageBytes > 4 ? 4 : 16384 / kStageBytes;
+  static constexpr int kBudget = 12288;  // bytes per warp: 4 CTAs of 4 warps fit a multiprocessor
+  static constexpr int kStages = kBudget / kStageBytes < 2 ? 2 : kBudget / kStageBytes > 4 ? 4 : kBudget / kStageBytes;
   static constexpr int kWarpBytes = kStages * kStageBytes;
 };
 
@@ -326,14 +327,23 @@ __device__ void attendKeysStaged(const PagedAttentionParams& p, const float (&q)
   const int rows_per_pass = 32 >> pieces_log2, piece = lane & ((1 << pieces_log2) - 1);
   const int passes = (kKeyGroup + rows_per_pass - 1) / rows_per_pass;
   const uint32_t ring_address = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
-  auto blockOf = [&](int64_t gi) -> int32_t {
-    const int64_t j = lo + gi * kKeyGroup + lane;
-    return lane < kKeyGroup && j < hi ? blocks[j / block_size] : -1;
+  // Block ids in windows of 32 keys (kWindowGroups groups), lane l holding key l's: the
+  // current window and the next one are loaded a window ahead, so the lookups of a chunk's
+  // first groups are one round trip and later ones overlap the copies and the compute.
+  constexpr int kWindowGroups = 32 / kKeyGroup;
+  auto windowOf = [&](int64_t first_group) -> int32_t {
+    const int64_t j = lo + first_group * kKeyGroup + lane;
+    return j < hi ? blocks[j / block_size] : -1;
   };
-  int32_t next_block = blockOf(0);
-  auto issue = [&](int64_t gi) {
-    const int32_t block = next_block;
-    next_block = blockOf(gi + 1);  // its latency overlaps these copies and the compute
+  int32_t window = windowOf(0), next_window = windowOf(kWindowGroups);
+  auto issue = [&](int64_t gi) {  // called for gi = 0, 1, 2, ... in order
+    const int slot = static_cast<int>(gi % kWindowGroups);
+    if (slot == 0 && gi > 0) {
+      window = next_window;
+      next_window = windowOf(gi + kWindowGroups);
+    }
+    const int32_t block_of_lane = __shfl_sync(0xffffffffu, window, slot * kKeyGroup + (lane & (kKeyGroup - 1)));
+    const int32_t block = lane < kKeyGroup ? block_of_lane : -1;
     const bool ok = block >= 0 && block < p.num_blocks;  // bad metadata: never read outside the cache
     const int64_t j = lo + gi * kKeyGroup + lane;
     const int64_t row = ok ? ((static_cast<int64_t>(block) * block_size + j % block_size) * p.heads_kv + hk) * p.head_size
@@ -425,7 +435,7 @@ struct SplitWorkspace {
 // output rows; several: each head's partial state into the workspace (chunks past the
 // context write nothing), merged by pagedCombineKernel.
 template <int NE, int HPW, CacheFormat F, bool kStaged>
-__global__ void __launch_bounds__(kWarps * 32) pagedAttentionKernel(PagedAttentionParams p) {
+__global__ void __launch_bounds__(kWarps * 32, kStaged && HPW * NE <= 16 ? 4 : 1) pagedAttentionKernel(PagedAttentionParams p) {
   kernels::allowDependentGrids();
   kernels::waitForPrecedingGrid();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <map>
 #include <numeric>
+#include <regex>
 
 #include <fmt/format.h>
 
@@ -518,18 +519,36 @@ void registerRun(CLI::App& app, int& exit_code) {
 
 constexpr size_t kProfileGroupsShown = 25;
 
-// The profile group of each generated kernel (by its index in Plan.kernels): kernels whose
-// sources differ only in their entry point's name (the same fusion in every layer) share one,
-// named after the first of them with its kind and its first fused node.
+// A generated kernel's source as it computes: without comments (they name the graph nodes),
+// the entry point's name removed and the helper functions (fx_n<k>) renumbered in order of
+// first appearance, so the same fusion in two layers reads the same.
+std::string canonicalKernelSource(const pb::GeneratedKernel& k) {
+  static const std::regex comment("//[^\n]*"), helper("fx_n[0-9]+");
+  std::string source = std::regex_replace(k.source(), comment, "");
+  if (!k.name().empty())
+    for (size_t at = source.find(k.name()); at != std::string::npos; at = source.find(k.name(), at))
+      source.erase(at, k.name().size());
+  std::map<std::string, std::string> renamed;
+  std::string out;
+  auto last = source.cbegin();
+  for (std::sregex_iterator it(source.begin(), source.end(), helper), end; it != end; ++it) {
+    out.append(last, source.cbegin() + it->position());
+    auto [name, inserted] = renamed.emplace(it->str(), "");
+    if (inserted) name->second = "fx_n" + std::to_string(renamed.size());
+    out += name->second;
+    last = source.cbegin() + it->position() + it->length();
+  }
+  return out.append(last, source.cend());
+}
+
+// The profile group of each generated kernel (by its index in Plan.kernels): kernels with the
+// same canonical source (the same fusion in every layer) share one, named after the first of
+// them with its kind and its first fused node.
 std::vector<std::string> generatedKernelGroups(const pb::Plan& plan) {
   std::map<std::string, std::string> by_source;
   std::vector<std::string> groups;
   for (const auto& k : plan.kernels()) {
-    std::string source = k.source();
-    for (size_t at = source.find(k.name()); !k.name().empty() && at != std::string::npos;
-         at = source.find(k.name(), at))
-      source.erase(at, k.name().size());
-    auto [it, inserted] = by_source.emplace(std::move(source), "");
+    auto [it, inserted] = by_source.emplace(canonicalKernelSource(k), "");
     if (inserted)
       it->second = fmt::format("gen.{} ({}{})", k.name(), k.kind().empty() ? "generated" : k.kind(),
                                k.nodes().empty() ? "" : ": " + k.nodes(0));
