@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/device/cp_async.cuh"
@@ -291,14 +292,17 @@ __device__ void attendKeys(const PagedAttentionParams& p, const float (&q)[HPW][
 }
 
 // The cp.async ring a warp streams its keys through when rows are whole 16-byte pieces: each
-// stage holds one key group's K rows then V rows (kRowBytes apart, room for the longest row of
-// NE elements per lane); about 16 KB of shared memory per warp, 2 to 4 stages.
+// stage holds one key group's K rows then V rows, kRowPitch apart (room for the longest row of
+// NE elements per lane, plus 16 bytes so the 8 rows of a group fall in different banks for the
+// tensor-core fragment loads); about 13 KB of shared memory per warp, 2 to 4 stages, so 4 CTAs
+// of 4 warps fit a multiprocessor.
 template <int NE, CacheFormat F>
 struct StagedRing {
   static constexpr int kElem = F == CacheFormat::kFp8 ? 1 : 2;
   static constexpr int kRowBytes = 32 * NE * kElem;
-  static constexpr int kStageBytes = 2 * kKeyGroup * kRowBytes;
-  static constexpr int kBudget = 12288;  // bytes per warp: 4 CTAs of 4 warps fit a multiprocessor
+  static constexpr int kRowPitch = kRowBytes + 16;
+  static constexpr int kStageBytes = 2 * kKeyGroup * kRowPitch;
+  static constexpr int kBudget = 13312;
   static constexpr int kStages = kBudget / kStageBytes < 2 ? 2 : kBudget / kStageBytes > 4 ? 4 : kBudget / kStageBytes;
   static constexpr int kWarpBytes = kStages * kStageBytes;
 };
@@ -311,14 +315,14 @@ __host__ __device__ constexpr bool StagedRows(int64_t head_size, int64_t elem_by
   return bytes % 16 == 0 && pieces > 0 && (pieces & (pieces - 1)) == 0;
 }
 
-// Keys [lo, hi) into `st` like attendKeys, through the warp's cp.async ring `ring` (shared
-// memory of StagedRing::kWarpBytes) and `masks` (a valid-key mask per stage): the copies of
-// the next kStages - 1 groups are in flight while a group is computed, without registers to
-// hold them. Lane g < kKeyGroup looks up key g's block id one group ahead of its copy.
-template <int NE, int HPW, CacheFormat F>
-__device__ void attendKeysStaged(const PagedAttentionParams& p, const float (&q)[HPW][NE], const int32_t* blocks,
-                                 int64_t hk, int64_t lo, int64_t hi, float vs, int lane, float* scores,
-                                 uint8_t* ring, unsigned* masks, Softmax<NE, HPW>& st) {
+// Keys [lo, hi) of a sequence (block table `blocks`, KV head hk) through the warp's cp.async
+// ring `ring` (shared memory of StagedRing::kWarpBytes) and `masks` (a valid-key mask per
+// stage), one key group at a time into consume(stage, valid): the copies of the next
+// kStages - 1 groups are in flight while a group is computed, without registers to hold them.
+// Copies of keys past `hi` or with an invalid block id are zero-filled and their mask bit clear.
+template <int NE, CacheFormat F, typename Consume>
+__device__ void streamKeys(const PagedAttentionParams& p, const int32_t* blocks, int64_t hk, int64_t lo, int64_t hi,
+                           int lane, uint8_t* ring, unsigned* masks, Consume&& consume) {
   using Ring = StagedRing<NE, F>;
   const int64_t groups = hi > lo ? (hi - lo + kKeyGroup - 1) / kKeyGroup : 0;
   const int block_size = static_cast<int>(p.block_size);
@@ -360,9 +364,9 @@ __device__ void attendKeysStaged(const PagedAttentionParams& p, const float (&q)
       if (g >= kKeyGroup) continue;  // rows shorter than 64 bytes: more lanes than the group's rows
       const bool ok_row = key_row >= 0;
       const int64_t src = (ok_row ? key_row * Ring::kElem : 0) + piece * 16;
-      const uint32_t dst = ring_address + stage * Ring::kStageBytes + g * Ring::kRowBytes + piece * 16;
+      const uint32_t dst = ring_address + stage * Ring::kStageBytes + g * Ring::kRowPitch + piece * 16;
       kernels::cpAsync16(dst, static_cast<const uint8_t*>(p.key_cache) + src, ok_row);
-      kernels::cpAsync16(dst + kKeyGroup * Ring::kRowBytes, static_cast<const uint8_t*>(p.value_cache) + src, ok_row);
+      kernels::cpAsync16(dst + kKeyGroup * Ring::kRowPitch, static_cast<const uint8_t*>(p.value_cache) + src, ok_row);
     }
   };
 #pragma unroll
@@ -376,15 +380,166 @@ __device__ void attendKeysStaged(const PagedAttentionParams& p, const float (&q)
     if (gi + Ring::kStages - 1 < groups) issue(gi + Ring::kStages - 1);
     kernels::cpAsyncCommit();
     const int stage = static_cast<int>(gi % Ring::kStages);
-    const uint8_t* keys = ring + stage * Ring::kStageBytes;
+    consume(static_cast<const uint8_t*>(ring + stage * Ring::kStageBytes), masks[stage]);
+  }
+}
+
+// Keys [lo, hi) into `st` like attendKeys, through the warp's cp.async ring (streamKeys).
+template <int NE, int HPW, CacheFormat F>
+__device__ void attendKeysStaged(const PagedAttentionParams& p, const float (&q)[HPW][NE], const int32_t* blocks,
+                                 int64_t hk, int64_t lo, int64_t hi, float vs, int lane, float* scores,
+                                 uint8_t* ring, unsigned* masks, Softmax<NE, HPW>& st) {
+  using Ring = StagedRing<NE, F>;
+  streamKeys<NE, F>(p, blocks, hk, lo, hi, lane, ring, masks, [&](const uint8_t* keys, unsigned valid) {
     LaneBits<NE, F> kb[kKeyGroup], vb[kKeyGroup];
 #pragma unroll
     for (int g = 0; g < kKeyGroup; ++g) {
-      kb[g] = loadBits<NE, F>(keys + g * Ring::kRowBytes, 0, lane, p.head_size, true);
-      vb[g] = loadBits<NE, F>(keys + (kKeyGroup + g) * Ring::kRowBytes, 0, lane, p.head_size, true);
+      kb[g] = loadBits<NE, F>(keys + g * Ring::kRowPitch, 0, lane, p.head_size, true);
+      vb[g] = loadBits<NE, F>(keys + (kKeyGroup + g) * Ring::kRowPitch, 0, lane, p.head_size, true);
     }
-    addKeyGroup<NE, HPW, F>(p, q, kb, vb, masks[stage], vs, lane, scores, st);
+    addKeyGroup<NE, HPW, F>(p, q, kb, vb, valid, vs, lane, scores, st);
+  });
+}
+
+// ---- Tensor-core scores and P.V (16-bit caches, head size 64 or 128).
+//
+// Per key group, for the warp's HPW query heads of one KV head (rows of a 16-row tile, rows
+// HPW..15 zero):
+//
+//      S[16 x 8] = Q[16 x E] . K^T[E x 8]       mma m16n8k16, K rows straight from the ring
+//      P = 2^(S * q_factor - m)                 online softmax per row, in fp32
+//      O[16 x E] += P[16 x 8] . V[8 x E]        mma m16n8k8, V through ldmatrix.trans, P as
+//                                               hi + lo 16-bit terms (~16 bits of P)
+//
+// Lane (g, t) holds S[g][2t, 2t+1] and O[g][8n + 2t, 8n + 2t + 1]: row g is query head h0 + g.
+
+template <CacheFormat F>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+  const uint32_t zero = 0;  // rows 8..15 of the tile: no query head
+  if constexpr (F == CacheFormat::kBf16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(zero), "r"(a2), "r"(zero), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(zero), "r"(a2), "r"(zero), "r"(b0), "r"(b1));
+}
+
+template <CacheFormat F>
+__device__ __forceinline__ void mma1688(float (&c)[4], uint32_t a0, uint32_t b0) {
+  const uint32_t zero = 0;
+  if constexpr (F == CacheFormat::kBf16)
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(zero), "r"(b0));
+  else
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(zero), "r"(b0));
+}
+
+// Two floats as a 16-bit pair of the cache's format (round to nearest), and back.
+template <CacheFormat F>
+__device__ __forceinline__ uint32_t pack16(float a, float b) {
+  if constexpr (F == CacheFormat::kBf16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&v);
   }
+}
+template <CacheFormat F>
+__device__ __forceinline__ float2 unpack16(uint32_t u) {
+  if constexpr (F == CacheFormat::kBf16) return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+  else return __half22float2(*reinterpret_cast<const __half2*>(&u));
+}
+
+// The running state of a lane: O[g][8n + 2t + j] in o[n][j] (o[n][2..3] are rows 8..15: zero),
+// row g's maximum (base 2) and this lane's share of row g's sum (keys 2t, 2t + 1 of each group).
+template <int E>
+struct MmaSoftmax {
+  float o[E / 8][4];
+  float m, l;
+};
+
+// One key group (a ring stage: K rows then V rows, kRowPitch apart) into `st`. `qa` holds the
+// lane's Q fragments (rows g, columns 16k + 2t.. and 16k + 2t + 8..); scores are S * q_factor.
+template <int E, CacheFormat F, int kRowPitch>
+__device__ __forceinline__ void addKeyGroupMma(const uint8_t* stage, unsigned valid, const uint32_t (&qa)[E / 16][2],
+                                               float q_factor, int lane, MmaSoftmax<E>& st) {
+  const int g = lane >> 2, t = lane & 3;
+  const uint8_t* krow = stage + g * kRowPitch;
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < E / 16; ++k) {
+    const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + (16 * k + 2 * t) * 2);
+    const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + (16 * k + 2 * t + 8) * 2);
+    mma16816<F>(c, qa[k][0], qa[k][1], b0, b1);
+  }
+  const float s0 = (valid >> (2 * t)) & 1u ? c[0] * q_factor : -INFINITY;
+  const float s1 = (valid >> (2 * t + 1)) & 1u ? c[1] * q_factor : -INFINITY;
+  float mx = fmaxf(s0, s1);
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float m_new = fmaxf(st.m, mx);
+  const bool none = m_new == -INFINITY;  // no valid key in this row so far
+  const float corr = none ? 1.0f : exp2f(st.m - m_new);
+  const float p0 = none ? 0.0f : exp2f(s0 - m_new), p1 = none ? 0.0f : exp2f(s1 - m_new);
+  st.m = m_new;
+  st.l = st.l * corr + (p0 + p1);
+  const uint32_t hi = pack16<F>(p0, p1);
+  const float2 hi_f = unpack16<F>(hi);
+  const uint32_t lo = pack16<F>(p0 - hi_f.x, p1 - hi_f.y);
+  // V: ldmatrix.x4.trans of keys 0..7 x columns 8n..8n+31 gives the B fragments of 4 n-tiles.
+  const uint32_t vbase = static_cast<uint32_t>(__cvta_generic_to_shared(stage + kKeyGroup * kRowPitch)) +
+                         (lane & 7) * kRowPitch + (lane >> 3) * 16;
+#pragma unroll
+  for (int n0 = 0; n0 < E / 8; n0 += 4) {
+    uint32_t b[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(vbase + n0 * 16));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      st.o[n0 + j][0] *= corr;
+      st.o[n0 + j][1] *= corr;
+      mma1688<F>(st.o[n0 + j], hi, b[j]);
+      mma1688<F>(st.o[n0 + j], lo, b[j]);
+    }
+  }
+}
+
+// Keys [lo, hi) for the warp's HPW query heads (h0 ..) of token t through the ring with
+// tensor cores; returns the state of row g = lane / 4 (rows g >= HPW: no head).
+template <int E, int HPW, CacheFormat F>
+__device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t h0, const int32_t* blocks, int64_t hk,
+                              int64_t lo, int64_t hi, float q_factor, int lane, uint8_t* ring, unsigned* masks,
+                              MmaSoftmax<E>& st) {
+  constexpr int NE = E / 32;
+  using Ring = StagedRing<NE, F>;
+  const int g = lane >> 2, tq = lane & 3;
+  uint32_t qa[E / 16][2];
+  const uint8_t* qrow = static_cast<const uint8_t*>(p.q) + (t * p.q_stride[0] + (h0 + g) * p.q_stride[1]) * 2;
+#pragma unroll
+  for (int k = 0; k < E / 16; ++k) {
+    qa[k][0] = g < HPW ? *reinterpret_cast<const uint32_t*>(qrow + (16 * k + 2 * tq) * 2) : 0u;
+    qa[k][1] = g < HPW ? *reinterpret_cast<const uint32_t*>(qrow + (16 * k + 2 * tq + 8) * 2) : 0u;
+  }
+  streamKeys<NE, F>(p, blocks, hk, lo, hi, lane, ring, masks, [&](const uint8_t* stage, unsigned valid) {
+    addKeyGroupMma<E, F, Ring::kRowPitch>(stage, valid, qa, q_factor, lane, st);
+  });
+  st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
+  st.l += __shfl_xor_sync(0xffffffffu, st.l, 2);
+}
+
+// Whether the tensor-core path takes the attention: a 16-bit cache streamed through the ring,
+// the head size exactly 32 * NE of 64 or 128 (full fragments; 256 would need 128 accumulators).
+__host__ __device__ constexpr bool MmaPath(int NE, CacheFormat F) {
+  return F != CacheFormat::kFp8 && (NE == 2 || NE == 4);
 }
 
 // Where a query token stands: its sequence (-1: a padding token) and the keys it sees.
@@ -429,26 +584,61 @@ struct SplitWorkspace {
       : acc(p.workspace), ml(p.workspace + p.num_tokens * p.heads_q * p.num_splits * p.head_size) {}
 };
 
-// One warp per (query token, group of HPW query heads of one KV head, chunk blockIdx.y): the
-// chunk's keys of the token's causal range, K and V read once for the group's heads, through
-// the warp's cp.async ring when kStaged (dynamic shared memory of kWarps rings). One chunk: the
-// output rows; several: each head's partial state into the workspace (chunks past the
-// context write nothing), merged by pagedCombineKernel.
-template <int NE, int HPW, CacheFormat F, bool kStaged>
-__global__ void __launch_bounds__(kWarps * 32, kStaged && HPW * NE <= 16 ? 4 : 1) pagedAttentionKernel(PagedAttentionParams p) {
-  kernels::allowDependentGrids();
-  kernels::waitForPrecedingGrid();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t groups = p.heads_q / HPW;
-  const int64_t warp_row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (warp_row >= p.num_tokens * groups) return;
-  const int64_t t = warp_row / groups, h0 = (warp_row % groups) * HPW;
-  const QueryRow r = queryRow(p, t, h0);
+// How the attention kernel reads K and V: straight into registers (any head size), through
+// the warp's cp.async ring with the scores on CUDA cores, or through the ring with tensor cores.
+enum class LoadPath { kDirect, kRing, kRingMma };
+
+// The tensor-core form of one warp's rows: keys [lo, hi) for query heads h0.. of r.t, then the
+// output rows (one chunk) or the partial states (several).
+template <int E, int HPW, CacheFormat F>
+__device__ void attendRowsMma(const PagedAttentionParams& p, const QueryRow& r, int64_t h0, int64_t lo, int64_t hi,
+                              int lane, int warp) {
+  MmaSoftmax<E> st;
+#pragma unroll
+  for (int n = 0; n < E / 8; ++n)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) st.o[n][j] = 0.0f;
+  st.m = -INFINITY;
+  st.l = 0.0f;
+  if (r.seq >= 0) {
+    extern __shared__ __align__(16) uint8_t paged_rings[];
+    __shared__ unsigned masks[kWarps][4];
+    attendKeysMma<E, HPW, F>(p, r.t, h0, p.block_table + r.seq * p.block_table_stride, h0 / (p.heads_q / p.heads_kv),
+                             lo, hi, p.scale * kLog2e, lane,
+                             paged_rings + warp * StagedRing<E / 32, F>::kWarpBytes, masks[warp], st);
+  }
+  const int g = lane >> 2, tq = lane & 3;
+  if (g >= HPW) return;
+  const int64_t h = h0 + g;
+  if (p.num_splits <= 1) {
+    const float inv_out_scale = p.out_dtype == DType::F8E4M3FN ? 1.0f / *p.out_scale : 1.0f;
+    const float inv = st.l > 0.0f ? 1.0f / st.l : __int_as_float(0x7fc00000);
+    const int64_t obase = r.t * p.o_stride[0] + h * p.o_stride[1];
+#pragma unroll
+    for (int n = 0; n < E / 8; ++n)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) storeOut(p, obase + 8 * n + 2 * tq + j, r.seq < 0 ? 0.0f : st.o[n][j] * inv, inv_out_scale);
+    return;
+  }
+  const SplitWorkspace ws(p);
+  const int64_t slot = (r.t * p.heads_q + h) * p.num_splits + blockIdx.y;
+#pragma unroll
+  for (int n = 0; n < E / 8; ++n)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) ws.acc[slot * E + 8 * n + 2 * tq + j] = st.o[n][j];
+  if (tq == 0) {
+    ws.ml[2 * slot] = st.m;
+    ws.ml[2 * slot + 1] = st.l;
+  }
+}
+
+// The CUDA-core form of one warp's rows: keys [lo, hi) for query heads h0.. of r.t (through
+// the ring when kRing), then the output rows (one chunk) or the partial states (several).
+template <int NE, int HPW, CacheFormat F, bool kRing>
+__device__ void attendRowsCuda(const PagedAttentionParams& p, const QueryRow& r, int64_t h0, int64_t lo, int64_t hi,
+                               int lane, int warp) {
+  const int64_t t = r.t;
   const bool split = p.num_splits > 1;
-  const int64_t chunk = split ? PagedChunkKeys(r.keys, p.num_splits) : r.keys;
-  const int64_t lo = split ? static_cast<int64_t>(blockIdx.y) * chunk : 0;
-  const int64_t hi = lo + chunk < r.keys ? lo + chunk : r.keys;
-  if (split && (r.seq < 0 || lo >= r.keys)) return;  // the combine reads no chunk past the context
   Softmax<NE, HPW> st;
 #pragma unroll
   for (int h = 0; h < HPW; ++h) {
@@ -475,7 +665,7 @@ __global__ void __launch_bounds__(kWarps * 32, kStaged && HPW * NE <= 16 ? 4 : 1
     const int32_t* blocks = p.block_table + r.seq * p.block_table_stride;
     const int64_t hk = h0 / (p.heads_q / p.heads_kv);
     __shared__ float scores[kWarps][HPW * kKeyGroup];
-    if constexpr (kStaged) {
+    if constexpr (kRing) {
       extern __shared__ __align__(16) uint8_t paged_rings[];
       __shared__ unsigned masks[kWarps][4];
       attendKeysStaged<NE, HPW, F>(p, q, blocks, hk, lo, hi, vs, lane, scores[warp],
@@ -500,6 +690,39 @@ __global__ void __launch_bounds__(kWarps * 32, kStaged && HPW * NE <= 16 ? 4 : 1
       ws.ml[2 * slot] = st.m[h];
       ws.ml[2 * slot + 1] = st.l[h];
     }
+  }
+}
+
+// One warp per (query token, group of HPW query heads of one KV head, chunk blockIdx.y): the
+// chunk's keys of the token's causal range, K and V read once for the group's heads, as kPath
+// says (the ring: dynamic shared memory of kWarps rings). One chunk: the output rows; several:
+// each head's partial state into the workspace (chunks past the context write nothing),
+// merged by pagedCombineKernel.
+// CTAs per multiprocessor the register budget aims at: 4 for the CUDA-core ring with up to 16
+// accumulators per lane (128 registers), 3 for the tensor-core ring (its 64 accumulators).
+constexpr int minBlocks(LoadPath path, int accumulators) {
+  return path == LoadPath::kRingMma ? 3 : path == LoadPath::kRing && accumulators <= 16 ? 4 : 1;
+}
+
+template <int NE, int HPW, CacheFormat F, LoadPath kPath>
+__global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) pagedAttentionKernel(PagedAttentionParams p) {
+  kernels::allowDependentGrids();
+  kernels::waitForPrecedingGrid();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t groups = p.heads_q / HPW;
+  const int64_t warp_row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (warp_row >= p.num_tokens * groups) return;
+  const int64_t t = warp_row / groups, h0 = (warp_row % groups) * HPW;
+  const QueryRow r = queryRow(p, t, h0);
+  const bool split = p.num_splits > 1;
+  const int64_t chunk = split ? PagedChunkKeys(r.keys, p.num_splits) : r.keys;
+  const int64_t lo = split ? static_cast<int64_t>(blockIdx.y) * chunk : 0;
+  const int64_t hi = lo + chunk < r.keys ? lo + chunk : r.keys;
+  if (split && (r.seq < 0 || lo >= r.keys)) return;  // the combine reads no chunk past the context
+  if constexpr (kPath == LoadPath::kRingMma) {
+    if constexpr (MmaPath(NE, F)) attendRowsMma<32 * NE, HPW, F>(p, r, h0, lo, hi, lane, warp);
+  } else {
+    attendRowsCuda<NE, HPW, F, kPath == LoadPath::kRing>(p, r, h0, lo, hi, lane, warp);
   }
 }
 
@@ -592,17 +815,30 @@ bool isD16(DType t) { return t == DType::BF16 || t == DType::F16; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Launches the attention kernel of (NE, HPW, F): through the cp.async ring when `staged`
-// (dynamic shared memory past the default 48 KB limit, raised once per kernel and device), else
-// direct.
+// $FXFUSE_PAGED_MMA=0 keeps the scores on CUDA cores (for A/B runs and the GPU test's
+// comparison of the two paths). Read per call: tests switch it within one process.
+bool mmaDisabled() {
+  const char* v = std::getenv("FXFUSE_PAGED_MMA");
+  return v && v[0] == '0';
+}
+
+// Launches the attention kernel of (NE, HPW, F) on `path` (the ring: dynamic shared memory past
+// the default 48 KB limit, raised once per kernel and device).
 template <int NE, int HPW, CacheFormat F>
-cudaError_t launchAttention(bool staged, dim3 grid, cudaStream_t stream, const PagedAttentionParams& p) {
-  if (!staged)
-    return kernels::LaunchProgrammatic(pagedAttentionKernel<NE, HPW, F, false>, grid, dim3(kWarps * 32), 0, stream, p);
+cudaError_t launchAttention(LoadPath path, dim3 grid, cudaStream_t stream, const PagedAttentionParams& p) {
   constexpr int kBytes = kWarps * StagedRing<NE, F>::kWarpBytes;
-  const cudaError_t raised = kernels::device::ensureSmemLimit<pagedAttentionKernel<NE, HPW, F, true>>(kBytes);
-  if (raised != cudaSuccess) return raised;
-  return kernels::LaunchProgrammatic(pagedAttentionKernel<NE, HPW, F, true>, grid, dim3(kWarps * 32), kBytes, stream, p);
+  auto ring = [&](auto kernel) {
+    const cudaError_t raised = kernels::device::ensureSmemLimit<decltype(kernel)::value>(kBytes);
+    if (raised != cudaSuccess) return raised;
+    return kernels::LaunchProgrammatic(decltype(kernel)::value, grid, dim3(kWarps * 32), kBytes, stream, p);
+  };
+  using Kernel = void (*)(PagedAttentionParams);
+  if (path == LoadPath::kRingMma)
+    return ring(std::integral_constant<Kernel, pagedAttentionKernel<NE, HPW, F, LoadPath::kRingMma>>{});
+  if (path == LoadPath::kRing)
+    return ring(std::integral_constant<Kernel, pagedAttentionKernel<NE, HPW, F, LoadPath::kRing>>{});
+  return kernels::LaunchProgrammatic(pagedAttentionKernel<NE, HPW, F, LoadPath::kDirect>, grid, dim3(kWarps * 32), 0,
+                                     stream, p);
 }
 
 unsigned gridFor(int64_t items, int64_t per_block, int64_t cap) {
@@ -645,16 +881,21 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
                         static_cast<unsigned>(p.num_splits));
   const int64_t elem_bytes = p.cache_dtype == DType::F8E4M3FN ? 1 : 2;
   const bool staged = StagedRows(p.head_size, elem_bytes) && aligned16(p.key_cache) && aligned16(p.value_cache);
+  // Tensor cores: 16-bit cache, head size 64 or 128 (whole fragments), q rows read as 32-bit pairs.
+  const bool mma = staged && elem_bytes == 2 && (p.head_size == 64 || p.head_size == 128) &&
+                   reinterpret_cast<uintptr_t>(p.q) % 4 == 0 && p.q_stride[0] % 2 == 0 && p.q_stride[1] % 2 == 0 &&
+                   !mmaDisabled();
+  const LoadPath path = mma ? LoadPath::kRingMma : staged ? LoadPath::kRing : LoadPath::kDirect;
   cudaError_t err = cudaSuccess;
   auto byHeads = [&](auto ne_tag, auto format_tag) {
     constexpr int NE = decltype(ne_tag)::value;
     constexpr CacheFormat F = decltype(format_tag)::value;
     if constexpr (NE * 8 <= 32) {  // headsPerWarp keeps HPW * NE <= 32
-      if (hpw == 8) err = launchAttention<NE, 8, F>(staged, split_grid, stream, p);
+      if (hpw == 8) err = launchAttention<NE, 8, F>(path, split_grid, stream, p);
     }
-    if (hpw == 4) err = launchAttention<NE, 4, F>(staged, split_grid, stream, p);
-    else if (hpw == 2) err = launchAttention<NE, 2, F>(staged, split_grid, stream, p);
-    else if (hpw == 1) err = launchAttention<NE, 1, F>(staged, split_grid, stream, p);
+    if (hpw == 4) err = launchAttention<NE, 4, F>(path, split_grid, stream, p);
+    else if (hpw == 2) err = launchAttention<NE, 2, F>(path, split_grid, stream, p);
+    else if (hpw == 1) err = launchAttention<NE, 1, F>(path, split_grid, stream, p);
     if (err == cudaSuccess && p.num_splits > 1)
       err = kernels::LaunchProgrammatic(pagedCombineKernel<NE>, dim3(static_cast<unsigned>(rows)), dim3(kWarps * 32), 0,
                                         stream, p);

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -251,22 +252,33 @@ void runCase(const Case& c) {
   // (b) within one rounding step of the exact value (plus fp32 accumulation noise): in one
   // pass, with the split the planner picks for an H200, in 7 chunks (chunk lengths that cross
   // block boundaries) and in 256 (chunks of the minimum length, most of them past the context).
+  // Both score paths where the tensor-core one applies (16-bit cache, head size 64 or 128):
+  // the default, then CUDA cores (FXFUSE_PAGED_MMA=0).
   const std::vector<double> ref = attendReference(c, b, q, k16, k8, v16, v8, softmax_scale);
   checkAttention(c, ref, dout, q_n, "one pass");
-  PagedAttentionParams planned = a;
-  PlanPagedAttentionSplits(planned, 132);
-  PagedAttentionParams seven = a, many = a;
-  seven.num_splits = 7;
-  many.num_splits = 256;
-  for (PagedAttentionParams* split : {&planned, &seven, &many}) {
-    if (split->num_splits <= 1) continue;
-    DeviceBuffer workspace(static_cast<size_t>(PagedAttentionWorkspaceBytes(*split)));
-    split->workspace = static_cast<float*>(workspace.get());
+  for (const char* mma : {"1", "0"}) {
+    INFO("FXFUSE_PAGED_MMA=" << mma);
+    setenv("FXFUSE_PAGED_MMA", mma, 1);
     dout.Poison();
-    FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(*split, nullptr));
+    FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(a, nullptr));
     FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
-    checkAttention(c, ref, dout, q_n, split == &planned ? "planned split" : split == &seven ? "7 chunks" : "256 chunks");
+    checkAttention(c, ref, dout, q_n, "one pass");
+    PagedAttentionParams planned = a;
+    PlanPagedAttentionSplits(planned, 132);
+    PagedAttentionParams seven = a, many = a;
+    seven.num_splits = 7;
+    many.num_splits = 256;
+    for (PagedAttentionParams* split : {&planned, &seven, &many}) {
+      if (split->num_splits <= 1) continue;
+      DeviceBuffer workspace(static_cast<size_t>(PagedAttentionWorkspaceBytes(*split)));
+      split->workspace = static_cast<float*>(workspace.get());
+      dout.Poison();
+      FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(*split, nullptr));
+      FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
+      checkAttention(c, ref, dout, q_n, split == &planned ? "planned split" : split == &seven ? "7 chunks" : "256 chunks");
+    }
   }
+  unsetenv("FXFUSE_PAGED_MMA");
 }
 
 // The attention output in `dout` against the exact reference `ref` (NaN: a padding row, 0).
