@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <map>
 #include <numeric>
-#include <regex>
 
 #include <fmt/format.h>
 
@@ -523,22 +522,31 @@ constexpr size_t kProfileGroupsShown = 25;
 // the entry point's name removed and the helper functions (fx_n<k>) renumbered in order of
 // first appearance, so the same fusion in two layers reads the same.
 std::string canonicalKernelSource(const pb::GeneratedKernel& k) {
-  static const std::regex comment("//[^\n]*"), helper("fx_n[0-9]+");
-  std::string source = std::regex_replace(k.source(), comment, "");
-  if (!k.name().empty())
-    for (size_t at = source.find(k.name()); at != std::string::npos; at = source.find(k.name(), at))
-      source.erase(at, k.name().size());
+  const std::string& src = k.source();
   std::map<std::string, std::string> renamed;
   std::string out;
-  auto last = source.cbegin();
-  for (std::sregex_iterator it(source.begin(), source.end(), helper), end; it != end; ++it) {
-    out.append(last, source.cbegin() + it->position());
-    auto [name, inserted] = renamed.emplace(it->str(), "");
-    if (inserted) name->second = "fx_n" + std::to_string(renamed.size());
-    out += name->second;
-    last = source.cbegin() + it->position() + it->length();
+  for (size_t i = 0; i < src.size();) {
+    if (src.compare(i, 2, "//") == 0) {  // a comment, up to the end of the line
+      i = src.find('\n', i);
+      if (i == std::string::npos) break;
+      continue;
+    }
+    if (!k.name().empty() && src.compare(i, k.name().size(), k.name()) == 0) {
+      i += k.name().size();
+      continue;
+    }
+    size_t digits = i + 4;
+    while (digits < src.size() && std::isdigit(static_cast<unsigned char>(src[digits]))) ++digits;
+    if (src.compare(i, 4, "fx_n") == 0 && digits > i + 4) {  // a helper function fx_n<k>
+      auto [name, inserted] = renamed.emplace(src.substr(i, digits - i), "");
+      if (inserted) name->second = "fx_n" + std::to_string(renamed.size());
+      out += name->second;
+      i = digits;
+      continue;
+    }
+    out += src[i++];
   }
-  return out.append(last, source.cend());
+  return out;
 }
 
 // The profile group of each generated kernel (by its index in Plan.kernels): kernels with the
