@@ -127,7 +127,13 @@ SymExpr symFromProto(const pb::SymExpr& p, const std::string& ctx, int depth = 0
     case pb::OR: k = K::Or; break;
     case pb::NOT: k = K::Not; break;
     case pb::ITE: k = K::Ite; break;
-    case pb::OPAQUE: checkName(p.apply().opaque_name(), "symbol", ctx); return SymExpr::apply(K::Opaque, std::move(args), p.apply().opaque_name());
+    case pb::OPAQUE: {
+      // The constants of infinity the text form parses into zero-argument opaque calls (a
+      // symbol range's bound, or a dimension a graph spells "oo") round-trip as they are.
+      const std::string& name = p.apply().opaque_name();
+      if (!(args.empty() && (name == "oo" || name == "int_oo"))) checkName(name, "symbol", ctx);
+      return SymExpr::apply(K::Opaque, std::move(args), name);
+    }
     default: fail("{}: unknown symbolic function {}", ctx, static_cast<int>(p.apply().fn()));
   }
   if (k == K::Add || k == K::Mul || k == K::Min || k == K::Max || k == K::And || k == K::Or) {
