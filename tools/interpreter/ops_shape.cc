@@ -456,6 +456,9 @@ void registerShapeOps(OpTable& t) {
     int64_t dim = shapeDim(c.integer("dim", 0, 1), x.dim(), "gather");
     Tensor idx = c.tensor("index", 2);
     if (idx.dim() != x.dim()) fail("gather: index {} and self {} differ in rank", idx.describe(), x.describe());
+    for (int64_t d = 0; d < idx.dim(); ++d)  // torch: index.size(d) <= self.size(d) for d != dim
+      if (d != dim && idx.shape[d] > x.shape[d])
+        fail("gather: index {} is larger than self {} in dim {}", idx.describe(), x.describe(), d);
     std::vector<double> vals;
     forEachIndex(idx.shape, [&](const Shape& ix) {
       Shape src = ix;
