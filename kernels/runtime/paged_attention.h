@@ -11,10 +11,13 @@
 // device: no host synchronization, so a step can be captured in a CUDA graph and replayed with
 // new metadata. Attention is split-KV (flash-decoding): each row's context is cut into
 // num_splits chunks, one warp per (query token, group of query heads sharing a KV head, chunk)
-// with online softmax in fp32 over groups of keys whose K and V rows are loaded together (each
-// row read once for the group's heads); a second kernel merges the chunks. The number of
-// chunks is chosen on the host from the bound sizes, the chunk length on the device from each
-// row's own context, so decode batches of a few sequences still fill the GPU. Metadata outside its range (a slot or block
+// with online softmax in fp32 over groups of 8 keys whose K and V rows are loaded together
+// (each row read once for the group's heads): through a per-warp cp.async ring when rows are
+// whole 16-byte pieces, with the scores and P.V on tensor cores for 16-bit caches of head size
+// 64/128 ($FXFUSE_PAGED_MMA=0: CUDA cores); a second kernel (one CTA per row) merges the
+// chunks. The number of chunks is chosen on the host from the bound sizes, the chunk length on
+// the device from each row's own context, so decode batches of a few sequences still fill the
+// GPU. Metadata outside its range (a slot or block
 // id past the cache, a context longer than the block table) is never read or written out of
 // bounds; the values it gives are unspecified.
 #pragma once
