@@ -13,9 +13,11 @@
 #include "compiler/runtime/cuda_libs.h"
 #include "compiler/runtime/gemm_tune.h"
 #include "kernels/runtime/attention.h"
+#include "kernels/runtime/l2_prefetch.h"
 #include "kernels/runtime/small_m_fp8_gemm.h"
 #include "compiler/runtime/nvrtc_compile.h"
 #include "compiler/runtime/paged_steps.h"
+#include "compiler/runtime/weight_prefetch.h"
 #include "ir/checked_math.h"
 #include "ir/proto_io.h"
 #include "ir/status.h"
@@ -269,6 +271,13 @@ struct Session::Prepared {
   }
 };
 
+struct Session::PreparedPrefetch {
+  size_t fork_step = 0;
+  const void* data = nullptr;
+  int64_t bytes = 0;
+  std::string where;
+};
+
 Session::Session(const Program& program, Communicator* comm)
     : program_(program),
       plan_(program.plan()),
@@ -295,6 +304,9 @@ void Session::setGemmTuning(bool on) {
 
 Session::~Session() {
   steps_.clear();
+  if (fork_event_) cudaEventDestroy(fork_event_);
+  if (join_event_) cudaEventDestroy(join_event_);
+  if (prefetch_stream_) cudaStreamDestroy(prefetch_stream_);
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
   if (graph_) cudaGraphDestroy(graph_);
   if (arena_) cudaFree(arena_);
@@ -423,7 +435,38 @@ void Session::prepare(cudaStream_t stream) {
     }
     steps_.push_back(std::move(p));
   }
+  prepareWeightPrefetches();
   dirty_ = false;
+}
+
+// The weight prefetches of the plan (weight_prefetch.h) as byte ranges under the bound sizes,
+// capped for this device's L2; the side stream and its fork/join events on first use.
+void Session::prepareWeightPrefetches() {
+  prefetches_.clear();
+  prefetch_lines_.clear();
+  int device = 0, l2 = 0;
+  check(cudaGetDevice(&device), "querying the device");
+  check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "querying the L2 size");
+  const int64_t cap = PrefetchCapBytes(l2);
+  for (const WeightPrefetch& w : PlanWeightPrefetches(plan_)) {
+    const DeviceTensor t = tensor(w.tensor);
+    int64_t extent = 1;  // elements from the first to the last one, strides as laid out
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (t.shape[d] == 0) extent = 0;
+      if (extent > 0) extent += (t.shape[d] - 1) * std::max<int64_t>(t.strides[d], 0);
+    }
+    const int64_t weight_bytes = extent * ir::dtypeBytes(t.dtype);
+    const int64_t bytes = PrefetchBytes(weight_bytes, cap);
+    if (bytes <= 0 || !t.data) continue;
+    const pb::Step& st = plan_.steps(w.matmul_step);
+    std::string where = fmt::format("step {} ({})", w.matmul_step, st.nodes_size() ? st.nodes(0) : st.comment());
+    prefetch_lines_.push_back(fmt::format("step {} -> {}: {} of {} bytes", w.fork_step, where, bytes, weight_bytes));
+    prefetches_.push_back({static_cast<size_t>(w.fork_step), t.data, bytes, "prefetching the weight of " + where});
+  }
+  if (prefetches_.empty() || prefetch_stream_) return;
+  check(cudaStreamCreateWithFlags(&prefetch_stream_, cudaStreamNonBlocking), "creating the prefetch stream");
+  check(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming), "creating the prefetch fork event");
+  check(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), "creating the prefetch join event");
 }
 
 // The named arguments of one KernelLaunch step, read as the kernel calls take them: required
@@ -1216,7 +1259,27 @@ std::function<void(cudaStream_t)> Session::allReduceThenNorm(const pb::FusedAllR
 void Session::run(cudaStream_t stream) {
   if (env_.empty() && plan_.symbols_size() > 0) fail("Session::run before bind()");
   if (dirty_) prepare(stream);
-  for (auto& s : steps_) s->run(stream);
+  enqueueSteps(stream);
+}
+
+// The prefetch stream waits for the main stream at each fork step, then issues that step's
+// prefetches; nothing on the main stream waits for a prefetch until the end of the run, where
+// the join makes the run one unit (a captured graph must join every stream it forked).
+void Session::enqueueSteps(cudaStream_t stream) {
+  size_t next = 0;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    if (next < prefetches_.size() && prefetches_[next].fork_step == i) {
+      check(cudaEventRecord(fork_event_, stream), "recording the prefetch fork");
+      check(cudaStreamWaitEvent(prefetch_stream_, fork_event_, 0), "forking the prefetch stream");
+      for (; next < prefetches_.size() && prefetches_[next].fork_step == i; ++next)
+        check(LaunchL2Prefetch(prefetches_[next].data, prefetches_[next].bytes, prefetch_stream_),
+              prefetches_[next].where);
+    }
+    steps_[i]->run(stream);
+  }
+  if (next == 0) return;
+  check(cudaEventRecord(join_event_, prefetch_stream_), "recording the prefetch join");
+  check(cudaStreamWaitEvent(stream, join_event_, 0), "joining the prefetch stream");
 }
 
 void Session::capture(cudaStream_t stream) {
@@ -1227,7 +1290,7 @@ void Session::capture(cudaStream_t stream) {
   graph_ = nullptr;
   check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "beginning graph capture");
   try {
-    for (auto& s : steps_) s->run(stream);
+    enqueueSteps(stream);
   } catch (...) {
     cudaGraph_t g;
     cudaStreamEndCapture(stream, &g);

@@ -129,11 +129,19 @@ class Session {
   int64_t arenaBytes() const { return arena_bytes_; }
   // Kernel launches one run() enqueues (kernels, matmuls, collectives; copies excluded).
   int launchesPerRun() const { return launches_; }
+  // Per weight prefetch of the last prepare (compiler/runtime/weight_prefetch.h):
+  // "step 5 -> step 7 (node): 16777216 of 16777216 bytes".
+  const std::vector<std::string>& weightPrefetches() const { return prefetch_lines_; }
 
  private:
   struct Prepared;
+  struct PreparedPrefetch;  // one weight's L2 prefetch: its fork step and byte range
   void prepare(cudaStream_t stream);
   void prepareCollectives();
+  void prepareWeightPrefetches();
+  // Enqueues every step on `stream`, forking the weight prefetches onto prefetch_stream_ and
+  // joining it back at the end (run() and capture() both).
+  void enqueueSteps(cudaStream_t stream);
 
   // Preparing one step (prepare()): each prepare* function checks a step and returns the
   // closure that enqueues it. `where` names the step in errors; `cleanup` receives what frees
@@ -193,6 +201,10 @@ class Session {
   std::unique_ptr<PagedScratch> paged_scratch_;  // split-KV partials of the paged-attention steps
   void* cublas_ = nullptr;
   std::vector<std::unique_ptr<Prepared>> steps_;
+  std::vector<PreparedPrefetch> prefetches_;  // by fork step
+  std::vector<std::string> prefetch_lines_;
+  cudaStream_t prefetch_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   bool dirty_ = true;
   int launches_ = 0;
   Communicator* comm_ = nullptr;

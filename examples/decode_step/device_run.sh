@@ -8,9 +8,8 @@
 # Budgets (seconds, env): KV_BUDGET=90, B8_BUDGET=260 (8B: fxfuse at batch 1, 8, 32, 64 x
 # context 1k, 4k, then torch eager and torch.compile default, no torch point starts after the
 # budget), B70_BUDGET=150 (70B at batch 1, 8 x 1k, fxfuse and torch.compile default),
-# B8FP8_BUDGET=60 (8B with an FP8 KV cache, fxfuse only; its table is in summary.txt), then
-# 8B at batch 1 and 8 with programmatic dependent launch (FXFUSE_PDL=1) and with it the own
-# small-M GEMM everywhere (FXFUSE_OWN_GEMM=always), AB_BUDGET=45 s each (0: left out).
+# the A/B runs of AB_VARIANTS (below), B8FP8_BUDGET=60 (8B with an FP8 KV cache, fxfuse only;
+# its table is in summary.txt). A budget of 0 leaves that part out.
 # TORCH_MODES_8B (default "eager,default"). PROFILE (default 10): per-step profile runs of each 8B point. At most 8 files come back: summary.txt (the
 # tables and the check lines), kv.txt, decode_*.json and decode_*.md of both models, logs.tgz.
 set -uo pipefail
@@ -38,8 +37,9 @@ echo "kv checks: $(tail -1 "$OUT/kv.txt")" >> "$OUT/summary.txt"
 timeout 120 "$D/small_m_fp8_gemm_gpu_test" > "$LOGS/small_m_fp8_gemm.txt" 2>&1
 echo "small-M FP8 GEMM test (rc $?): $(tail -2 "$LOGS/small_m_fp8_gemm.txt" | tr '\n' ' ')" >> "$OUT/summary.txt"
 
-bench() {  # CONFIG BUDGET ARGS...
+bench() {  # CONFIG BUDGET ARGS... (budget 0: left out)
   local config=$1 budget=$2; shift 2
+  [[ $budget -gt 0 ]] || return 0
   timeout "$budget" python3 examples/decode_step/bench_decode.py --fxfuse "$D/fxfuse" --config "$config" \
     --torch-budget $((budget - 60)) --out "$LOGS/$config" "$@" > "$LOGS/bench_$config.txt" 2>&1
   echo "== $config (rc $?)" >> "$OUT/summary.txt"
@@ -49,21 +49,23 @@ bench() {  # CONFIG BUDGET ARGS...
 bench llama8b "${B8_BUDGET:-260}" --batches 1,8,32,64 --contexts 1024,4096 --iters 50 --profile "${PROFILE:-10}" \
   --torch-modes "${TORCH_MODES_8B:-eager,default}"
 bench llama70b "${B70_BUDGET:-150}" --batches 1,8 --contexts 1024 --iters 20 --torch-modes default
-# A/B of the launch variants, fxfuse only, 8B at batch 1 and 8 x 1k (30 s each): programmatic
-# dependent launch (FXFUSE_PDL=1, off by default), and with it fxfuse's small-M GEMM wherever it
-# runs (FXFUSE_OWN_GEMM=always: its weight prefetch overlaps the previous kernel only then).
+# A/B of runtime variants, fxfuse only, 8B at AB_BATCHES x AB_CONTEXTS, AB_BUDGET s each (0:
+# left out): AB_VARIANTS, ';'-separated lists of VAR=value words (default: the weight prefetch
+# off, and programmatic dependent launch on).
 AB_BUDGET=${AB_BUDGET:-45}
-[[ $AB_BUDGET -gt 0 ]] && for variant in "FXFUSE_PDL=1" "FXFUSE_PDL=1 FXFUSE_OWN_GEMM=always"; do
+IFS=';' read -r -a variants <<< "${AB_VARIANTS:-FXFUSE_PREFETCH_MB=0;FXFUSE_PDL=1}"
+[[ $AB_BUDGET -gt 0 ]] && for variant in "${variants[@]}"; do
   tag=$(echo "$variant" | tr ' =' '__')
   # shellcheck disable=SC2086  # the variant is a list of VAR=value words
   timeout "$AB_BUDGET" env $variant python3 examples/decode_step/bench_decode.py --fxfuse "$D/fxfuse" --config llama8b \
-    --batches 1,8 --contexts 1024 --iters 50 --torch-modes none --out "$LOGS/llama8b_$tag" > "$LOGS/bench_llama8b_$tag.txt" 2>&1
+    --batches "${AB_BATCHES:-1,8}" --contexts "${AB_CONTEXTS:-1024}" --iters 50 --torch-modes none \
+    --out "$LOGS/llama8b_$tag" > "$LOGS/bench_llama8b_$tag.txt" 2>&1
   echo "== llama8b with $variant (rc $?)" >> "$OUT/summary.txt"
   cat "$LOGS/llama8b_$tag"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$LOGS/bench_llama8b_$tag.txt" >> "$OUT/summary.txt"
 done
 # FP8 KV cache (vLLM's kv_cache_dtype=fp8; the floor counts FP8 cache bytes): fxfuse only.
 B8FP8_BUDGET=${B8FP8_BUDGET:-60}
-timeout "$B8FP8_BUDGET" python3 examples/decode_step/bench_decode.py --fxfuse "$D/fxfuse" --config llama8b \
+[[ $B8FP8_BUDGET -gt 0 ]] && timeout "$B8FP8_BUDGET" python3 examples/decode_step/bench_decode.py --fxfuse "$D/fxfuse" --config llama8b \
   --kv-cache fp8 --batches 1,8,64 --contexts 1024,4096 --iters 50 --torch-modes none --out "$LOGS/llama8b_fp8" \
   > "$LOGS/bench_llama8b_fp8.txt" 2>&1
 echo "== llama8b, FP8 KV cache (rc $?)" >> "$OUT/summary.txt"

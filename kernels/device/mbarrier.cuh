@@ -1,6 +1,6 @@
 // Hopper building blocks shared by fxfuse's kernels: the per-device dynamic shared-memory limit
 // of a kernel, mbarriers (shared::cta addresses) and one-dimensional bulk copies (TMA without
-// a tensor map) that complete on an mbarrier.
+// a tensor map) that complete on an mbarrier, and bulk prefetches into L2.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -57,6 +57,12 @@ __device__ __forceinline__ void bulkCopyToShared(uint32_t dst, const void* src, 
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
+}
+
+// ---- bulk prefetch: `bytes` (a multiple of 16, address 16-byte aligned) of global memory into
+// L2 by the TMA unit; nothing waits for it and no register or shared memory holds it.
+__device__ __forceinline__ void bulkPrefetchToL2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 
 }  // namespace fxfuse::kernels::device

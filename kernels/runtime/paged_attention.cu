@@ -99,7 +99,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 // Keys a warp loads before it reduces any: their loads are in flight together instead of one
 // key's latency after another's.
 constexpr int kKeyGroup = static_cast<int>(kPagedKeyGroup);
-// Split-KV target: (token, head group, chunk) warps per multiprocessor.
+// Split-KV target: (token, head group, chunk) warps per multiprocessor
+// ($FXFUSE_PAGED_WARPS_PER_SM overrides it for A/B measurements, read when a step is planned).
 constexpr int64_t kTargetWarpsPerSm = 32;
 constexpr int64_t kMaxSplits = 256;
 
@@ -822,6 +823,12 @@ bool mmaDisabled() {
   return v && v[0] == '0';
 }
 
+int64_t targetWarpsPerSm() {
+  const char* v = std::getenv("FXFUSE_PAGED_WARPS_PER_SM");
+  const long n = v ? std::strtol(v, nullptr, 10) : 0;
+  return n >= 1 && n <= 1024 ? n : kTargetWarpsPerSm;
+}
+
 // Launches the attention kernel of (NE, HPW, F) on `path` (the ring: dynamic shared memory past
 // the default 48 KB limit, raised once per kernel and device).
 template <int NE, int HPW, CacheFormat F>
@@ -921,7 +928,7 @@ void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms) {
     return;
   const int64_t ne = p.head_size <= 32 ? 1 : p.head_size <= 64 ? 2 : p.head_size <= 128 ? 4 : 8;
   const int64_t warps = p.num_tokens * (p.heads_q / headsPerWarp(p, ne));
-  const int64_t target = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * kTargetWarpsPerSm;
+  const int64_t target = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * targetWarpsPerSm();
   int64_t splits = (target + warps - 1) / warps;
   splits = std::min(splits, max_keys / kPagedMinSplitKeys);  // chunks of at least kPagedMinSplitKeys
   splits = std::min(splits, kMaxSplits);

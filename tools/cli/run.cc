@@ -256,6 +256,17 @@ void printMatmulAlgorithms(const rt::Session& s) {
   for (const auto& a : s.matmulAlgorithms()) std::printf("  %s\n", a.c_str());
 }
 
+// One line on the weight prefetches of the last prepare (docs/runtime.md "Weight prefetch").
+void printWeightPrefetches(const rt::Session& s) {
+  const auto& lines = s.weightPrefetches();
+  if (lines.empty()) {
+    std::printf("weight prefetch: none (no matmul weight after another step, or FXFUSE_PREFETCH_MB=0)\n");
+    return;
+  }
+  std::printf("weight prefetch: %zu matmul weights warmed in L2 on a side stream (first: %s)\n", lines.size(),
+              lines.front().c_str());
+}
+
 // What --describe says about matmul steps: the algorithm is chosen when a session prepares.
 std::string describeMatmulSelection(const pb::Plan& plan) {
   int n = 0;
@@ -703,6 +714,7 @@ void registerBench(CLI::App& app, int& exit_code) {
                 static_cast<long long>(l.plan.arena().no_reuse_bytes_at_hint()));
     if (batch) std::printf("serving batch: %s\n", batch->describe().c_str());
     if (mg.rank <= 0) printMatmulAlgorithms(s);
+    if (mg.rank <= 0) printWeightPrefetches(s);
     std::string profile_json = "[]";
     if (profile > 0) profile_json = printStepProfile(l.plan, s.profileSteps(stream, profile), med * 1000.0);
     if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers

@@ -1,0 +1,55 @@
+#include "compiler/runtime/weight_prefetch.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+namespace fxfuse::runtime {
+
+namespace pb = fxfuse::plan::v1;
+
+namespace {
+
+// Whether TensorRef `id` lives in memory no step writes: a PARAMETER or CONSTANT input.
+bool isWeight(const pb::Plan& plan, int id) {
+  if (id < 0 || id >= plan.tensors_size()) return false;
+  const int buffer = plan.tensors(id).buffer();
+  if (buffer < 0 || buffer >= plan.buffers_size()) return false;
+  const pb::Buffer& b = plan.buffers(buffer);
+  if (b.kind() != pb::INPUT || b.input() < 0 || b.input() >= plan.inputs_size()) return false;
+  const pb::IoRole role = plan.inputs(b.input()).role();
+  return role == pb::PARAMETER || role == pb::CONSTANT;
+}
+
+}  // namespace
+
+std::vector<WeightPrefetch> PlanWeightPrefetches(const pb::Plan& plan) {
+  std::vector<WeightPrefetch> out;
+  int fork = 0;  // the first step after the previous matmul
+  for (int i = 0; i < plan.steps_size(); ++i) {
+    if (!plan.steps(i).has_matmul()) continue;
+    const pb::Matmul& mm = plan.steps(i).matmul();
+    if (fork < i) {
+      if (isWeight(plan, mm.b())) out.push_back({fork, i, mm.b()});
+      if (isWeight(plan, mm.a())) out.push_back({fork, i, mm.a()});
+    }
+    fork = i + 1;
+  }
+  return out;
+}
+
+int64_t PrefetchBytes(int64_t weight_bytes, int64_t cap) {
+  if (cap <= 0 || weight_bytes <= 0) return 0;
+  return std::min(weight_bytes, cap);
+}
+
+int64_t PrefetchCapBytes(int64_t l2_bytes) {
+  if (const char* v = std::getenv("FXFUSE_PREFETCH_MB")) {
+    char* end = nullptr;
+    const double mb = std::strtod(v, &end);
+    if (end != v && *end == '\0' && mb >= 0 && mb <= 1e6) return static_cast<int64_t>(mb * 1024 * 1024);
+  }
+  return std::max<int64_t>(l2_bytes, 0) / 2;
+}
+
+}  // namespace fxfuse::runtime

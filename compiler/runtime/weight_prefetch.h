@@ -1,0 +1,40 @@
+// Weight prefetch: where a plan's matmul weights are pulled into L2 ahead of their GEMM.
+//
+// A decode step streams every weight once, and HBM idles while the latency-bound steps between
+// two GEMMs run (norms, rotary, the KV-cache write, attention): a kernel boundary plus a GEMM's
+// ramp-up cost microseconds each, four times per layer. The session therefore forks a bulk L2
+// prefetch of each weight onto a side stream when the previous GEMM has finished, so the
+// weight bytes move while those steps run and the GEMM finds its first tiles in L2
+// (docs/runtime.md "Weight prefetch"). Prefetches are hints: no step waits for them and a
+// wrong guess costs bandwidth, never correctness.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "proto/fxfuse_plan.pb.h"
+
+namespace fxfuse::runtime {
+
+struct WeightPrefetch {
+  int fork_step = 0;    // enqueued on the side stream just before this step
+  int matmul_step = 0;  // the step that reads the weight
+  int tensor = 0;       // the weight (TensorRef id)
+};
+
+// Per Matmul step reading a weight (operand a or b in an INPUT buffer of role PARAMETER or
+// CONSTANT: memory no step writes), in step order: forked at the first step after the previous
+// Matmul. A matmul right after another one gets none: its prefetch would only share the
+// bandwidth the running GEMM already uses. Malformed references are skipped (the session's
+// checks name them).
+std::vector<WeightPrefetch> PlanWeightPrefetches(const fxfuse::plan::v1::Plan& plan);
+
+// The bytes of a weight worth prefetching: its first `cap` bytes (the tiles a row-order GEMM
+// reads first); more would evict lines before the GEMM reaches them. 0 when cap <= 0.
+int64_t PrefetchBytes(int64_t weight_bytes, int64_t cap);
+
+// The cap for a device whose L2 holds `l2_bytes`: half of it, unless $FXFUSE_PREFETCH_MB says
+// otherwise (0 turns the prefetch off).
+int64_t PrefetchCapBytes(int64_t l2_bytes);
+
+}  // namespace fxfuse::runtime

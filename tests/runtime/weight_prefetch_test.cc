@@ -1,0 +1,123 @@
+// Where a session prefetches matmul weights into L2 (compiler/runtime/weight_prefetch.h),
+// without a GPU: on a hand-made plan (the rules one by one) and on the plan of a real FP8
+// decoder layer (every weight GEMM gets its prefetch, forked right after the previous GEMM).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "compiler/lowering/lowering.h"
+#include "compiler/runtime/weight_prefetch.h"
+#include "ir/io.h"
+#include "passes/pipeline/pipeline.h"
+
+using namespace fxfuse;
+using fxfuse::runtime::PlanWeightPrefetches;
+using fxfuse::runtime::PrefetchBytes;
+using fxfuse::runtime::PrefetchCapBytes;
+namespace pb = fxfuse::plan::v1;
+
+namespace {
+
+// A plan with one input per role in `roles`, each in its own buffer and tensor (ids = index).
+pb::Plan planWithInputs(const std::vector<pb::IoRole>& roles) {
+  pb::Plan p;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    auto* in = p.add_inputs();
+    in->set_role(roles[i]);
+    auto* b = p.add_buffers();
+    b->set_id(static_cast<int>(i));
+    b->set_kind(pb::INPUT);
+    b->set_input(static_cast<int>(i));
+    auto* t = p.add_tensors();
+    t->set_id(static_cast<int>(i));
+    t->set_buffer(static_cast<int>(i));
+  }
+  return p;
+}
+
+void addKernel(pb::Plan& p) { p.add_steps()->mutable_kernel()->set_kernel("lib.rms_norm"); }
+
+void addMatmul(pb::Plan& p, int a, int b) {
+  auto* mm = p.add_steps()->mutable_matmul();
+  mm->set_a(a);
+  mm->set_b(b);
+}
+
+}  // namespace
+
+TEST_CASE("weight prefetch: forked after the previous matmul, weights only") {
+  // tensors: 0 activation (user input), 1 and 2 weights (parameter, constant), 3 a buffer
+  pb::Plan p = planWithInputs({pb::USER_INPUT, pb::PARAMETER, pb::CONSTANT, pb::BUFFER});
+  addKernel(p);        // 0
+  addMatmul(p, 0, 1);  // 1: forked at 0
+  addKernel(p);        // 2
+  addKernel(p);        // 3
+  addMatmul(p, 0, 2);  // 4: forked at 2 (the first step after matmul 1)
+  addMatmul(p, 0, 1);  // 5: right after a matmul: none
+  addKernel(p);        // 6
+  addMatmul(p, 0, 3);  // 7: a mutable buffer, not a weight: none
+  addKernel(p);        // 8
+  addMatmul(p, 2, 0);  // 9: the weight as operand a: forked at 8
+  const auto w = PlanWeightPrefetches(p);
+  REQUIRE(w.size() == 3);
+  CHECK((w[0].fork_step == 0 && w[0].matmul_step == 1 && w[0].tensor == 1));
+  CHECK((w[1].fork_step == 2 && w[1].matmul_step == 4 && w[1].tensor == 2));
+  CHECK((w[2].fork_step == 8 && w[2].matmul_step == 9 && w[2].tensor == 2));
+}
+
+TEST_CASE("weight prefetch: a plan starting with a matmul, and malformed references") {
+  pb::Plan p = planWithInputs({pb::USER_INPUT, pb::PARAMETER});
+  addMatmul(p, 0, 1);   // step 0: nothing runs before it, no window to prefetch in
+  addKernel(p);
+  addMatmul(p, 0, 7);   // tensor out of range: skipped
+  addKernel(p);
+  addMatmul(p, 0, -1);  // negative: skipped
+  p.mutable_tensors(1)->set_buffer(9);  // and now tensor 1's buffer is out of range too
+  addKernel(p);
+  addMatmul(p, 0, 1);
+  CHECK(PlanWeightPrefetches(p).empty());
+}
+
+TEST_CASE("weight prefetch: bytes capped, the cap from L2 or FXFUSE_PREFETCH_MB") {
+  CHECK(PrefetchBytes(100, 40) == 40);
+  CHECK(PrefetchBytes(30, 40) == 30);
+  CHECK(PrefetchBytes(30, 0) == 0);
+  CHECK(PrefetchBytes(0, 40) == 0);
+  unsetenv("FXFUSE_PREFETCH_MB");
+  CHECK(PrefetchCapBytes(50 << 20) == 25 << 20);
+  setenv("FXFUSE_PREFETCH_MB", "8", 1);
+  CHECK(PrefetchCapBytes(50 << 20) == 8 << 20);
+  setenv("FXFUSE_PREFETCH_MB", "0", 1);
+  CHECK(PrefetchCapBytes(50 << 20) == 0);
+  setenv("FXFUSE_PREFETCH_MB", "lots", 1);  // not a number: the default
+  CHECK(PrefetchCapBytes(50 << 20) == 25 << 20);
+  unsetenv("FXFUSE_PREFETCH_MB");
+}
+
+TEST_CASE("weight prefetch: every weight GEMM of an FP8 decoder layer plan") {
+  auto m = ir::loadModule("tests/plans/decoder_fp8.fxg");
+  compiler::compileModule(*m, compiler::CompileOptions{});
+  const pb::Plan plan = lowering::lowerModule(*m, lowering::LowerOptions{});
+  std::vector<int> matmuls;
+  for (int i = 0; i < plan.steps_size(); ++i)
+    if (plan.steps(i).has_matmul()) matmuls.push_back(i);
+  REQUIRE(matmuls.size() >= 4);  // qkv, o, gate/up, down
+  const auto w = PlanWeightPrefetches(plan);
+  CHECK(w.size() >= 3);
+  INFO("matmul steps: " << matmuls.size() << ", prefetches: " << w.size());
+  size_t next = 0;
+  for (size_t j = 0; j < matmuls.size(); ++j) {
+    const int prev_end = j == 0 ? 0 : matmuls[j - 1] + 1;
+    if (prev_end == matmuls[j]) continue;  // back to back: none
+    REQUIRE(next < w.size());
+    CHECK(w[next].matmul_step == matmuls[j]);
+    CHECK(w[next].fork_step == prev_end);
+    const int weight = plan.steps(matmuls[j]).matmul().b();
+    CHECK(w[next].tensor == weight);
+    const auto& buffer = plan.buffers(plan.tensors(weight).buffer());
+    CHECK(buffer.kind() == pb::INPUT);
+    CHECK(plan.inputs(buffer.input()).role() == pb::PARAMETER);
+    ++next;
+  }
+  CHECK(next == w.size());
+}
