@@ -46,6 +46,18 @@ bench() {  # CONFIG BUDGET ARGS... (budget 0: left out)
   cp "$LOGS/$config"/decode_*.json "$LOGS/$config"/decode_*.md "$OUT/" 2>/dev/null
   cat "$LOGS/$config"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$LOGS/bench_$config.txt" >> "$OUT/summary.txt"
 }
+# Logit parity against torch on the same inputs (torch_parity.py): PARITY_CONFIGS (default
+# llama8b; 2 layers of the full-size model, batch 4 x context 1024), PARITY_BUDGET s each.
+PARITY_BUDGET=${PARITY_BUDGET:-150}
+IFS=',' read -r -a parity_configs <<< "${PARITY_CONFIGS:-llama8b}"
+[[ $PARITY_BUDGET -gt 0 ]] && for config in "${parity_configs[@]}"; do
+  timeout "$PARITY_BUDGET" python3 examples/decode_step/torch_parity.py \
+    --fxfuse "$D/fxfuse" --config "$config" --layers 2 --batch 4 --context 1024 --out "$LOGS/parity" \
+    > "$LOGS/parity_$config.txt" 2>&1
+  echo "== logit parity, $config (rc $?)" >> "$OUT/summary.txt"
+  tail -8 "$LOGS/parity_$config.txt" >> "$OUT/summary.txt"
+done
+cp "$LOGS"/parity/parity_*.json "$OUT/" 2>/dev/null
 bench llama8b "${B8_BUDGET:-260}" --batches 1,8,32,64 --contexts 1024,4096 --iters 50 --profile "${PROFILE:-10}" \
   --torch-modes "${TORCH_MODES_8B:-eager,default}"
 bench llama70b "${B70_BUDGET:-150}" --batches 1,8 --contexts 1024 --iters 20 --torch-modes default

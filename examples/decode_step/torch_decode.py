@@ -13,6 +13,9 @@ not fit on the GPU twice).
 
 `weights="bf16"` replaces the FP8 linears by bf16 matmuls: only for checking this file's
 shapes on a machine without FP8 support (tests run it on the CPU with the tiny config).
+torch_parity.py runs this step on fxfuse's own inputs; without torch FP8 (Debian's torch on
+the CPU) its linears are emulated: `fp8="emulate"` in `dims`, weights already decoded to f32,
+activations rounded to e4m3 values by round_e4m3 (the same math, on f32 values).
 """
 import math
 
@@ -89,6 +92,52 @@ def quant_static(x, s):
     return (x.to(torch.float32) * s.reciprocal()).clamp(-448.0, 448.0).to(fp8_dtype())
 
 
+def round_e4m3(x):
+    """f32 values rounded to the nearest e4m3fn value (ties to even; |x| <= 448 already):
+    3 mantissa bits above 2^-6, steps of 2^-9 below (subnormals)."""
+    mag = x.abs()
+    exp = torch.floor(torch.log2(mag.clamp(min=2.0 ** -6)))
+    step = torch.pow(2.0, exp - 3)
+    return torch.round(x / step) * step
+
+
+def linear_emulated(x, w, ws, xs):
+    """torch._scaled_mm's math on f32 values: e4m3 activations times decoded e4m3 weights, the
+    f32 product scaled by scale_a * scale_b, rounded to bf16."""
+    q = round_e4m3((x.to(torch.float32) * xs.reciprocal()).clamp(-448.0, 448.0))
+    return ((q @ w) * (xs * ws)).to(torch.bfloat16)
+
+
+def _torch_at_least(major, minor):
+    parts = torch.__version__.split("+")[0].split(".")
+    return (int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)) >= (major, minor)
+
+
+def attend(q, k_cache, v_cache):
+    """SDPA of one query per sequence over the whole cache, grouped-query heads. torch before
+    2.5 has no enable_gqa (before 2.0 no SDPA): there the KV heads are repeated and the softmax
+    taken in f32, for the CPU tests with Debian's torch."""
+    if _torch_at_least(2, 5):
+        return F.scaled_dot_product_attention(q, k_cache, v_cache, enable_gqa=True)
+    g = q.shape[1] // k_cache.shape[1]
+    k, v = k_cache.repeat_interleave(g, dim=1).float(), v_cache.repeat_interleave(g, dim=1).float()
+    s = (q.float() @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return (s.softmax(-1) @ v).to(q.dtype)
+
+
+# How silu_and_mul rounds: False as torch's native ops do (silu rounded to bf16, then the
+# product), True as vLLM's _C.silu_and_mul (f32 throughout, one rounding). torch_parity.py
+# flips it to measure how far two correct spellings of the model lie apart.
+SILU_MUL_ONE_ROUNDING = False
+
+
+def silu_and_mul(gu):
+    half = gu.shape[-1] // 2
+    if SILU_MUL_ONE_ROUNDING:
+        return (F.silu(gu[:, :half].float()) * gu[:, half:].float()).to(gu.dtype)
+    return F.silu(gu[:, :half]) * gu[:, half:]
+
+
 def rms_norm(x, w, eps):
     xf = x.to(torch.float32)
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
@@ -96,6 +145,8 @@ def rms_norm(x, w, eps):
 
 
 def linear(x, w, ws, xs, fp8):
+    if fp8 == "emulate":
+        return linear_emulated(x, w, ws, xs)
     if fp8:
         return torch._scaled_mm(quant_static(x, xs), w, scale_a=xs, scale_b=ws, out_dtype=torch.bfloat16)
     return x @ w
@@ -121,14 +172,13 @@ def decoder_layer(h, residual, positions, cache_position, cos_sin, ln1, ln2, w_q
     q, k = rope(q, NH), rope(k, NKV)
     k_cache.index_copy_(2, cache_position, k[:, :, None, :])
     v_cache.index_copy_(2, cache_position, v.reshape(B, NKV, D)[:, :, None, :])
-    a = F.scaled_dot_product_attention(q[:, :, None, :], k_cache, v_cache, enable_gqa=True)
+    a = attend(q[:, :, None, :], k_cache, v_cache)
     a = a.reshape(B, NH * D)
     o = linear(a, w_o, ws_o, is_o, fp8)
     residual = o + residual
     x = rms_norm(residual, ln2, eps)
     gu = linear(x, w_gu, ws_gu, is_gu, fp8)
-    half = gu.shape[-1] // 2
-    act = F.silu(gu[:, :half]) * gu[:, half:]
+    act = silu_and_mul(gu)
     return linear(act, w_down, ws_down, is_down, fp8), residual
 
 

@@ -1,29 +1,18 @@
 """torch_decode.py's decode step on the CPU (torch from Debian; bf16 weights instead of FP8,
 which that torch lacks): the step's logits have the right shape and are finite, this step's
 key and value land at position C - 1 of every layer's cache and nowhere else, and the step is
-deterministic. Where torch has no scaled_dot_product_attention (before 2.0), a reference one
-with grouped-query heads stands in."""
-import math
+deterministic. Where torch has no grouped-query SDPA, torch_decode.attend's reference stands
+in."""
 import os
 import sys
 import unittest
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "fixtures"))
 import decode_model  # noqa: E402
 import torch_decode as td  # noqa: E402
-
-if not hasattr(F, "scaled_dot_product_attention"):
-    def _sdpa(q, k, v, enable_gqa=False):
-        g = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-        s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        return (s.softmax(-1) @ v.float()).to(q.dtype)
-    F.scaled_dot_product_attention = _sdpa
-
 
 class DecodeStepTest(unittest.TestCase):
     def run_step(self, batch, context):

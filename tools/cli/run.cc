@@ -299,7 +299,7 @@ void registerRun(CLI::App& app, int& exit_code) {
               strict = false, no_gemm_tune = false;
   static int world_size = kDefaultWorldSize;
   static std::vector<std::string> passes, input_files;
-  static std::string save_outputs;
+  static std::string save_outputs, save_inputs;
   static double rtol = -1, atol = -1, mismatch_frac = 0.001;
   static MultiGpuFlags mg;
   static std::string kv_cache;
@@ -311,6 +311,9 @@ void registerRun(CLI::App& app, int& exit_code) {
                   "seeded values (repeatable)");
   cmd->add_option("--save-outputs", save_outputs,
                   "write each tensor output as DIR/output_<i>.f32 (float32, little-endian) and DIR/outputs.json");
+  cmd->add_option("--save-inputs", save_inputs,
+                  "write each tensor input the run uses as DIR/input_<i>.bin (its dtype, the format --input reads) "
+                  "and DIR/inputs.json");
   cmd->add_option("--device", device, "device to run on (cuda)");
   cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
   cmd->add_option("--seed", seed, "seed of the random inputs");
@@ -368,11 +371,10 @@ void registerRun(CLI::App& app, int& exit_code) {
     if (static_cast<int>(host_inputs.size()) != l.plan.inputs_size())
       fail("the graph has {} inputs, the plan {}", host_inputs.size(), l.plan.inputs_size());
     auto env = symbolValues(l.plan, in.bindings());
-    if (!input_files.empty()) {
-      std::vector<std::string> names;
-      for (const auto& pi : l.plan.inputs()) names.push_back(pi.name());
-      applyInputFiles(input_files, names, host_inputs);
-    }
+    std::vector<std::string> input_names;
+    for (const auto& pi : l.plan.inputs()) input_names.push_back(pi.name());
+    if (!input_files.empty()) applyInputFiles(input_files, input_names, host_inputs);
+    if (!save_inputs.empty()) saveInputs(save_inputs, input_names, host_inputs);
     auto save = [&](const std::vector<const interp::Tensor*>& tensors) {
       if (save_outputs.empty()) return;
       std::vector<SavedOutput> outs;

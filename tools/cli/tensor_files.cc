@@ -35,6 +35,10 @@ std::string jsonString(const std::string& s) {
   return out + "\"";
 }
 
+void makeDirectory(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) fail("{}: cannot create the directory ({})", dir, std::strerror(errno));
+}
+
 }  // namespace
 
 void applyInputFiles(const std::vector<std::string>& specs, const std::vector<std::string>& input_names,
@@ -69,8 +73,34 @@ void applyInputFiles(const std::vector<std::string>& specs, const std::vector<st
   }
 }
 
+void saveInputs(const std::string& dir, const std::vector<std::string>& input_names,
+                const std::vector<interp::RValue>& inputs) {
+  makeDirectory(dir);
+  std::string json = "[\n";
+  bool first = true;
+  for (size_t i = 0; i < inputs.size() && i < input_names.size(); ++i) {
+    if (!inputs[i].isTensor()) continue;
+    const interp::Tensor& t = inputs[i].t;
+    const int eb = ir::dtypeBytes(t.dtype);
+    if (eb <= 0 || eb > 8) fail("--save-inputs: input '{}' has dtype {} without a raw form", input_names[i], ir::dtypeName(t.dtype));
+    const std::vector<double> vals = t.values();
+    std::string raw(vals.size() * static_cast<size_t>(eb), '\0');
+    for (size_t k = 0; k < vals.size(); ++k) {
+      const uint64_t bits = interp::toBits(vals[k], t.dtype);
+      std::memcpy(raw.data() + k * static_cast<size_t>(eb), &bits, static_cast<size_t>(eb));  // little-endian low bytes
+    }
+    const std::string file = fmt::format("input_{}.bin", i);
+    ir::writeFileAtomic(dir + "/" + file, raw);
+    json += fmt::format("{} {{\"index\": {}, \"name\": {}, \"dtype\": {}, \"shape\": {}, \"file\": \"{}\"}}",
+                        first ? "" : ",\n", i, jsonString(input_names[i]), jsonString(std::string(ir::dtypeName(t.dtype))),
+                        shapeText(t.shape), file);
+    first = false;
+  }
+  ir::writeFileAtomic(dir + "/inputs.json", json + "\n]\n");
+}
+
 void saveOutputs(const std::string& dir, const std::vector<SavedOutput>& outputs) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) fail("{}: cannot create the directory ({})", dir, std::strerror(errno));
+  makeDirectory(dir);
   std::string json = "[\n";
   bool first = true;
   for (size_t i = 0; i < outputs.size(); ++i) {
