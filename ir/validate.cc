@@ -39,7 +39,28 @@ bool concrete(const std::vector<SymExpr>& dims, const std::map<std::string, int6
   return true;
 }
 
+// Whether `e` contains torch's infinity (`oo`, `int_oo`): fine as a symbol range's bound,
+// meaningless as a size, stride or offset. Iterative: expressions may nest deeply.
+bool mentionsInfinity(const SymExpr& e) {
+  std::vector<const SymExpr*> todo = {&e};
+  while (!todo.empty()) {
+    const SymExpr* x = todo.back();
+    todo.pop_back();
+    if (x->kind() == SymExpr::Kind::Opaque && (x->name() == "oo" || x->name() == "int_oo")) return true;
+    for (const auto& a : x->args()) todo.push_back(&a);
+  }
+  return false;
+}
+
+void refuseInfinity(const std::vector<SymExpr>& dims, const char* what, const std::string& where) {
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (mentionsInfinity(dims[i])) fail("{}: {} {} is infinite ({})", where, what, i, dims[i].str());
+}
+
 void checkTensorType(const TensorType& t, const std::map<std::string, int64_t>& env, const std::string& where) {
+  refuseInfinity(t.shape, "size", where);
+  refuseInfinity(t.stride, "stride", where);
+  if (mentionsInfinity(t.storage_offset)) fail("{}: the storage offset is infinite ({})", where, t.storage_offset.str());
   for (const auto& d : t.shape)
     if (d.isInt() && d.intValue() < 0) fail("{}: negative size {}", where, d.intValue());
   for (const auto& d : t.stride)

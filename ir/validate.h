@@ -4,7 +4,7 @@
 //
 // validateModule (every command, run by loadModule):
 //   * symbols: min <= max, the hint inside the range;
-//   * every tensor type (graph inputs, node results, weights): no negative constant size,
+//   * every tensor type (graph inputs, node results, weights): no infinite (`oo`) or negative constant size,
 //     stride or storage offset; at the symbols' hints, element count, storage extent and
 //     byte count fit int64 (checked_math.h);
 //   * weights with a payload: the strided view stays inside the payload's bytes.

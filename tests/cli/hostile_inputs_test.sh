@@ -37,6 +37,7 @@ w("mod0.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[Mod(s0, 0), 64]'))
 w("bad_range.fxg", small.replace("range=[1, 8192] hint=16", "range=[100, 1]"))
 w("hint_outside.fxg", small.replace("range=[1, 8192] hint=16", "range=[1, 8] hint=16"))
 w("negsize.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[-5, 64]').replace("%2: f32[s0, 64]", "%2: f32[-5, 64]"))
+w("infsize.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[oo, 64]').replace("%2: f32[s0, 64]", "%2: f32[int_oo, 64]"))
 w("missing_operand.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default()"))
 w("string_operand.fxg", small.replace("aten.neg.default(self=%1)", 'aten.neg.default(self="hello")'))
 w("unknown_op.fxg", small.replace("aten.neg.default(self=%1)", "aten.frobnicate.default(self=%1)"))
@@ -197,6 +198,7 @@ run_case bad_crc 2 -- inspect "$T/bad_crc.pt2"; expect_msg bad_crc "CRC"
 
 # 8. User mistakes are exit 2, not "internal error" (3).
 run_case negative_input_size 2 -- verify "$T/negsize.fxg"; expect_msg negative_input_size "negative size"
+run_case infinite_input_size 2 -- compile "$T/infsize.fxg" -o "$T/out.plan"; expect_msg infinite_input_size "size 0 is infinite"
 run_case missing_graph_ref 2 -- compile "$T/graph_ref.fxg"; expect_msg missing_graph_ref "missing graph"
 run_case dump_dir_on_file 2 -- compile "$T/small.fxg" --dump-dir "$T/a_file"; expect_msg dump_dir_on_file "dump-dir"
 
