@@ -448,7 +448,8 @@ void Session::prepareWeightPrefetches() {
   check(cudaGetDevice(&device), "querying the device");
   check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "querying the L2 size");
   const int64_t cap = PrefetchCapBytes(l2);
-  for (const WeightPrefetch& w : PlanWeightPrefetches(plan_)) {
+  prefetch_evict_last_ = PrefetchEvictLastFromEnv();
+  for (const WeightPrefetch& w : PlanWeightPrefetches(plan_, PrefetchForkFromEnv())) {
     const DeviceTensor t = tensor(w.tensor);
     int64_t extent = 1;  // elements from the first to the last one, strides as laid out
     for (size_t d = 0; d < t.shape.size(); ++d) {
@@ -1272,7 +1273,7 @@ void Session::enqueueSteps(cudaStream_t stream) {
       check(cudaEventRecord(fork_event_, stream), "recording the prefetch fork");
       check(cudaStreamWaitEvent(prefetch_stream_, fork_event_, 0), "forking the prefetch stream");
       for (; next < prefetches_.size() && prefetches_[next].fork_step == i; ++next)
-        check(LaunchL2Prefetch(prefetches_[next].data, prefetches_[next].bytes, prefetch_stream_),
+        check(LaunchL2Prefetch(prefetches_[next].data, prefetches_[next].bytes, prefetch_evict_last_, prefetch_stream_),
               prefetches_[next].where);
     }
     steps_[i]->run(stream);

@@ -205,6 +205,7 @@ class Session {
   std::vector<std::string> prefetch_lines_;
   cudaStream_t prefetch_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
+  bool prefetch_evict_last_ = false;
   bool dirty_ = true;
   int launches_ = 0;
   Communicator* comm_ = nullptr;

@@ -23,9 +23,9 @@ bool isWeight(const pb::Plan& plan, int id) {
 
 }  // namespace
 
-std::vector<WeightPrefetch> PlanWeightPrefetches(const pb::Plan& plan) {
+std::vector<WeightPrefetch> PlanWeightPrefetches(const pb::Plan& plan, PrefetchFork how) {
   std::vector<WeightPrefetch> out;
-  int fork = 0;  // the first step after the previous matmul
+  int fork = 0;  // the previous matmul, or the first step after it
   for (int i = 0; i < plan.steps_size(); ++i) {
     if (!plan.steps(i).has_matmul()) continue;
     const pb::Matmul& mm = plan.steps(i).matmul();
@@ -33,7 +33,7 @@ std::vector<WeightPrefetch> PlanWeightPrefetches(const pb::Plan& plan) {
       if (isWeight(plan, mm.b())) out.push_back({fork, i, mm.b()});
       if (isWeight(plan, mm.a())) out.push_back({fork, i, mm.a()});
     }
-    fork = i + 1;
+    fork = how == PrefetchFork::kWithPreviousMatmul ? i : i + 1;
   }
   return out;
 }
@@ -50,6 +50,16 @@ int64_t PrefetchCapBytes(int64_t l2_bytes) {
     if (end != v && *end == '\0' && mb >= 0 && mb <= 1e6) return static_cast<int64_t>(mb * 1024 * 1024);
   }
   return std::max<int64_t>(l2_bytes, 0) / 2;
+}
+
+PrefetchFork PrefetchForkFromEnv() {
+  const char* v = std::getenv("FXFUSE_PREFETCH_FORK");
+  return v && std::string(v) == "with_previous" ? PrefetchFork::kWithPreviousMatmul : PrefetchFork::kAfterPreviousMatmul;
+}
+
+bool PrefetchEvictLastFromEnv() {
+  const char* v = std::getenv("FXFUSE_PREFETCH_EVICT_LAST");
+  return v && std::string(v) == "1";
 }
 
 }  // namespace fxfuse::runtime

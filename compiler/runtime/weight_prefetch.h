@@ -22,12 +22,18 @@ struct WeightPrefetch {
   int tensor = 0;       // the weight (TensorRef id)
 };
 
+// Where a prefetch forks: after the previous Matmul has finished (the default), or as it
+// starts, so the weight stream runs on through that GEMM's tail (its lines then need the
+// evict-last mark to survive the GEMM's own stream).
+enum class PrefetchFork { kAfterPreviousMatmul, kWithPreviousMatmul };
+
 // Per Matmul step reading a weight (operand a or b in an INPUT buffer of role PARAMETER or
-// CONSTANT: memory no step writes), in step order: forked at the first step after the previous
-// Matmul. A matmul right after another one gets none: its prefetch would only share the
-// bandwidth the running GEMM already uses. Malformed references are skipped (the session's
-// checks name them).
-std::vector<WeightPrefetch> PlanWeightPrefetches(const fxfuse::plan::v1::Plan& plan);
+// CONSTANT: memory no step writes), in step order. kAfterPreviousMatmul: forked at the first
+// step after the previous Matmul; a matmul right after another one gets none (its prefetch
+// would only share the bandwidth the running GEMM already uses). kWithPreviousMatmul: forked
+// at the previous Matmul. Malformed references are skipped (the session's checks name them).
+std::vector<WeightPrefetch> PlanWeightPrefetches(const fxfuse::plan::v1::Plan& plan,
+                                                 PrefetchFork fork = PrefetchFork::kAfterPreviousMatmul);
 
 // The bytes of a weight worth prefetching: its first `cap` bytes (the tiles a row-order GEMM
 // reads first); more would evict lines before the GEMM reaches them. 0 when cap <= 0.
@@ -36,5 +42,9 @@ int64_t PrefetchBytes(int64_t weight_bytes, int64_t cap);
 // The cap for a device whose L2 holds `l2_bytes`: half of it, unless $FXFUSE_PREFETCH_MB says
 // otherwise (0 turns the prefetch off).
 int64_t PrefetchCapBytes(int64_t l2_bytes);
+
+// For A/B runs: $FXFUSE_PREFETCH_FORK=with_previous, $FXFUSE_PREFETCH_EVICT_LAST=1.
+PrefetchFork PrefetchForkFromEnv();
+bool PrefetchEvictLastFromEnv();
 
 }  // namespace fxfuse::runtime

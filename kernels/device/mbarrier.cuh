@@ -64,5 +64,13 @@ __device__ __forceinline__ void bulkCopyToShared(uint32_t dst, const void* src, 
 __device__ __forceinline__ void bulkPrefetchToL2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
+// The same with the lines marked evict-last (kept while evict-normal lines, e.g. another
+// kernel's streamed operands, are evicted first).
+__device__ __forceinline__ void bulkPrefetchToL2EvictLast(const void* src, uint32_t bytes) {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(src), "r"(bytes), "l"(policy)
+               : "memory");
+}
 
 }  // namespace fxfuse::kernels::device

@@ -14,21 +14,24 @@ constexpr int64_t kChunkBytes = 16 * 1024;  // bytes per prefetch instruction
 constexpr int kThreads = 32;
 constexpr int64_t kMaxBlocks = 64;  // TMA units issuing at once: enough for the copy rate
 
-__global__ void __launch_bounds__(kThreads) l2PrefetchKernel(const uint8_t* data, int64_t bytes) {
+__global__ void __launch_bounds__(kThreads) l2PrefetchKernel(const uint8_t* data, int64_t bytes, bool evict_last) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int64_t chunks = (bytes + kChunkBytes - 1) / kChunkBytes;
   for (int64_t c = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; c < chunks;
        c += static_cast<int64_t>(gridDim.x) * kThreads) {
     const int64_t offset = c * kChunkBytes;
     const int64_t n = bytes - offset < kChunkBytes ? bytes - offset : kChunkBytes;
-    kernels::device::bulkPrefetchToL2(data + offset, static_cast<uint32_t>(n));
+    if (evict_last)
+      kernels::device::bulkPrefetchToL2EvictLast(data + offset, static_cast<uint32_t>(n));
+    else
+      kernels::device::bulkPrefetchToL2(data + offset, static_cast<uint32_t>(n));
   }
 #endif
 }
 
 }  // namespace
 
-cudaError_t LaunchL2Prefetch(const void* data, int64_t bytes, cudaStream_t stream) {
+cudaError_t LaunchL2Prefetch(const void* data, int64_t bytes, bool evict_last, cudaStream_t stream) {
   // Only whole 16-byte units inside the range: a bulk prefetch must not start before `data`
   // or end past `data + bytes`.
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + 15) / 16 * 16;
@@ -39,7 +42,7 @@ cudaError_t LaunchL2Prefetch(const void* data, int64_t bytes, cudaStream_t strea
   int64_t blocks = (chunks + kThreads - 1) / kThreads;
   if (blocks > kMaxBlocks) blocks = kMaxBlocks;
   l2PrefetchKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(reinterpret_cast<const uint8_t*>(begin),
-                                                                           aligned);
+                                                                           aligned, evict_last);
   return cudaGetLastError();
 }
 

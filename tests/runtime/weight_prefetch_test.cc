@@ -65,6 +65,20 @@ TEST_CASE("weight prefetch: forked after the previous matmul, weights only") {
   CHECK((w[2].fork_step == 8 && w[2].matmul_step == 9 && w[2].tensor == 2));
 }
 
+TEST_CASE("weight prefetch: forked with the previous matmul") {
+  pb::Plan p = planWithInputs({pb::USER_INPUT, pb::PARAMETER});
+  addKernel(p);        // 0
+  addMatmul(p, 0, 1);  // 1: forked at 0
+  addMatmul(p, 0, 1);  // 2: forked at 1, the previous matmul, even back to back
+  addKernel(p);        // 3
+  addMatmul(p, 0, 1);  // 4: forked at 2
+  const auto w = PlanWeightPrefetches(p, fxfuse::runtime::PrefetchFork::kWithPreviousMatmul);
+  REQUIRE(w.size() == 3);
+  CHECK((w[0].fork_step == 0 && w[0].matmul_step == 1));
+  CHECK((w[1].fork_step == 1 && w[1].matmul_step == 2));
+  CHECK((w[2].fork_step == 2 && w[2].matmul_step == 4));
+}
+
 TEST_CASE("weight prefetch: a plan starting with a matmul, and malformed references") {
   pb::Plan p = planWithInputs({pb::USER_INPUT, pb::PARAMETER});
   addMatmul(p, 0, 1);   // step 0: nothing runs before it, no window to prefetch in
