@@ -2,7 +2,7 @@
 //
 // Persistent blocks, one per multiprocessor, each owning every gridDim.x-th tile of 16 weight
 // rows (16 output columns n) for all M tokens. A producer warp streams the tile's rows through a
-// ring of kStages shared-memory stages, kChunkBytes of K per stage, with one-dimensional bulk
+// ring of shared-memory stages (Ring: 1 KB of K per row and stage, 6 stages), with one-dimensional bulk
 // copies (TMA) that complete on the stage's mbarrier: no registers and no load instructions
 // hold the stream, so a block keeps ~100 KB of weights in flight, and the next tile's copies
 // start while this one is computed. Four consumer warps split each stage's K; per step of 64 K
@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/device/mbarrier.cuh"
 #include "kernels/device/pdl.cuh"
@@ -34,10 +35,22 @@ constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
 constexpr int kRowsPerTile = 16;    // the mma's M: weight rows
 constexpr int kTokensPerTile = 8;   // the mma's N: tokens
 constexpr int kStepBytes = 64;      // K bytes a warp covers per step: 4 lanes x 16
-constexpr int kChunkBytes = 1024;   // K bytes of each row per stage: 4 steps per consumer warp
-constexpr int kRowPitch = kChunkBytes + 64;  // rows g and g+1 64 bytes apart in the banks: no conflicts
-constexpr int kStageBytes = kRowsPerTile * kRowPitch;
-constexpr int kStages = 6;
+constexpr int kStepsPerGroup = 4;   // steps whose activations a consumer loads at once
+
+// The stage ring: kChunk bytes of K of each weight row per stage (one bulk copy per row and
+// stage), kStages stages. Bigger chunks mean fewer, longer copies for the same bytes in flight.
+template <int kChunkT, int kStagesT>
+struct Ring {
+  static constexpr int kChunk = kChunkT;
+  static constexpr int kStages = kStagesT;
+  static constexpr int kRowPitch = kChunk + 64;  // rows g and g+1 64 bytes apart in the banks: no conflicts
+  static constexpr int kStageBytes = kRowsPerTile * kRowPitch;
+  static constexpr int kSteps = kChunk / kStepBytes / kConsumerWarps;  // per consumer warp and stage
+  static_assert(kSteps % kStepsPerGroup == 0, "whole step groups per warp and stage");
+};
+// The default ring (1 KB chunks, 6 stages) and the ones $FXFUSE_SMALLM_CHUNK=2048|4096 selects
+// for A/B runs (M <= 16 only: the bigger stages leave room for fewer token tiles).
+using DefaultRing = Ring<1024, 6>;
 
 // c += A (16 x 32, rows of weights) * B (32 x 8, columns of tokens), e4m3 in, f32 accumulate.
 __device__ __forceinline__ void mmaE4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -67,17 +80,17 @@ __device__ __forceinline__ void consumerSync() {
 
 // The shared memory of a block: the stage ring, its full/empty mbarriers and the consumers'
 // partial sums of a tile ([warp][accumulator][lane], lane fastest: no bank conflicts).
-template <int kTiles>
+template <int kTiles, class R>
 struct Shared {
-  uint8_t stages[kStages][kStageBytes];
+  uint8_t stages[R::kStages][R::kStageBytes];
   float partial[kConsumerWarps][kTiles * 4][32];
-  uint64_t full[kStages], empty[kStages];
+  uint64_t full[R::kStages], empty[R::kStages];
 };
 
 // The consumers' partial sums of one tile added up and stored; each sum is one output element.
-template <int kTiles>
+template <int kTiles, class R>
 __device__ void reduceAndStore(const SmallMFp8GemmParams& p, const float (&acc)[kTiles][4], int64_t n0,
-                               Shared<kTiles>& sh) {
+                               Shared<kTiles, R>& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int tile = 0; tile < kTiles; ++tile)
@@ -105,8 +118,9 @@ __device__ void reduceAndStore(const SmallMFp8GemmParams& p, const float (&acc)[
 // The producer warp: every chunk of every tile of this block into the ring, in the order the
 // consumers take them. Lane 0 arms the stage's full barrier with the chunk's bytes, then lane r
 // copies row r (rows past N are not copied: their sums are never stored).
-__device__ void produce(const SmallMFp8GemmParams& p, uint8_t (*stages)[kStageBytes], uint64_t* full, uint64_t* empty,
-                        int64_t tiles, int64_t chunks) {
+template <class R>
+__device__ void produce(const SmallMFp8GemmParams& p, uint8_t (*stages)[R::kStageBytes], uint64_t* full,
+                        uint64_t* empty, int64_t tiles, int64_t chunks) {
   const int lane = threadIdx.x & 31;
   const uint8_t* w = static_cast<const uint8_t*>(p.w);
   int64_t it = 0;
@@ -114,10 +128,10 @@ __device__ void produce(const SmallMFp8GemmParams& p, uint8_t (*stages)[kStageBy
     const int64_t n0 = tile * kRowsPerTile;
     const int rows = static_cast<int>(p.N - n0 < kRowsPerTile ? p.N - n0 : kRowsPerTile);
     for (int64_t c = 0; c < chunks; ++c, ++it) {
-      const int s = static_cast<int>(it % kStages);
-      const uint32_t round = static_cast<uint32_t>(it / kStages);
-      const int64_t k0 = c * kChunkBytes;
-      const uint32_t bytes = static_cast<uint32_t>(p.K - k0 < kChunkBytes ? p.K - k0 : kChunkBytes);
+      const int s = static_cast<int>(it % R::kStages);
+      const uint32_t round = static_cast<uint32_t>(it / R::kStages);
+      const int64_t k0 = c * R::kChunk;
+      const uint32_t bytes = static_cast<uint32_t>(p.K - k0 < R::kChunk ? p.K - k0 : R::kChunk);
       const uint32_t full_bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full[s]));
       if (lane == 0) {
         dev::mbarWait(static_cast<uint32_t>(__cvta_generic_to_shared(&empty[s])), (round & 1u) ^ 1u);
@@ -125,90 +139,97 @@ __device__ void produce(const SmallMFp8GemmParams& p, uint8_t (*stages)[kStageBy
       }
       __syncwarp();
       if (lane < rows)
-        dev::bulkCopyToShared(static_cast<uint32_t>(__cvta_generic_to_shared(stages[s] + lane * kRowPitch)),
+        dev::bulkCopyToShared(static_cast<uint32_t>(__cvta_generic_to_shared(stages[s] + lane * R::kRowPitch)),
                               w + (n0 + lane) * p.w_row_stride + k0, bytes, full_bar);
     }
   }
 }
 
-// A consumer warp: its quarter of each chunk's K for every tile of this block. Parts of a
-// chunk past K (its last chunk) read zero activations.
-template <int kTiles>
-__device__ void consume(const SmallMFp8GemmParams& p, Shared<kTiles>& sh, int64_t tiles, int64_t chunks) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// One group of a consumer warp's steps in stage `stage`: the activations of the group's steps
+// (global, L1-cached), then two mma per step and token tile. `k_chunk`: the chunk's first K.
+template <int kTiles, class R>
+__device__ __forceinline__ void consumeGroup(const SmallMFp8GemmParams& p, const uint8_t* stage, int64_t k_chunk,
+                                             int first_step, const bool (&token_in)[kTiles], float (&acc)[kTiles][4]) {
+  const int lane = threadIdx.x & 31;
   const int g = lane / 4, t = lane % 4;
   const uint8_t* x = static_cast<const uint8_t*>(p.x);
-  constexpr int kSteps = kChunkBytes / kStepBytes / kConsumerWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 xv[kStepsPerGroup][kTiles];
+  bool in[kStepsPerGroup];
+#pragma unroll
+  for (int u = 0; u < kStepsPerGroup; ++u) {
+    const int64_t k = k_chunk + (first_step + u) * kStepBytes + t * 16;
+    in[u] = k < p.K;  // K % 16 == 0: a lane's 16 bytes are all in or all out
+#pragma unroll
+    for (int tile = 0; tile < kTiles; ++tile) {
+      const int64_t token = tile * kTokensPerTile + g;
+      xv[u][tile] = in[u] && token_in[tile] ? __ldg(reinterpret_cast<const uint4*>(x + token * p.x_row_stride + k)) : zero;
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kStepsPerGroup; ++u) {
+    const int in_chunk = (first_step + u) * kStepBytes + t * 16;
+    // Past K the stage holds stale bytes: the activations there are zero, but 0 x NaN is not.
+    const uint4 a_lo = in[u] ? *reinterpret_cast<const uint4*>(stage + g * R::kRowPitch + in_chunk) : zero;
+    const uint4 a_hi = in[u] ? *reinterpret_cast<const uint4*>(stage + (g + 8) * R::kRowPitch + in_chunk) : zero;
+#pragma unroll
+    for (int tile = 0; tile < kTiles; ++tile) {
+      mmaE4m3(acc[tile], a_lo.x, a_hi.x, a_lo.y, a_hi.y, xv[u][tile].x, xv[u][tile].y);
+      mmaE4m3(acc[tile], a_lo.z, a_hi.z, a_lo.w, a_hi.w, xv[u][tile].z, xv[u][tile].w);
+    }
+  }
+}
+
+// A consumer warp: its quarter of each chunk's K for every tile of this block, a group of
+// steps at a time. Parts of a chunk past K (its last chunk) read zero activations.
+template <int kTiles, class R>
+__device__ void consume(const SmallMFp8GemmParams& p, Shared<kTiles, R>& sh, int64_t tiles, int64_t chunks) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   bool token_in[kTiles];
 #pragma unroll
-  for (int tile = 0; tile < kTiles; ++tile) token_in[tile] = tile * kTokensPerTile + g < p.M;
+  for (int tile = 0; tile < kTiles; ++tile) token_in[tile] = tile * kTokensPerTile + lane / 4 < p.M;
   int64_t it = 0;
   for (int64_t tile_n = blockIdx.x; tile_n < tiles; tile_n += gridDim.x) {
     float acc[kTiles][4] = {};
     for (int64_t c = 0; c < chunks; ++c, ++it) {
-      const int s = static_cast<int>(it % kStages);
-      const uint32_t round = static_cast<uint32_t>(it / kStages);
-      // The activations of this warp's steps, loaded before the weights arrive.
-      uint4 xv[kSteps][kTiles];
-      bool in[kSteps];
+      const int s = static_cast<int>(it % R::kStages);
+      dev::mbarWait(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.full[s])), static_cast<uint32_t>(it / R::kStages) & 1u);
 #pragma unroll
-      for (int u = 0; u < kSteps; ++u) {
-        const int in_chunk = (warp * kSteps + u) * kStepBytes + t * 16;
-        const int64_t k = c * kChunkBytes + in_chunk;
-        in[u] = k < p.K;  // K % 16 == 0: a lane's 16 bytes are all in or all out
-#pragma unroll
-        for (int tile = 0; tile < kTiles; ++tile) {
-          const int64_t token = tile * kTokensPerTile + g;
-          xv[u][tile] = in[u] && token_in[tile] ? __ldg(reinterpret_cast<const uint4*>(x + token * p.x_row_stride + k))
-                                                : zero;
-        }
-      }
-      dev::mbarWait(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.full[s])), round & 1u);
-#pragma unroll
-      for (int u = 0; u < kSteps; ++u) {
-        const int in_chunk = (warp * kSteps + u) * kStepBytes + t * 16;
-        // Past K the stage holds stale bytes: the activations there are zero, but 0 x NaN is not.
-        const uint4 a_lo = in[u] ? *reinterpret_cast<const uint4*>(sh.stages[s] + g * kRowPitch + in_chunk) : zero;
-        const uint4 a_hi = in[u] ? *reinterpret_cast<const uint4*>(sh.stages[s] + (g + 8) * kRowPitch + in_chunk) : zero;
-#pragma unroll
-        for (int tile = 0; tile < kTiles; ++tile) {
-          mmaE4m3(acc[tile], a_lo.x, a_hi.x, a_lo.y, a_hi.y, xv[u][tile].x, xv[u][tile].y);
-          mmaE4m3(acc[tile], a_lo.z, a_hi.z, a_lo.w, a_hi.w, xv[u][tile].z, xv[u][tile].w);
-        }
-      }
+      for (int group = 0; group < R::kSteps / kStepsPerGroup; ++group)
+        consumeGroup<kTiles, R>(p, sh.stages[s], c * R::kChunk, warp * R::kSteps + group * kStepsPerGroup, token_in,
+                                acc);
       __syncwarp();
       if (lane == 0) dev::mbarArrive(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.empty[s])));
     }
-    reduceAndStore<kTiles>(p, acc, tile_n * kRowsPerTile, sh);
+    reduceAndStore<kTiles, R>(p, acc, tile_n * kRowsPerTile, sh);
   }
 }
 
-template <int kTiles>
+template <int kTiles, class R>
 __global__ void __launch_bounds__(kThreads) smallMFp8GemmKernel(const SmallMFp8GemmParams p) {
   kernels::allowDependentGrids();
   extern __shared__ __align__(128) uint8_t smem[];
-  Shared<kTiles>& sh = *reinterpret_cast<Shared<kTiles>*>(smem);
-  if (threadIdx.x < kStages) {
+  Shared<kTiles, R>& sh = *reinterpret_cast<Shared<kTiles, R>*>(smem);
+  if (threadIdx.x < R::kStages) {
     dev::mbarInit(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.full[threadIdx.x])), 1);
     dev::mbarInit(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.empty[threadIdx.x])), kConsumerWarps);
   }
   dev::fenceBarrierInit();
   __syncthreads();
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
-  const int64_t chunks = (p.K + kChunkBytes - 1) / kChunkBytes;
+  const int64_t chunks = (p.K + R::kChunk - 1) / R::kChunk;
   if (threadIdx.x / 32 == kConsumerWarps) {
-    produce(p, sh.stages, sh.full, sh.empty, tiles, chunks);  // weights only: no wait for the previous step
+    produce<R>(p, sh.stages, sh.full, sh.empty, tiles, chunks);  // weights only: no wait for the previous step
     return;
   }
   kernels::waitForPrecedingGrid();
-  consume<kTiles>(p, sh, tiles, chunks);
+  consume<kTiles, R>(p, sh, tiles, chunks);
 }
 
-template <int kTiles>
+template <int kTiles, class R = DefaultRing>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  constexpr int kBytes = static_cast<int>(sizeof(Shared<kTiles>));
-  const cudaError_t raised = dev::ensureSmemLimit<smallMFp8GemmKernel<kTiles>>(kBytes);
+  constexpr int kBytes = static_cast<int>(sizeof(Shared<kTiles, R>));
+  const cudaError_t raised = dev::ensureSmemLimit<smallMFp8GemmKernel<kTiles, R>>(kBytes);
   if (raised != cudaSuccess) return raised;
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
@@ -216,7 +237,14 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
   const dim3 grid(static_cast<unsigned>(tiles < sms ? tiles : sms));
-  return kernels::LaunchProgrammatic(smallMFp8GemmKernel<kTiles>, grid, dim3(kThreads), kBytes, stream, p);
+  return kernels::LaunchProgrammatic(smallMFp8GemmKernel<kTiles, R>, grid, dim3(kThreads), kBytes, stream, p);
+}
+
+// $FXFUSE_SMALLM_CHUNK (A/B runs): 2048 or 4096 selects the bigger-chunk rings, else 0.
+int ringChunkFromEnv() {
+  const char* v = std::getenv("FXFUSE_SMALLM_CHUNK");
+  const int chunk = v ? std::atoi(v) : 0;
+  return chunk == 2048 || chunk == 4096 ? chunk : 0;
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -240,6 +268,9 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
   const int64_t tiles = (p.M + kTokensPerTile - 1) / kTokensPerTile;
+  const int chunk = ringChunkFromEnv();
+  if (chunk == 2048 && tiles <= 2) return tiles <= 1 ? launchTiles<1, Ring<2048, 5>>(p, stream) : launchTiles<2, Ring<2048, 5>>(p, stream);
+  if (chunk == 4096 && tiles <= 2) return tiles <= 1 ? launchTiles<1, Ring<4096, 3>>(p, stream) : launchTiles<2, Ring<4096, 3>>(p, stream);
   return tiles <= 1   ? launchTiles<1>(p, stream)
          : tiles <= 2 ? launchTiles<2>(p, stream)
          : tiles <= 4 ? launchTiles<4>(p, stream)
