@@ -44,12 +44,13 @@ int64_t PrefetchBytes(int64_t weight_bytes, int64_t cap) {
 }
 
 int64_t PrefetchCapBytes(int64_t l2_bytes) {
-  if (const char* v = std::getenv("FXFUSE_PREFETCH_MB")) {
-    char* end = nullptr;
-    const double mb = std::strtod(v, &end);
-    if (end != v && *end == '\0' && mb >= 0 && mb <= 1e6) return static_cast<int64_t>(mb * 1024 * 1024);
-  }
-  return std::max<int64_t>(l2_bytes, 0) / 2;
+  const char* v = std::getenv("FXFUSE_PREFETCH_MB");
+  if (!v) return 0;  // off by default: measured slower (docs/runtime.md "Weight prefetch")
+  if (std::string(v) == "l2") return std::max<int64_t>(l2_bytes, 0) / 2;
+  char* end = nullptr;
+  const double mb = std::strtod(v, &end);
+  if (end != v && *end == '\0' && mb >= 0 && mb <= 1e6) return static_cast<int64_t>(mb * 1024 * 1024);
+  return 0;
 }
 
 PrefetchFork PrefetchForkFromEnv() {

@@ -39,8 +39,9 @@ std::vector<WeightPrefetch> PlanWeightPrefetches(const fxfuse::plan::v1::Plan& p
 // reads first); more would evict lines before the GEMM reaches them. 0 when cap <= 0.
 int64_t PrefetchBytes(int64_t weight_bytes, int64_t cap);
 
-// The cap for a device whose L2 holds `l2_bytes`: half of it, unless $FXFUSE_PREFETCH_MB says
-// otherwise (0 turns the prefetch off).
+// The cap, from $FXFUSE_PREFETCH_MB: MiB, or "l2" for half of the device's L2 (`l2_bytes`).
+// Unset or not a number: 0, the prefetch off. Off by default: on the H200 it made the
+// Llama-3.1-8B decode step slower at every batch (docs/runtime.md "Weight prefetch").
 int64_t PrefetchCapBytes(int64_t l2_bytes);
 
 // For A/B runs: $FXFUSE_PREFETCH_FORK=with_previous, $FXFUSE_PREFETCH_EVICT_LAST=1.

@@ -152,7 +152,15 @@ def compare(got, ref):
             "finite": bool(torch.isfinite(got).all().item())}
 
 
+T0 = time.time()
+
+
+def progress(what):
+    print("[%6.1f s] %s" % (time.time() - T0, what), flush=True)
+
+
 def run(cmd, log):
+    progress(" ".join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd[:3])) + " ...")
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     log.append({"cmd": " ".join(cmd), "rc": p.returncode, "seconds": round(time.time() - t0, 2),
@@ -229,13 +237,15 @@ def fxfuse_runs(a, config, tag, log, device, fp8_native):
     graph, plan = os.path.join(a.out, tag + ".fxg"), os.path.join(a.out, tag + ".plan.pb")
     with open(graph, "w") as f:
         subprocess.run([sys.executable, os.path.join(FIXTURES, "decode_model.py"), "--config", a.config, "--form",
-                        "custom", "--layers", str(a.layers), "--max-tokens", str(max(64, a.batch))], stdout=f, check=True)
+                        "custom", "--layers", str(a.layers), "--vocab", str(config[5]), "--max-tokens",
+                        str(max(64, a.batch))], stdout=f, check=True)
     run([a.fxfuse, "compile", graph, "--kv-cache=bf16", "--emit=plan", "-o", plan, "-q"], log)
     step = [a.fxfuse, "run", plan, "--kv-batch", str(a.batch), "--kv-context", str(a.context), "--kv-query-len", "1",
             "--bind", "s0=%d" % a.batch, "--seed", str(a.seed), "--quiet"] + (["--cpu-only"] if a.cpu else [])
     seeded = os.path.join(a.out, tag + "_seeded")
     run(step + ["--save-inputs", seeded], log)
     inputs = load_inputs(seeded, device, fp8_native)
+    progress("torch: the model's weights")
     weights = model_weights(config, a.layers, device, fp8_native, a.seed)
     weights["cos_sin_cache"] = rotary_table(inputs["cos_sin_cache"].shape[0], config[4], device)
     fp8_names = {n for n, e in inputs.items() if n.endswith("_proj.weight")}
@@ -252,6 +262,7 @@ def main():
     ap.add_argument("--fxfuse", required=True)
     ap.add_argument("--config", choices=sorted(decode_model.CONFIGS), required=True)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--vocab", type=int, help="override the config's vocabulary (a smaller embedding and LM head)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=7)
@@ -262,13 +273,16 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     config = decode_model.CONFIGS[a.config]
-    tag = "%s_l%d_b%d_c%d%s" % (a.config, a.layers, a.batch, a.context, "_cpu" if a.cpu else "")
+    if a.vocab:
+        config = config[:5] + (a.vocab,) + config[6:]
+    tag = "%s_l%d_v%d_b%d_c%d%s" % (a.config, a.layers, config[5], a.batch, a.context, "_cpu" if a.cpu else "")
     log = []
     device = "cpu" if a.cpu else "cuda"
     fp8 = "emulate" if a.cpu or td.fp8_dtype() is None else True
     inputs, ours = fxfuse_runs(a, config, tag, log, device, fp8 is True)
     step = Step(config, a.layers, inputs, a.batch, a.context, fp8)
     modes = [m for m in a.modes.split(",") if m]
+    progress("torch: the step in " + ", ".join(modes))
     torch_logits = {m: step.logits(m).cpu() for m in modes}
     td.SILU_MUL_ONE_ROUNDING = True
     torch_logits[modes[0] + ", SiLU-mul rounded once"] = step.logits(modes[0]).cpu()
@@ -285,8 +299,9 @@ def main():
         json.dump(result, f, indent=1)
     rows = [("fxfuse " + ("CPU interpreter" if a.cpu else "plan"), result["fxfuse"])] + \
         [("torch " + m, c) for m, c in result["torch"].items()]
-    lines = ["%s, %d layers, batch %d x context %d: logits against torch %s: %s (relative L2 %.2e, bound %.2e)" % (
-        a.config, a.layers, a.batch, a.context, modes[0], "PASS" if ok else "FAIL", result["fxfuse"]["rel_l2"], bound),
+    lines = ["%s (vocabulary %d), %d layers, batch %d x context %d: logits against torch %s: %s (relative L2 %.2e, bound %.2e)" % (
+        a.config, config[5], a.layers, a.batch, a.context, modes[0], "PASS" if ok else "FAIL", result["fxfuse"]["rel_l2"],
+        bound),
         "", "| | relative L2 | max abs | outside bf16 tol | same top token |", "|---|---|---|---|---|"]
     for name, c in rows:
         lines.append("| %s | %.2e | %.3g | %.2f %% | %d / %d |" % (name, c["rel_l2"], c["max_abs"],

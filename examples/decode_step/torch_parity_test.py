@@ -50,7 +50,8 @@ class StaticCacheTest(unittest.TestCase):
 class InterpreterParityTest(unittest.TestCase):
     def test_tiny_model_matches_torch_and_a_wrong_cache_does_not(self):
         out = tempfile.mkdtemp()
-        a = argparse.Namespace(fxfuse=FXFUSE, config="tiny", layers=2, batch=3, context=40, seed=7, cpu=True, out=out)
+        a = argparse.Namespace(fxfuse=FXFUSE, config="tiny", layers=2, vocab=None, batch=3, context=40, seed=7, cpu=True,
+                               out=out)
         config = decode_model.CONFIGS["tiny"]
         inputs, ours = tp.fxfuse_runs(a, config, "t", [], "cpu", False)
         ref = tp.Step(config, 2, inputs, 3, 40, "emulate").logits("eager")

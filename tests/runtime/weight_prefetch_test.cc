@@ -92,19 +92,21 @@ TEST_CASE("weight prefetch: a plan starting with a matmul, and malformed referen
   CHECK(PlanWeightPrefetches(p).empty());
 }
 
-TEST_CASE("weight prefetch: bytes capped, the cap from L2 or FXFUSE_PREFETCH_MB") {
+TEST_CASE("weight prefetch: bytes capped, the cap from FXFUSE_PREFETCH_MB (off without it)") {
   CHECK(PrefetchBytes(100, 40) == 40);
   CHECK(PrefetchBytes(30, 40) == 30);
   CHECK(PrefetchBytes(30, 0) == 0);
   CHECK(PrefetchBytes(0, 40) == 0);
   unsetenv("FXFUSE_PREFETCH_MB");
+  CHECK(PrefetchCapBytes(50 << 20) == 0);  // off by default
+  setenv("FXFUSE_PREFETCH_MB", "l2", 1);
   CHECK(PrefetchCapBytes(50 << 20) == 25 << 20);
   setenv("FXFUSE_PREFETCH_MB", "8", 1);
   CHECK(PrefetchCapBytes(50 << 20) == 8 << 20);
   setenv("FXFUSE_PREFETCH_MB", "0", 1);
   CHECK(PrefetchCapBytes(50 << 20) == 0);
-  setenv("FXFUSE_PREFETCH_MB", "lots", 1);  // not a number: the default
-  CHECK(PrefetchCapBytes(50 << 20) == 25 << 20);
+  setenv("FXFUSE_PREFETCH_MB", "lots", 1);  // not a number: off
+  CHECK(PrefetchCapBytes(50 << 20) == 0);
   unsetenv("FXFUSE_PREFETCH_MB");
 }
 
