@@ -1,6 +1,7 @@
 // Elementwise ops: arithmetic, comparisons, logical/bitwise ops, where/masked_fill,
 // clamp, activations, triu/tril and casts.
 #include <cmath>
+#include <limits>
 
 #include "tools/interpreter/ops_common.h"
 
@@ -52,12 +53,31 @@ void regUnary(OpTable& t, const std::string& name, bool int_to_float, F f) {
 
 double truthy(double v) { return v != 0 ? 1.0 : 0.0; }
 
-int64_t asI64(double v) { return static_cast<int64_t>(v); }
+// An integer tensor's element as int64. Elements are doubles holding int64 values, but a
+// graph's arithmetic can push one past int64 (an overflowing product is exact only as a double).
+int64_t asI64(double v) {
+  if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) fail("integer value {} is outside int64", v);
+  return static_cast<int64_t>(v);
+}
+
+// C++'s truncating integer quotient and remainder of two int64 elements, refusing what C++
+// leaves undefined: division by zero, and INT64_MIN / -1 (its quotient is not an int64).
+int64_t truncQuotient(double a, double b) {
+  const int64_t x = asI64(a), y = asI64(b);
+  if (y == 0) fail("integer division by zero");
+  if (y == -1 && x == std::numeric_limits<int64_t>::min()) fail("integer division overflows int64 ({} / -1)", x);
+  return x / y;
+}
+
+int64_t truncRemainder(double a, double b) {
+  const int64_t x = asI64(a), y = asI64(b);
+  if (y == 0) fail("integer division by zero");
+  return y == -1 ? 0 : x % y;
+}
 
 double floorDiv(double a, double b, DType t) {
   if (!isFloatType(t)) {
-    if (b == 0) fail("integer division by zero");
-    int64_t q = asI64(a) / asI64(b), r = asI64(a) % asI64(b);
+    int64_t q = truncQuotient(a, b), r = truncRemainder(a, b);
     if (r != 0 && ((r < 0) != (asI64(b) < 0))) --q;
     return static_cast<double>(q);
   }
@@ -77,8 +97,7 @@ double floorDiv(double a, double b, DType t) {
 
 double remainderOp(double a, double b, DType t) {
   if (!isFloatType(t)) {
-    if (b == 0) fail("integer division by zero");
-    int64_t r = asI64(a) % asI64(b);
+    int64_t r = truncRemainder(a, b);
     if (r != 0 && ((r < 0) != (asI64(b) < 0))) r += asI64(b);
     return static_cast<double>(r);
   }
@@ -173,10 +192,7 @@ void registerElementwiseOps(OpTable& t) {
       binary(c, a, b, Promo::IntToFloat, [](double x, double y, DType) { return x / y; });
     } else if (mode == "trunc") {
       binary(c, a, b, Promo::Same, [](double x, double y, DType common) {
-        if (!isFloatType(common)) {
-          if (y == 0) fail("integer division by zero");
-          return static_cast<double>(asI64(x) / asI64(y));
-        }
+        if (!isFloatType(common)) return static_cast<double>(truncQuotient(x, y));
         return std::trunc(roundTo(x / y, opmathType(common)));
       });
     } else if (mode == "floor") {
@@ -189,10 +205,7 @@ void registerElementwiseOps(OpTable& t) {
   regBinary(t, "aten.floor_divide", Promo::Same, floorDiv);
   regBinary(t, "aten.remainder", Promo::Same, remainderOp);
   regBinary(t, "aten.fmod", Promo::Same, [](double x, double y, DType common) {
-    if (!isFloatType(common)) {
-      if (y == 0) fail("integer division by zero");
-      return static_cast<double>(asI64(x) % asI64(y));
-    }
+    if (!isFloatType(common)) return static_cast<double>(truncRemainder(x, y));
     return std::fmod(x, y);
   });
   t.add("aten.pow", [](Call& c) {
