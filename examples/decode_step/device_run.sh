@@ -54,9 +54,9 @@ bench() {  # CONFIG BUDGET ARGS... (budget 0: left out)
 }
 # Logit parity against torch on the same inputs (torch_parity.py): PARITY_RUNS, ';'-separated
 # argument lists (default: the tiny model, then two full-width Llama-3.1-8B layers with a
-# 32k vocabulary), PARITY_BUDGET s each.
+# 8k vocabulary), PARITY_BUDGET s each.
 PARITY_BUDGET=${PARITY_BUDGET:-150}
-IFS=';' read -r -a parity_runs <<< "${PARITY_RUNS:---config tiny --batch 4 --context 300;--config llama8b --vocab 32768 --batch 4 --context 1024}"
+IFS=';' read -r -a parity_runs <<< "${PARITY_RUNS:---config tiny --batch 4 --context 300;--config llama8b --vocab 8192 --batch 4 --context 1024}"
 [[ $PARITY_BUDGET -gt 0 ]] && for i in "${!parity_runs[@]}"; do
   # shellcheck disable=SC2086  # an argument list
   timeout "$PARITY_BUDGET" python3 examples/decode_step/torch_parity.py --fxfuse "$D/fxfuse" --layers 2 \
