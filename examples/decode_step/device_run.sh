@@ -84,10 +84,12 @@ IFS=';' read -r -a variants <<< "${AB_VARIANTS:-FXFUSE_PREFETCH_MB=0;FXFUSE_PDL=
 done
 # FP8 KV cache (vLLM's kv_cache_dtype=fp8; the floor counts FP8 cache bytes): fxfuse only.
 B8FP8_BUDGET=${B8FP8_BUDGET:-60}
-[[ $B8FP8_BUDGET -gt 0 ]] && timeout "$B8FP8_BUDGET" python3 examples/decode_step/bench_decode.py --fxfuse "$D/fxfuse" --config llama8b \
-  --kv-cache fp8 --batches 1,8,64 --contexts 1024,4096 --iters 50 --torch-modes none --out "$LOGS/llama8b_fp8" \
-  > "$LOGS/bench_llama8b_fp8.txt" 2>&1
-echo "== llama8b, FP8 KV cache (rc $?)" >> "$OUT/summary.txt"
-cat "$LOGS/llama8b_fp8"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$LOGS/bench_llama8b_fp8.txt" >> "$OUT/summary.txt"
-tar -C "$LOGS" -czf "$OUT/logs.tgz" . 2>/dev/null
+if [[ $B8FP8_BUDGET -gt 0 ]]; then
+  timeout "$B8FP8_BUDGET" python3 examples/decode_step/bench_decode.py --fxfuse "$D/fxfuse" --config llama8b \
+    --kv-cache fp8 --batches 1,8,64 --contexts 1024,4096 --iters 50 --torch-modes none --out "$LOGS/llama8b_fp8" \
+    > "$LOGS/bench_llama8b_fp8.txt" 2>&1
+  echo "== llama8b, FP8 KV cache (rc $?)" >> "$OUT/summary.txt"
+  cat "$LOGS/llama8b_fp8"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$LOGS/bench_llama8b_fp8.txt" >> "$OUT/summary.txt"
+fi
+tar -C "$LOGS" --exclude=parity --exclude="*.plan.pb" --exclude="*.fxg" -czf "$OUT/logs.tgz" . 2>/dev/null
 cat "$OUT/summary.txt"
