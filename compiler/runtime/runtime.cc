@@ -440,7 +440,8 @@ void Session::prepare(cudaStream_t stream) {
 }
 
 // The weight prefetches of the plan (weight_prefetch.h) as byte ranges under the bound sizes,
-// capped for this device's L2; the side stream and its fork/join events on first use.
+// capped ($FXFUSE_PREFETCH_MB; none without it); the side stream and its fork/join events on
+// first use.
 void Session::prepareWeightPrefetches() {
   prefetches_.clear();
   prefetch_lines_.clear();
@@ -448,6 +449,7 @@ void Session::prepareWeightPrefetches() {
   check(cudaGetDevice(&device), "querying the device");
   check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "querying the L2 size");
   const int64_t cap = PrefetchCapBytes(l2);
+  if (cap <= 0) return;
   prefetch_evict_last_ = PrefetchEvictLastFromEnv();
   for (const WeightPrefetch& w : PlanWeightPrefetches(plan_, PrefetchForkFromEnv())) {
     const DeviceTensor t = tensor(w.tensor);

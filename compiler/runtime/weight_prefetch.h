@@ -2,9 +2,10 @@
 //
 // A decode step streams every weight once, and HBM idles while the latency-bound steps between
 // two GEMMs run (norms, rotary, the KV-cache write, attention): a kernel boundary plus a GEMM's
-// ramp-up cost microseconds each, four times per layer. The session therefore forks a bulk L2
-// prefetch of each weight onto a side stream when the previous GEMM has finished, so the
-// weight bytes move while those steps run and the GEMM finds its first tiles in L2
+// ramp-up cost microseconds each, four times per layer. With $FXFUSE_PREFETCH_MB set, a
+// session forks a bulk L2 prefetch of each weight onto a side stream when the previous GEMM
+// has finished, so the weight bytes move while those steps run and the GEMM finds its first
+// tiles in L2. Off by default: measured on the H200 it made the decode step slower
 // (docs/runtime.md "Weight prefetch"). Prefetches are hints: no step waits for them and a
 // wrong guess costs bandwidth, never correctness.
 #pragma once

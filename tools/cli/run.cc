@@ -256,13 +256,11 @@ void printMatmulAlgorithms(const rt::Session& s) {
   for (const auto& a : s.matmulAlgorithms()) std::printf("  %s\n", a.c_str());
 }
 
-// One line on the weight prefetches of the last prepare (docs/runtime.md "Weight prefetch").
+// One line on the weight prefetches of the last prepare, when FXFUSE_PREFETCH_MB turned them
+// on (docs/runtime.md "Weight prefetch").
 void printWeightPrefetches(const rt::Session& s) {
   const auto& lines = s.weightPrefetches();
-  if (lines.empty()) {
-    std::printf("weight prefetch: none (no matmul weight after another step, or FXFUSE_PREFETCH_MB=0)\n");
-    return;
-  }
+  if (lines.empty()) return;
   std::printf("weight prefetch: %zu matmul weights warmed in L2 on a side stream (first: %s)\n", lines.size(),
               lines.front().c_str());
 }
