@@ -19,7 +19,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/device/mbarrier.cuh"
 #include "kernels/device/pdl.cuh"
@@ -48,8 +47,8 @@ struct Ring {
   static constexpr int kSteps = kChunk / kStepBytes / kConsumerWarps;  // per consumer warp and stage
   static_assert(kSteps % kStepsPerGroup == 0, "whole step groups per warp and stage");
 };
-// The default ring (1 KB chunks, 6 stages) and the ones $FXFUSE_SMALLM_CHUNK=2048|4096 selects
-// for A/B runs (M <= 16 only: the bigger stages leave room for fewer token tiles).
+// 1 KB chunks, 6 stages. Bigger chunks (2 KB x 5 and 4 KB x 3 stages, a quarter of the copies)
+// measured slower on the H200 (docs/runtime.md).
 using DefaultRing = Ring<1024, 6>;
 
 // c += A (16 x 32, rows of weights) * B (32 x 8, columns of tokens), e4m3 in, f32 accumulate.
@@ -240,13 +239,6 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   return kernels::LaunchProgrammatic(smallMFp8GemmKernel<kTiles, R>, grid, dim3(kThreads), kBytes, stream, p);
 }
 
-// $FXFUSE_SMALLM_CHUNK (A/B runs): 2048 or 4096 selects the bigger-chunk rings, else 0.
-int ringChunkFromEnv() {
-  const char* v = std::getenv("FXFUSE_SMALLM_CHUNK");
-  const int chunk = v ? std::atoi(v) : 0;
-  return chunk == 2048 || chunk == 4096 ? chunk : 0;
-}
-
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 bool floatOutput(DType t) { return t == DType::BF16 || t == DType::F16 || t == DType::F32; }
 
@@ -268,9 +260,6 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
   const int64_t tiles = (p.M + kTokensPerTile - 1) / kTokensPerTile;
-  const int chunk = ringChunkFromEnv();
-  if (chunk == 2048 && tiles <= 2) return tiles <= 1 ? launchTiles<1, Ring<2048, 5>>(p, stream) : launchTiles<2, Ring<2048, 5>>(p, stream);
-  if (chunk == 4096 && tiles <= 2) return tiles <= 1 ? launchTiles<1, Ring<4096, 3>>(p, stream) : launchTiles<2, Ring<4096, 3>>(p, stream);
   return tiles <= 1   ? launchTiles<1>(p, stream)
          : tiles <= 2 ? launchTiles<2>(p, stream)
          : tiles <= 4 ? launchTiles<4>(p, stream)
