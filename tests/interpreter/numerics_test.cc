@@ -110,10 +110,12 @@ void exhaustive(DType t, int bits) {
     REQUIRE(toBits(v, t) == code);
     double nv = fromBits(code | (n / 2), t);  // negative twin
     if (!std::isnan(nv) && v != 0) REQUIRE(nv == -v);
+    if (!std::isnan(nv) && v != 0) REQUIRE(toBits(nv, t) == (code | (n / 2)));
     if (!std::isnan(prev)) {
       double mid = (prev + v) / 2;
       double even = (code % 2 == 0) ? v : prev;
       REQUIRE(roundTo(mid, t) == even);
+      REQUIRE(toBits(mid, t) == toBits(even, t));  // inexact values take the rounding path
       REQUIRE(roundTo(-mid, t) == -even);
       double eps = (v - prev) / 64;
       REQUIRE(roundTo(mid - eps, t) == prev);

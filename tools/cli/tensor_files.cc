@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "tools/interpreter/numerics.h"
+#include "tools/interpreter/tensor.h"
 #include "ir/io.h"
 #include "ir/status.h"
 
@@ -83,12 +84,15 @@ void saveInputs(const std::string& dir, const std::vector<std::string>& input_na
     const interp::Tensor& t = inputs[i].t;
     const int eb = ir::dtypeBytes(t.dtype);
     if (eb <= 0 || eb > 8) fail("--save-inputs: input '{}' has dtype {} without a raw form", input_names[i], ir::dtypeName(t.dtype));
-    const std::vector<double> vals = t.values();
-    std::string raw(vals.size() * static_cast<size_t>(eb), '\0');
-    for (size_t k = 0; k < vals.size(); ++k) {
-      const uint64_t bits = interp::toBits(vals[k], t.dtype);
-      std::memcpy(raw.data() + k * static_cast<size_t>(eb), &bits, static_cast<size_t>(eb));  // little-endian low bytes
-    }
+    // Row-major order straight from the storage (no copy of the values: weights are large).
+    std::string raw(static_cast<size_t>(t.numel()) * static_cast<size_t>(eb), '\0');
+    char* at = raw.data();
+    const double* storage = t.base();
+    interp::stridedLoop<1>(t.shape, {&t.strides}, {t.offset}, [&](const std::array<int64_t, 1>& o) {
+      const uint64_t bits = interp::toBits(storage[o[0]], t.dtype);
+      std::memcpy(at, &bits, static_cast<size_t>(eb));  // little-endian low bytes
+      at += eb;
+    });
     const std::string file = fmt::format("input_{}.bin", i);
     ir::writeFileAtomic(dir + "/" + file, raw);
     json += fmt::format("{} {{\"index\": {}, \"name\": {}, \"dtype\": {}, \"shape\": {}, \"file\": \"{}\"}}",

@@ -1,8 +1,12 @@
 #include "tools/interpreter/numerics.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
+#include <vector>
 
 namespace fxfuse::interp {
 namespace {
@@ -38,6 +42,31 @@ const Encoding* encoding(DType t) {
     case DType::F8E5M2: return &e5m2;
     case DType::F8E4M3FNUZ: return &e4m3fnuz;
     case DType::F8E5M2FNUZ: return &e5m2fnuz;
+    default: return nullptr;
+  }
+}
+
+// The nonzero, non-NaN values of a one-byte float format with their bytes, sorted by value:
+// toBits finds an exactly representable value by binary search instead of rounding it.
+using ByteCodes = std::vector<std::pair<double, uint8_t>>;
+const ByteCodes* byteCodes(DType t) {
+  static const std::array<ByteCodes, 4> tables = [] {
+    std::array<ByteCodes, 4> out;
+    const DType types[4] = {DType::F8E4M3FN, DType::F8E5M2, DType::F8E4M3FNUZ, DType::F8E5M2FNUZ};
+    for (size_t i = 0; i < 4; ++i) {
+      for (uint64_t b = 0; b < 256; ++b) {
+        const double v = fromBits(b, types[i]);
+        if (v != 0 && !std::isnan(v)) out[i].push_back({v, static_cast<uint8_t>(b)});
+      }
+      std::sort(out[i].begin(), out[i].end());
+    }
+    return out;
+  }();
+  switch (t) {
+    case DType::F8E4M3FN: return &tables[0];
+    case DType::F8E5M2: return &tables[1];
+    case DType::F8E4M3FNUZ: return &tables[2];
+    case DType::F8E5M2FNUZ: return &tables[3];
     default: return nullptr;
   }
 }
@@ -176,6 +205,16 @@ uint64_t toBits(double v, DType t) {
     int bytes = ir::dtypeBytes(t);
     auto i = static_cast<uint64_t>(static_cast<int64_t>(v));
     return bytes >= 8 ? i : (i & ((uint64_t{1} << (8 * bytes)) - 1));
+  }
+  if (t == DType::BF16) {  // fast path: a bf16 value is a float whose low 16 bits are zero
+    const float f = static_cast<float>(v);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0xFFFFu) == 0 && !std::isnan(f)) return u >> 16;
+  }
+  if (const ByteCodes* codes = v != 0 && !std::isnan(v) ? byteCodes(t) : nullptr) {  // fast path: exact values
+    auto it = std::lower_bound(codes->begin(), codes->end(), std::make_pair(v, uint8_t{0}));
+    if (it != codes->end() && it->first == v) return it->second;
   }
   const Encoding* enc = encoding(t);
   if (!enc) return 0;
