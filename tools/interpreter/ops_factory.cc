@@ -42,10 +42,15 @@ void arange(Call& c, double start, double end, double step, bool any_float) {
   if (step == 0) fail("arange: step must be nonzero");
   DType dt = c.dtype("dtype").value_or(c.outDType(0, any_float ? defaultFloat() : DType::I64));
   double n = std::ceil((end - start) / step);
+  if (std::isnan(n)) fail("arange: the length of [{}, {}) in steps of {} is not a number", start, end, step);
   if (n < 0) n = 0;
+  // Refused before any vector of that length exists; c.alloc then checks the memory budget.
+  if (n > static_cast<double>(int64_t{1} << 48)) fail("arange: {} elements from {} to {} in steps of {}", n, start, end, step);
+  Tensor t = c.alloc(0, {static_cast<int64_t>(n)}, dt);
   std::vector<double> v(static_cast<size_t>(n));
   for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<double>(i) * step;
-  c.out(0, tensorFromValues(c, 0, {static_cast<int64_t>(v.size())}, dt, v));
+  writeValues(t, v);
+  c.out(0, t);
 }
 
 }  // namespace
