@@ -177,3 +177,12 @@ TEST_CASE("type promotion follows torch", "[numerics]") {
   CHECK(resultType({&tb, &z64}) == DType::BF16);  // a zero-dim tensor does not widen a dimensioned one
   CHECK(resultType({&ti, &z32}) == DType::F32);   // ... unless it is of a higher category
 }
+
+TEST_CASE("toBits: integer values as two's complement, refused without a 64-bit pattern") {
+  CHECK(toBits(-1, DType::I64) == ~uint64_t{0});
+  CHECK(toBits(-1, DType::I8) == 0xFF);
+  CHECK(toBits(9223372036854775808.0, DType::I64) == (uint64_t{1} << 63));  // 2^63: the pattern of INT64_MIN
+  CHECK_THROWS(toBits(18446744073709551616.0, DType::I64));                 // 2^64
+  CHECK_THROWS(toBits(-1e300, DType::I32));
+  CHECK_THROWS(toBits(std::nan(""), DType::I64));
+}

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "ir/status.h"
+
 namespace fxfuse::interp {
 namespace {
 
@@ -203,7 +205,10 @@ uint64_t toBits(double v, DType t) {
   }
   if (ir::isIntegral(t, true)) {
     int bytes = ir::dtypeBytes(t);
-    auto i = static_cast<uint64_t>(static_cast<int64_t>(v));
+    // Two's complement of the value; one outside [-2^63, 2^64) (or NaN) has no 64-bit pattern.
+    if (!(v >= -9223372036854775808.0 && v < 18446744073709551616.0))
+      fail("integer value {} has no {}-bit pattern", v, 8 * bytes);
+    auto i = v >= 9223372036854775808.0 ? static_cast<uint64_t>(v) : static_cast<uint64_t>(static_cast<int64_t>(v));
     return bytes >= 8 ? i : (i & ((uint64_t{1} << (8 * bytes)) - 1));
   }
   if (t == DType::BF16) {  // fast path: a bf16 value is a float whose low 16 bits are zero
