@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Logit parity of fxfuse's decode-step plan against torch on the same inputs (issue #18).
+"""Logit parity of fxfuse's decode-step plan against torch on the same inputs.
 
     python3 examples/decode_step/torch_parity.py --fxfuse PATH/fxfuse --config llama8b --layers 2 \\
         --batch 4 --context 1024 --out DIR

@@ -1,9 +1,0 @@
-#!/usr/bin/env bash
-# Runs torch_decode_test.py with Debian's python3 and torch (the test fails, not skips, when
-# torch is missing: tools/install_deps.sh installs it with FXFUSE_WITH_TORCH=1).
-set -euo pipefail
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  echo "torch is not importable by /usr/bin/python3: install python3-torch (FXFUSE_WITH_TORCH=1 tools/install_deps.sh)"
-  exit 1
-fi
-exec /usr/bin/python3 examples/decode_step/torch_decode_test.py -v
