@@ -1,25 +1,36 @@
 // The small-M FP8 GEMM (small_m_fp8_gemm.h): a weight stream through mma.sync m16n8k32 e4m3.
 //
-// Persistent blocks, one per multiprocessor, each owning every gridDim.x-th tile of 16 weight
-// rows (16 output columns n) for all M tokens. A producer warp streams the tile's rows through a
-// ring of shared-memory stages (Ring: 1 KB of K per row and stage, 6 stages), with one-dimensional bulk
-// copies (TMA) that complete on the stage's mbarrier: no registers and no load instructions
-// hold the stream, so a block keeps ~100 KB of weights in flight, and the next tile's copies
-// start while this one is computed. Four consumer warps split each stage's K; per step of 64 K
-// bytes, lane (g, t) reads 16 bytes of weight rows g and g+8 from shared memory and 16 bytes of
-// token g's activations (global, L1-cached: every tile reads the same activations), all at K
-// offset t * 16, and issues two mma per 8-token tile. The mma reduces over K, so the order of K
-// inside one instruction is free as long as both operands use the same one: A register j of
-// lane (g, t) and B register j of the same lane hold the same four K positions. At the end of a
-// tile the consumers add their partial sums in shared memory and round as the interpreter does.
+// Work unit: one warp, one tile of 16 weight rows (16 output columns n), one contiguous slice
+// of K (a "split"). A block of kWarps warps holds kWarps / splits tiles, each with all its
+// splits, so the splits' partial sums meet in shared memory and no block waits for another.
+// The host picks the split count that fills the GPU in one wave of blocks (pickSplits).
 //
-// Weights are never written by a plan step, so the producer starts streaming before the kernel
-// waits for the previous step (programmatic dependent launch); only the consumers wait.
+// Each warp streams its slice through its own ring of kStages shared-memory stages with
+// cp.async (one stage = one K step: 16 rows x 128 bytes); copies of the next stages are in
+// flight while one is computed, and no registers hold them. Per step, lane (g, t) reads
+// 16 bytes of weight rows g and g+8 at K offsets t*16 and 64 + t*16 and the same 32 bytes of
+// token g's activations (global, L1-cached: every tile reads the same ones), and issues four
+// mma per 8-token tile. The mma reduces over K, so the order of K inside one instruction is
+// free as long as both operands use the same one: A register j of lane (g, t) and B register j
+// of the same lane hold the same four K positions.
+//
+//   weight rows [16, K] ──cp.async──► ring (per warp) ──lds──► mma ◄── x [M, K] (ld.global.nc)
+//                                                               │
+//                           partial sums of the splits in smem ─┴─► acc * scale (+ bias) ─► out
+//
+// Weights are never written by a plan step, so a warp fills its ring before it waits for the
+// previous step (programmatic dependent launch); the activations are read after the wait.
+// The block lets the next kernel launch only after its K loop, not at its start: an early
+// trigger lets the kernel after next launch too and take slots of this one's wave.
+//
+// The epilogue rounds as fxfuse's interpreter does (`scaledMmValues`): the scale product in
+// f32, then acc * scale, then + bias, then the output dtype.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
+#include "kernels/device/cp_async.cuh"
 #include "kernels/device/mbarrier.cuh"
 #include "kernels/device/pdl.cuh"
 #include "kernels/runtime/small_m_fp8_gemm.h"
@@ -29,27 +40,24 @@ namespace {
 
 namespace dev = kernels::device;
 
-constexpr int kConsumerWarps = 4;
-constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
-constexpr int kRowsPerTile = 16;    // the mma's M: weight rows
-constexpr int kTokensPerTile = 8;   // the mma's N: tokens
-constexpr int kStepBytes = 64;      // K bytes a warp covers per step: 4 lanes x 16
-constexpr int kStepsPerGroup = 4;   // steps whose activations a consumer loads at once
+constexpr int kWarps = 8;          // warps per block
+constexpr int kStages = 2;         // ring stages per warp
+constexpr int kRowsPerTile = 16;   // the mma's M: weight rows
+constexpr int kTokensPerTile = 8;  // the mma's N: tokens
+constexpr int kStepBytes = 128;    // K bytes of a row per step
+constexpr int kStageBytes = kRowsPerTile * kStepBytes;
+// Shared memory of a block: the warps' rings, then their partial sums [warp][acc][lane].
+constexpr int ringBytes() { return kWarps * kStages * kStageBytes; }
+template <int kTiles>
+constexpr int smemBytes() {
+  return ringBytes() + kWarps * kTiles * 4 * 32 * static_cast<int>(sizeof(float));
+}
 
-// The stage ring: kChunk bytes of K of each weight row per stage (one bulk copy per row and
-// stage), kStages stages. Bigger chunks mean fewer, longer copies for the same bytes in flight.
-template <int kChunkT, int kStagesT>
-struct Ring {
-  static constexpr int kChunk = kChunkT;
-  static constexpr int kStages = kStagesT;
-  static constexpr int kRowPitch = kChunk + 64;  // rows g and g+1 64 bytes apart in the banks: no conflicts
-  static constexpr int kStageBytes = kRowsPerTile * kRowPitch;
-  static constexpr int kSteps = kChunk / kStepBytes / kConsumerWarps;  // per consumer warp and stage
-  static_assert(kSteps % kStepsPerGroup == 0, "whole step groups per warp and stage");
+struct Launch {
+  SmallMFp8GemmParams p;
+  int splits;           // warps per tile: 1, 2, 4 or 8
+  int steps_per_split;  // K steps of one warp (the last split may have fewer)
 };
-// 1 KB chunks, 6 stages. Bigger chunks (2 KB x 5 and 4 KB x 3 stages, a quarter of the copies)
-// measured slower on the H200 (docs/runtime.md).
-using DefaultRing = Ring<1024, 6>;
 
 // c += A (16 x 32, rows of weights) * B (32 x 8, columns of tokens), e4m3 in, f32 accumulate.
 __device__ __forceinline__ void mmaE4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -58,6 +66,11 @@ __device__ __forceinline__ void mmaE4m3(float (&c)[4], uint32_t a0, uint32_t a1,
                "{%0, %1, %2, %3};"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 bytes through L1 (activations), zero when !valid.
+__device__ __forceinline__ uint4 loadActivations(const uint8_t* p, bool valid) {
+  return valid ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
 
 __device__ __forceinline__ float loadAsFloat(const void* p, int64_t i, DType t) {
@@ -72,171 +85,166 @@ __device__ __forceinline__ void storeRounded(void* p, int64_t i, float v, DType 
   else reinterpret_cast<float*>(p)[i] = v;
 }
 
-// Barrier of the consumer warps only (named barrier 1; the producer never joins it).
-__device__ __forceinline__ void consumerSync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+// A stage's 16 rows x 128 bytes, row r at r * 128 with its two 64-byte halves swapped on odd
+// rows: the lanes reading rows g and g+1 of one quarter-warp then hit different banks.
+__device__ __forceinline__ int stageOffset(int row, int byte_in_step) {
+  return row * kStepBytes + (byte_in_step ^ ((row & 1) << 6));
 }
 
-// The shared memory of a block: the stage ring, its full/empty mbarriers and the consumers'
-// partial sums of a tile ([warp][accumulator][lane], lane fastest: no bank conflicts).
-template <int kTiles, class R>
-struct Shared {
-  uint8_t stages[R::kStages][R::kStageBytes];
-  float partial[kConsumerWarps][kTiles * 4][32];
-  uint64_t full[R::kStages], empty[R::kStages];
-};
+// K step `step` of `tile` into the ring stage at shared address `stage`: lane l copies the
+// 16-byte chunks l, l + 32, l + 64, l + 96 (row c / 8, column c % 8: eight lanes per row, so
+// one warp instruction reads four whole 128-byte lines). Chunks past N, K or the split are zero.
+__device__ __forceinline__ void copyStep(const SmallMFp8GemmParams& p, uint32_t stage, int64_t tile, int64_t step,
+                                         bool step_in_split) {
+  const int lane = threadIdx.x & 31;
+  const uint8_t* w = static_cast<const uint8_t*>(p.w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int chunk = lane + 32 * i, row = chunk / 8, col = chunk % 8;
+    const int64_t n = tile * kRowsPerTile + row, k = step * kStepBytes + col * 16;
+    const bool valid = step_in_split && n < p.N && k < p.K;
+    kernels::cpAsync16(stage + static_cast<uint32_t>(stageOffset(row, col * 16)),
+                       valid ? w + n * p.w_row_stride + k : w, valid);
+  }
+}
 
-// The consumers' partial sums of one tile added up and stored; each sum is one output element.
-template <int kTiles, class R>
-__device__ void reduceAndStore(const SmallMFp8GemmParams& p, const float (&acc)[kTiles][4], int64_t n0,
-                               Shared<kTiles, R>& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// The activations of K step `step` for lane (g, t): token tile a's token g at K offsets t*16
+// and 64 + t*16.
+template <int kTiles>
+__device__ __forceinline__ void loadStepActivations(const SmallMFp8GemmParams& p, int64_t step, uint4 (&x)[kTiles][2]) {
+  const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
+  const uint8_t* base = static_cast<const uint8_t*>(p.x);
+  const int64_t k = step * kStepBytes + t * 16;
 #pragma unroll
-  for (int tile = 0; tile < kTiles; ++tile)
+  for (int a = 0; a < kTiles; ++a) {
+    const int64_t token = a * kTokensPerTile + g;
+    const uint8_t* row = base + token * p.x_row_stride + k;
+    x[a][0] = loadActivations(row, token < p.M && k < p.K);
+    x[a][1] = loadActivations(row + 64, token < p.M && k + 64 < p.K);
+  }
+}
+
+// One step: the weight fragments of rows g and g+8 from the stage, four mma per token tile.
+template <int kTiles>
+__device__ __forceinline__ void computeStep(const uint8_t* stage, const uint4 (&x)[kTiles][2], float (&acc)[kTiles][4]) {
+  const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) sh.partial[warp][tile * 4 + j][lane] = acc[tile][j];
-  consumerSync();
+  for (int h = 0; h < 2; ++h) {
+    const uint4 lo = *reinterpret_cast<const uint4*>(stage + stageOffset(g, h * 64 + t * 16));
+    const uint4 hi = *reinterpret_cast<const uint4*>(stage + stageOffset(g + 8, h * 64 + t * 16));
+#pragma unroll
+    for (int a = 0; a < kTiles; ++a) {
+      mmaE4m3(acc[a], lo.x, hi.x, lo.y, hi.y, x[a][h].x, x[a][h].y);
+      mmaE4m3(acc[a], lo.z, hi.z, lo.w, hi.w, x[a][h].z, x[a][h].w);
+    }
+  }
+}
+
+// The block's tiles: the splits' partial sums added in split order, scaled, biased, rounded.
+template <int kTiles>
+__device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], float* partial) {
+  const SmallMFp8GemmParams& p = l.p;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int a = 0; a < kTiles; ++a)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) partial[(warp * kTiles * 4 + a * 4 + j) * 32 + lane] = acc[a][j];
+  __syncthreads();
   const float scale = __fmul_rn(*p.scale_x, *p.scale_w);
-  for (int e = threadIdx.x; e < kTiles * 4 * 32; e += kConsumerWarps * 32) {
-    const int elem = e / 32, l = e % 32;
+  const int tiles_per_block = kWarps / l.splits;
+  for (int e = threadIdx.x; e < tiles_per_block * kTiles * 4 * 32; e += kWarps * 32) {
+    const int tile_in_block = e / (kTiles * 4 * 32), elem = e / 32 % (kTiles * 4), el = e % 32;
     float sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < kConsumerWarps; ++w) sum += sh.partial[w][elem][l];
-    // Accumulator j of lane l: token (l % 4) * 2 + j % 2 of the tile, weight row l / 4 (+ 8 for j >= 2).
-    const int tile = elem / 4, j = elem % 4;
-    const int64_t token = tile * kTokensPerTile + (l % 4) * 2 + (j & 1);
-    const int64_t n = n0 + l / 4 + (j >= 2 ? 8 : 0);
+    for (int s = 0; s < l.splits; ++s) sum += partial[((tile_in_block * l.splits + s) * kTiles * 4 + elem) * 32 + el];
+    // Accumulator j of lane el: token (el % 4) * 2 + j % 2 of the token tile, row el / 4 (+ 8 for j >= 2).
+    const int a = elem / 4, j = elem % 4;
+    const int64_t token = a * kTokensPerTile + (el % 4) * 2 + (j & 1);
+    const int64_t n = (static_cast<int64_t>(blockIdx.x) * tiles_per_block + tile_in_block) * kRowsPerTile + el / 4 +
+                      (j >= 2 ? 8 : 0);
     if (token >= p.M || n >= p.N) continue;
     float v = __fmul_rn(sum, scale);
     if (p.bias) v = __fadd_rn(v, loadAsFloat(p.bias, n, p.bias_dtype));
     storeRounded(p.out, token * p.out_row_stride + n, v, p.out_dtype);
   }
-  consumerSync();  // the partial sums are read before the next tile writes them
 }
 
-// The producer warp: every chunk of every tile of this block into the ring, in the order the
-// consumers take them. Lane 0 arms the stage's full barrier with the chunk's bytes, then lane r
-// copies row r (rows past N are not copied: their sums are never stored).
-template <class R>
-__device__ void produce(const SmallMFp8GemmParams& p, uint8_t (*stages)[R::kStageBytes], uint64_t* full,
-                        uint64_t* empty, int64_t tiles, int64_t chunks) {
-  const int lane = threadIdx.x & 31;
-  const uint8_t* w = static_cast<const uint8_t*>(p.w);
-  int64_t it = 0;
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t n0 = tile * kRowsPerTile;
-    const int rows = static_cast<int>(p.N - n0 < kRowsPerTile ? p.N - n0 : kRowsPerTile);
-    for (int64_t c = 0; c < chunks; ++c, ++it) {
-      const int s = static_cast<int>(it % R::kStages);
-      const uint32_t round = static_cast<uint32_t>(it / R::kStages);
-      const int64_t k0 = c * R::kChunk;
-      const uint32_t bytes = static_cast<uint32_t>(p.K - k0 < R::kChunk ? p.K - k0 : R::kChunk);
-      const uint32_t full_bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full[s]));
-      if (lane == 0) {
-        dev::mbarWait(static_cast<uint32_t>(__cvta_generic_to_shared(&empty[s])), (round & 1u) ^ 1u);
-        dev::mbarArriveExpectTx(full_bar, bytes * static_cast<uint32_t>(rows));
-      }
-      __syncwarp();
-      if (lane < rows)
-        dev::bulkCopyToShared(static_cast<uint32_t>(__cvta_generic_to_shared(stages[s] + lane * R::kRowPitch)),
-                              w + (n0 + lane) * p.w_row_stride + k0, bytes, full_bar);
-    }
-  }
-}
-
-// One group of a consumer warp's steps in stage `stage`: the activations of the group's steps
-// (global, L1-cached), then two mma per step and token tile. `k_chunk`: the chunk's first K.
-template <int kTiles, class R>
-__device__ __forceinline__ void consumeGroup(const SmallMFp8GemmParams& p, const uint8_t* stage, int64_t k_chunk,
-                                             int first_step, const bool (&token_in)[kTiles], float (&acc)[kTiles][4]) {
-  const int lane = threadIdx.x & 31;
-  const int g = lane / 4, t = lane % 4;
-  const uint8_t* x = static_cast<const uint8_t*>(p.x);
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  uint4 xv[kStepsPerGroup][kTiles];
-  bool in[kStepsPerGroup];
-#pragma unroll
-  for (int u = 0; u < kStepsPerGroup; ++u) {
-    const int64_t k = k_chunk + (first_step + u) * kStepBytes + t * 16;
-    in[u] = k < p.K;  // K % 16 == 0: a lane's 16 bytes are all in or all out
-#pragma unroll
-    for (int tile = 0; tile < kTiles; ++tile) {
-      const int64_t token = tile * kTokensPerTile + g;
-      xv[u][tile] = in[u] && token_in[tile] ? __ldg(reinterpret_cast<const uint4*>(x + token * p.x_row_stride + k)) : zero;
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < kStepsPerGroup; ++u) {
-    const int in_chunk = (first_step + u) * kStepBytes + t * 16;
-    // Past K the stage holds stale bytes: the activations there are zero, but 0 x NaN is not.
-    const uint4 a_lo = in[u] ? *reinterpret_cast<const uint4*>(stage + g * R::kRowPitch + in_chunk) : zero;
-    const uint4 a_hi = in[u] ? *reinterpret_cast<const uint4*>(stage + (g + 8) * R::kRowPitch + in_chunk) : zero;
-#pragma unroll
-    for (int tile = 0; tile < kTiles; ++tile) {
-      mmaE4m3(acc[tile], a_lo.x, a_hi.x, a_lo.y, a_hi.y, xv[u][tile].x, xv[u][tile].y);
-      mmaE4m3(acc[tile], a_lo.z, a_hi.z, a_lo.w, a_hi.w, xv[u][tile].z, xv[u][tile].w);
-    }
-  }
-}
-
-// A consumer warp: its quarter of each chunk's K for every tile of this block, a group of
-// steps at a time. Parts of a chunk past K (its last chunk) read zero activations.
-template <int kTiles, class R>
-__device__ void consume(const SmallMFp8GemmParams& p, Shared<kTiles, R>& sh, int64_t tiles, int64_t chunks) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  bool token_in[kTiles];
-#pragma unroll
-  for (int tile = 0; tile < kTiles; ++tile) token_in[tile] = tile * kTokensPerTile + lane / 4 < p.M;
-  int64_t it = 0;
-  for (int64_t tile_n = blockIdx.x; tile_n < tiles; tile_n += gridDim.x) {
-    float acc[kTiles][4] = {};
-    for (int64_t c = 0; c < chunks; ++c, ++it) {
-      const int s = static_cast<int>(it % R::kStages);
-      dev::mbarWait(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.full[s])), static_cast<uint32_t>(it / R::kStages) & 1u);
-#pragma unroll
-      for (int group = 0; group < R::kSteps / kStepsPerGroup; ++group)
-        consumeGroup<kTiles, R>(p, sh.stages[s], c * R::kChunk, warp * R::kSteps + group * kStepsPerGroup, token_in,
-                                acc);
-      __syncwarp();
-      if (lane == 0) dev::mbarArrive(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.empty[s])));
-    }
-    reduceAndStore<kTiles, R>(p, acc, tile_n * kRowsPerTile, sh);
-  }
-}
-
-template <int kTiles, class R>
-__global__ void __launch_bounds__(kThreads) smallMFp8GemmKernel(const SmallMFp8GemmParams p) {
-  kernels::allowDependentGrids();
+template <int kTiles>
+__global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8GemmKernel(const Launch l) {
   extern __shared__ __align__(128) uint8_t smem[];
-  Shared<kTiles, R>& sh = *reinterpret_cast<Shared<kTiles, R>*>(smem);
-  if (threadIdx.x < R::kStages) {
-    dev::mbarInit(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.full[threadIdx.x])), 1);
-    dev::mbarInit(static_cast<uint32_t>(__cvta_generic_to_shared(&sh.empty[threadIdx.x])), kConsumerWarps);
-  }
-  dev::fenceBarrierInit();
-  __syncthreads();
-  const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
-  const int64_t chunks = (p.K + R::kChunk - 1) / R::kChunk;
-  if (threadIdx.x / 32 == kConsumerWarps) {
-    produce<R>(p, sh.stages, sh.full, sh.empty, tiles, chunks);  // weights only: no wait for the previous step
-    return;
+  const SmallMFp8GemmParams& p = l.p;
+  const int warp = threadIdx.x / 32;
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * (kWarps / l.splits) + warp / l.splits;
+  const int64_t first = static_cast<int64_t>(warp % l.splits) * l.steps_per_split;
+  const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
+  const int64_t steps = first < k_steps ? (k_steps - first < l.steps_per_split ? k_steps - first : l.steps_per_split) : 0;
+  const uint8_t* ring = smem + warp * kStages * kStageBytes;
+  const uint32_t ring_addr = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {  // weights only: no wait for the previous step
+    copyStep(p, ring_addr + s * kStageBytes, tile, first + s, s < steps);
+    kernels::cpAsyncCommit();
   }
   kernels::waitForPrecedingGrid();
-  consume<kTiles, R>(p, sh, tiles, chunks);
+  float acc[kTiles][4] = {};
+  uint4 next[kTiles][2];
+  if (steps > 0) loadStepActivations<kTiles>(p, first, next);
+  for (int64_t i = 0; i < steps; ++i) {
+    uint4 x[kTiles][2];
+#pragma unroll
+    for (int a = 0; a < kTiles; ++a) x[a][0] = next[a][0], x[a][1] = next[a][1];
+    if (i + 1 < steps) loadStepActivations<kTiles>(p, first + i + 1, next);
+    kernels::cpAsyncWait<kStages - 1>();  // this step's stage has landed (one group per step)
+    __syncwarp();
+    const int s = static_cast<int>(i % kStages);
+    computeStep<kTiles>(ring + s * kStageBytes, x, acc);
+    __syncwarp();  // every lane has read the stage before it is refilled
+    copyStep(p, ring_addr + s * kStageBytes, tile, first + i + kStages, i + kStages < steps);
+    kernels::cpAsyncCommit();
+  }
+  kernels::cpAsyncWait<0>();
+  kernels::allowDependentGrids();
+  reduceAndStore<kTiles>(l, acc, reinterpret_cast<float*>(smem + ringBytes()));
 }
 
-template <int kTiles, class R = DefaultRing>
+// Warps per tile: the most splits (1, 2, 4 or 8, each with at least one K step) whose blocks
+// all fit on the GPU at once; when none does, the one whose last wave is fullest (ties: more
+// splits). One wave has no tail: every block streams from the start to the end.
+int pickSplits(int64_t tiles, int64_t k_steps, int64_t slots) {
+  int best = 1;
+  double best_fill = -1;
+  for (int s = 1; s <= kWarps; s *= 2) {
+    if (s > 1 && k_steps < s) break;
+    const int64_t per = kWarps / s, blocks = (tiles + per - 1) / per;
+    const int64_t waves = (blocks + slots - 1) / slots;
+    if (waves == 1) {
+      best = s;
+      best_fill = 2;  // any one-wave choice beats every multi-wave one; more splits win among them
+      continue;
+    }
+    const double fill = static_cast<double>(blocks) / static_cast<double>(waves * slots);
+    if (best_fill <= 1 && fill >= best_fill) best = s, best_fill = fill;
+  }
+  return best;
+}
+
+template <int kTiles>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  constexpr int kBytes = static_cast<int>(sizeof(Shared<kTiles, R>));
-  const cudaError_t raised = dev::ensureSmemLimit<smallMFp8GemmKernel<kTiles, R>>(kBytes);
-  if (raised != cudaSuccess) return raised;
-  int device = 0, sms = 0;
-  cudaError_t e = cudaGetDevice(&device);
+  constexpr int kBytes = smemBytes<kTiles>();
+  cudaError_t e = dev::ensureSmemLimit<smallMFp8GemmKernel<kTiles>>(kBytes);
+  int device = 0, sms = 0, per_sm = 0;
+  if (e == cudaSuccess) e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallMFp8GemmKernel<kTiles>, kWarps * 32, kBytes);
   if (e != cudaSuccess) return e;
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
-  const dim3 grid(static_cast<unsigned>(tiles < sms ? tiles : sms));
-  return kernels::LaunchProgrammatic(smallMFp8GemmKernel<kTiles, R>, grid, dim3(kThreads), kBytes, stream, p);
+  const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
+  Launch l{p, 1, 0};
+  l.splits = pickSplits(tiles, k_steps, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
+  l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
+  const int64_t per = kWarps / l.splits;
+  const dim3 grid(static_cast<unsigned>((tiles + per - 1) / per));
+  return kernels::LaunchProgrammatic(smallMFp8GemmKernel<kTiles>, grid, dim3(kWarps * 32), kBytes, stream, l);
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -245,7 +253,7 @@ bool floatOutput(DType t) { return t == DType::BF16 || t == DType::F16 || t == D
 }  // namespace
 
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
-  if (p.M < 1 || p.M > kSmallMFp8MaxRows) return "M must be 1..64";
+  if (p.M < 1 || p.M > kSmallMFp8MaxRows) return "M must be 1..16";
   if (p.N < 1 || p.K < 16 || p.K % 16 != 0) return "N must be positive and K a positive multiple of 16";
   if (!p.x || !p.w || !p.out || !p.scale_x || !p.scale_w) return "x, w, out and both scales are required";
   if (!aligned16(p.x) || !aligned16(p.w)) return "x and w must be 16-byte aligned";
@@ -253,17 +261,14 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
     return "the x and w row strides must cover K and be multiples of 16 bytes";
   if (p.out_row_stride < p.N) return "the output row stride must cover N";
   if (!floatOutput(p.out_dtype) || (p.bias && !floatOutput(p.bias_dtype))) return "out and bias must be BF16, F16 or F32";
-  if ((p.N + kRowsPerTile - 1) / kRowsPerTile > 0x7fffffff) return "N is too large";
+  if ((p.N + kRowsPerTile - 1) / kRowsPerTile > 0x7fffffff || (p.K + kStepBytes - 1) / kStepBytes > 0x7fffffff)
+    return "N or K is too large";
   return nullptr;
 }
 
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
-  const int64_t tiles = (p.M + kTokensPerTile - 1) / kTokensPerTile;
-  return tiles <= 1   ? launchTiles<1>(p, stream)
-         : tiles <= 2 ? launchTiles<2>(p, stream)
-         : tiles <= 4 ? launchTiles<4>(p, stream)
-                      : launchTiles<8>(p, stream);
+  return p.M <= kTokensPerTile ? launchTiles<1>(p, stream) : launchTiles<2>(p, stream);
 }
 
 }  // namespace fxfuse::runtime

@@ -2,14 +2,12 @@
 // with acc = x[M, K] . w[N, K]^T in fp32, for M <= kSmallMFp8MaxRows. The weight is vLLM's
 // column-major FP8 linear weight [K, N] seen as its rows [N, K] (K contiguous), the
 // activations are a statically quantized FP8 row block. At these M the step is a stream of the
-// weight bytes: the kernel puts the weight on the A side of Hopper's mma.sync m16n8k32 e4m3
-// (16 weight rows x 8 tokens per instruction); persistent blocks stream their tiles of weight
-// rows through a ring of shared-memory stages with bulk copies (TMA), four warps per block
-// split each stage's K and add their partial sums in shared memory, and the epilogue rounds as
-// fxfuse's interpreter does (`scaledMmValues`: the scale product in
-// f32, then acc * scale, then + bias, then the output dtype). The runtime times it against
-// cuBLASLt's best algorithm on the step's own operands and keeps the faster
-// (docs/runtime.md "Matmul algorithms").
+// weight bytes: each warp streams a tile of 16 weight rows over a slice of K through its own
+// cp.async ring into Hopper's mma.sync m16n8k32 e4m3 (weight rows as A, tokens as B), and the
+// slices' partial sums meet in shared memory (small_m_fp8_gemm.cu says how). The epilogue rounds
+// as fxfuse's interpreter does (`scaledMmValues`: the scale product in f32, then acc * scale,
+// then + bias, then the output dtype). The runtime times it against cuBLASLt's best algorithm
+// on the step's own operands and keeps the faster (docs/runtime.md "Matmul algorithms").
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -22,8 +20,9 @@ namespace fxfuse::runtime {
 
 using ::fxfuse::DType;
 
-// The most rows (tokens) the kernel takes: eight mma tiles of 8 tokens per warp.
-inline constexpr int64_t kSmallMFp8MaxRows = 64;
+// The most rows (tokens) the kernel takes: two mma tiles of 8 tokens per warp. Past 16 rows
+// cuBLASLt streams the weights as fast (docs/runtime.md).
+inline constexpr int64_t kSmallMFp8MaxRows = 16;
 
 struct SmallMFp8GemmParams {
   int64_t M = 0, N = 0, K = 0;

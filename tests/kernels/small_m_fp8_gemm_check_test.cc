@@ -24,13 +24,13 @@ SmallMFp8GemmParams decode(int64_t M, int64_t N, int64_t K) {
 
 TEST_CASE("small-M FP8 GEMM takes decode shapes", "[gemm]") {
   CHECK(SmallMFp8GemmUnsupported(decode(1, 6144, 4096)) == nullptr);
-  CHECK(SmallMFp8GemmUnsupported(decode(64, 4096, 14336)) == nullptr);
+  CHECK(SmallMFp8GemmUnsupported(decode(16, 4096, 14336)) == nullptr);
   CHECK(SmallMFp8GemmUnsupported(decode(7, 1, 16)) == nullptr);
 }
 
 TEST_CASE("small-M FP8 GEMM refuses what it cannot compute", "[gemm]") {
   CHECK(SmallMFp8GemmUnsupported(decode(0, 16, 64)) != nullptr);
-  CHECK(SmallMFp8GemmUnsupported(decode(65, 16, 64)) != nullptr);  // past the eight token tiles
+  CHECK(SmallMFp8GemmUnsupported(decode(17, 16, 64)) != nullptr);  // past the two token tiles
   CHECK(SmallMFp8GemmUnsupported(decode(8, 16, 40)) != nullptr);   // K not a multiple of 16
   CHECK(SmallMFp8GemmUnsupported(decode(8, 0, 64)) != nullptr);
   SmallMFp8GemmParams p = decode(8, 16, 64);
