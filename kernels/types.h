@@ -67,12 +67,12 @@ struct LaunchTuning {
 };
 
 // Whether fxfuse launches its own kernels with programmatic dependent launch
-// (kernels/device/pdl.cuh): $FXFUSE_PDL=1 turns it on. Off by default until it has been
-// measured and checked on the H200 (docs/runtime.md). Read once per process.
+// (kernels/device/pdl.cuh): on by default (measured on the H200, docs/runtime.md),
+// $FXFUSE_PDL=0 turns it off. Read once per process.
 inline bool ProgrammaticLaunchEnabled() {
   static const bool enabled = [] {
     const char* v = std::getenv("FXFUSE_PDL");
-    return v && v[0] == '1';
+    return !(v && v[0] == '0');
   }();
   return enabled;
 }

@@ -11,7 +11,7 @@
 # the A/B runs of AB_VARIANTS (below), B8FP8_BUDGET=60 (8B with an FP8 KV cache, fxfuse only;
 # its table is in summary.txt). A budget of 0 leaves that part out; SKIP_GEMM_TESTS=1 the
 # small-M GEMM tests.
-# TORCH_MODES_8B (default "eager,default"). PROFILE (default 10): per-step profile runs of each 8B point. At most 8 files come back: summary.txt (the
+# TORCH_MODES_8B (default "eager,default"), B8_BATCHES (1,8,32,64), B8_CONTEXTS (1024,4096). PROFILE (default 10): per-step profile runs of each 8B point. At most 8 files come back: summary.txt (the
 # tables and the check lines), kv.txt, decode_*.json and decode_*.md of both models, logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -65,14 +65,14 @@ IFS=';' read -r -a parity_runs <<< "${PARITY_RUNS:---config tiny --batch 4 --con
   tail -9 "$LOGS/parity_$i.txt" >> "$OUT/summary.txt"
 done
 cp "$LOGS"/parity/parity_*.json "$OUT/" 2>/dev/null
-bench llama8b "${B8_BUDGET:-260}" --batches 1,8,32,64 --contexts 1024,4096 --iters 50 --profile "${PROFILE:-10}" \
+bench llama8b "${B8_BUDGET:-260}" --batches "${B8_BATCHES:-1,8,32,64}" --contexts "${B8_CONTEXTS:-1024,4096}" --iters 50 --profile "${PROFILE:-10}" \
   --torch-modes "${TORCH_MODES_8B:-eager,default}"
 bench llama70b "${B70_BUDGET:-150}" --batches 1,8 --contexts 1024 --iters 20 --torch-modes default
 # A/B of runtime variants, fxfuse only, 8B at AB_BATCHES x AB_CONTEXTS, AB_BUDGET s each (0:
-# left out): AB_VARIANTS, ';'-separated lists of VAR=value words (default: the weight prefetch
-# off, and programmatic dependent launch on).
+# left out): AB_VARIANTS, ';'-separated lists of VAR=value words (default: programmatic
+# dependent launch off, and the own small-M GEMM wherever it runs).
 AB_BUDGET=${AB_BUDGET:-45}
-IFS=';' read -r -a variants <<< "${AB_VARIANTS:-FXFUSE_PREFETCH_MB=0;FXFUSE_PDL=1}"
+IFS=';' read -r -a variants <<< "${AB_VARIANTS:-FXFUSE_PDL=0;FXFUSE_OWN_GEMM=always}"
 [[ $AB_BUDGET -gt 0 ]] && for variant in "${variants[@]}"; do
   tag=$(echo "$variant" | tr ' =' '__')
   # shellcheck disable=SC2086  # the variant is a list of VAR=value words

@@ -4,9 +4,10 @@
 // CUDA graph too: the edge becomes a programmatic one). Every kernel fxfuse launches this way
 // calls waitForPrecedingGrid() before it reads or writes any memory an earlier step may touch
 // (it returns once the preceding grid has finished and its writes are visible), and
-// allowDependentGrids() at its start so the next kernel can be scheduled early. Both are no-ops
-// for a plain launch and before sm_90. Only memory no step writes (weights) may be touched
-// before the wait, and only to prefetch it.
+// allowDependentGrids() once the next kernel may be scheduled: at its start when its grid is
+// small, after its main loop when later waves of its blocks still need multiprocessor slots
+// (the small-M GEMM, paged attention). Both are no-ops for a plain launch and before sm_90.
+// Only memory no step writes (weights) may be touched before the wait.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,8 +31,8 @@ __device__ __forceinline__ void allowDependentGrids() {
 }
 
 // Launches `kernel` with programmatic stream serialization when ProgrammaticLaunchEnabled(),
-// else as a plain launch. The kernel must start with allowDependentGrids() and call
-// waitForPrecedingGrid() before it touches memory.
+// else as a plain launch. The kernel must call waitForPrecedingGrid() before it touches memory
+// and allowDependentGrids() where the next kernel may start (see above).
 template <typename... Params, typename... Args>
 cudaError_t LaunchProgrammatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
                                cudaStream_t stream, Args&&... args) {

@@ -698,7 +698,10 @@ __device__ void attendRowsCuda(const PagedAttentionParams& p, const QueryRow& r,
 // chunk's keys of the token's causal range, K and V read once for the group's heads, as kPath
 // says (the ring: dynamic shared memory of kWarps rings). One chunk: the output rows; several:
 // each head's partial state into the workspace (chunks past the context write nothing),
-// merged by pagedCombineKernel.
+// merged by pagedCombineKernel. The next kernel (the combine, or the o-projection) may launch
+// only once every block has attended: a trigger at the start would let it, and the kernel
+// after it, take multiprocessor slots that this grid's later waves need (docs/runtime.md
+// "Programmatic dependent launch").
 // CTAs per multiprocessor the register budget aims at: 4 for the CUDA-core ring with up to 16
 // accumulators per lane (128 registers), 3 for the tensor-core ring (its 64 accumulators).
 constexpr int minBlocks(LoadPath path, int accumulators) {
@@ -707,7 +710,6 @@ constexpr int minBlocks(LoadPath path, int accumulators) {
 
 template <int NE, int HPW, CacheFormat F, LoadPath kPath>
 __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) pagedAttentionKernel(PagedAttentionParams p) {
-  kernels::allowDependentGrids();
   kernels::waitForPrecedingGrid();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t groups = p.heads_q / HPW;
@@ -725,6 +727,7 @@ __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) paged
   } else {
     attendRowsCuda<NE, HPW, F, kPath == LoadPath::kRing>(p, r, h0, lo, hi, lane, warp);
   }
+  kernels::allowDependentGrids();  // blocks that return early count as triggered
 }
 
 // The largest of some scores that may all be -inf (reduce.cuh's MaxOp is for magnitudes).
