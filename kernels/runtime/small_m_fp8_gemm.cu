@@ -3,7 +3,7 @@
 // Work unit: one warp, one tile of 16 weight rows (16 output columns n), one contiguous slice
 // of K (a "split"). A block of kWarps warps holds kWarps / splits tiles, each with all its
 // splits, so the splits' partial sums meet in shared memory and no block waits for another.
-// The host picks the split count that fills the GPU in one wave of blocks (pickSplits).
+// The host picks the split count that fills the GPU in one wave of blocks (SmallMFp8GemmSplits).
 //
 // Each warp streams its slice through its own ring of kStages shared-memory stages with
 // cp.async (one stage = one K step: 16 rows x 128 bytes); copies of the next stages are in
@@ -213,27 +213,6 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   reduceAndStore<kTiles>(l, acc, reinterpret_cast<float*>(smem + ringBytes<kStages>()));
 }
 
-// Warps per tile: the most splits (1, 2, 4 or 8, each with at least one K step) whose blocks
-// all fit on the GPU at once; when none does, the one whose last wave is fullest (ties: more
-// splits). One wave has no tail: every block streams from the start to the end.
-int pickSplits(int64_t tiles, int64_t k_steps, int64_t slots) {
-  int best = 1;
-  double best_fill = -1;
-  for (int s = 1; s <= kWarps; s *= 2) {
-    if (s > 1 && k_steps < s) break;
-    const int64_t per = kWarps / s, blocks = (tiles + per - 1) / per;
-    const int64_t waves = (blocks + slots - 1) / slots;
-    if (waves == 1) {
-      best = s;
-      best_fill = 2;  // any one-wave choice beats every multi-wave one; more splits win among them
-      continue;
-    }
-    const double fill = static_cast<double>(blocks) / static_cast<double>(waves * slots);
-    if (best_fill <= 1 && fill >= best_fill) best = s, best_fill = fill;
-  }
-  return best;
-}
-
 template <int kTiles, int kStages>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   constexpr int kBytes = smemBytes<kTiles, kStages>();
@@ -248,7 +227,7 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
   Launch l{p, 1, 0};
-  l.splits = pickSplits(tiles, k_steps, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
+  l.splits = SmallMFp8GemmSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
   const int64_t per = kWarps / l.splits;
   const dim3 grid(static_cast<unsigned>((tiles + per - 1) / per));
@@ -267,6 +246,26 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 bool floatOutput(DType t) { return t == DType::BF16 || t == DType::F16 || t == DType::F32; }
 
 }  // namespace
+
+int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots) {
+  const int64_t tiles = (N + kRowsPerTile - 1) / kRowsPerTile, k_steps = (K + kStepBytes - 1) / kStepBytes;
+  const int64_t slots = block_slots > 0 ? block_slots : 1;
+  int best = 1;
+  double best_fill = -1;
+  for (int s = 1; s <= kWarps; s *= 2) {
+    if (s > 1 && k_steps < s) break;
+    const int64_t per = kWarps / s, blocks = (tiles + per - 1) / per;
+    const int64_t waves = (blocks + slots - 1) / slots;
+    if (waves == 1) {
+      best = s;
+      best_fill = 2;  // any one-wave choice beats every multi-wave one; more splits win among them
+      continue;
+    }
+    const double fill = static_cast<double>(blocks) / static_cast<double>(waves * slots);
+    if (best_fill <= 1 && fill >= best_fill) best = s, best_fill = fill;
+  }
+  return best;
+}
 
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
   if (p.M < 1 || p.M > kSmallMFp8MaxRows) return "M must be 1..16";

@@ -43,6 +43,12 @@ struct SmallMFp8GemmParams {
 // pointers must be multiples of 16 bytes), or nullptr when it can. Host-only; no GPU needed.
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p);
 
+// Warps per tile of 16 weight rows (each takes one slice of K) for an N x K weight when
+// `block_slots` blocks fit on the GPU at once: the most of 1, 2, 4 and 8 (at most one per
+// 128-byte K step) whose blocks of 8 warps all fit in one wave (no tail: every block streams
+// from start to end), else the one whose last wave is fullest (ties: more). Host-only.
+int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots);
+
 // cudaErrorInvalidValue when SmallMFp8GemmUnsupported(p) says why, else the launch error.
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream);
 
