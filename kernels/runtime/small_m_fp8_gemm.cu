@@ -29,8 +29,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "kernels/device/cp_async.cuh"
 #include "kernels/device/mbarrier.cuh"
@@ -43,21 +41,18 @@ namespace {
 namespace dev = kernels::device;
 
 constexpr int kWarps = 8;          // warps per block
-// Ring stages per warp: kDefaultStages, or $FXFUSE_SMALLM_STAGES=4 (an A/B of how much of the
-// weight a block loads before the previous step ends; docs/runtime.md).
-constexpr int kDefaultStages = 2;
+// Ring stages per warp. Four (more of the weight loaded before the previous step ends) made
+// the decode step slower at every point measured (docs/runtime.md).
+constexpr int kStages = 2;
 constexpr int kRowsPerTile = 16;   // the mma's M: weight rows
 constexpr int kTokensPerTile = 8;  // the mma's N: tokens
 constexpr int kStepBytes = 128;    // K bytes of a row per step
 constexpr int kStageBytes = kRowsPerTile * kStepBytes;
 // Shared memory of a block: the warps' rings, then their partial sums [warp][acc][lane].
-template <int kStages>
-constexpr int ringBytes() {
-  return kWarps * kStages * kStageBytes;
-}
-template <int kTiles, int kStages>
+constexpr int kRingBytes = kWarps * kStages * kStageBytes;
+template <int kTiles>
 constexpr int smemBytes() {
-  return ringBytes<kStages>() + kWarps * kTiles * 4 * 32 * static_cast<int>(sizeof(float));
+  return kRingBytes + kWarps * kTiles * 4 * 32 * static_cast<int>(sizeof(float));
 }
 
 struct Launch {
@@ -175,7 +170,7 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
   }
 }
 
-template <int kTiles, int kStages>
+template <int kTiles>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8GemmKernel(const Launch l) {
   extern __shared__ __align__(128) uint8_t smem[];
   const SmallMFp8GemmParams& p = l.p;
@@ -210,19 +205,18 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   }
   kernels::cpAsyncWait<0>();
   kernels::allowDependentGrids();
-  reduceAndStore<kTiles>(l, acc, reinterpret_cast<float*>(smem + ringBytes<kStages>()));
+  reduceAndStore<kTiles>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
 }
 
-template <int kTiles, int kStages>
+template <int kTiles>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  constexpr int kBytes = smemBytes<kTiles, kStages>();
-  cudaError_t e = dev::ensureSmemLimit<smallMFp8GemmKernel<kTiles, kStages>>(kBytes);
+  constexpr int kBytes = smemBytes<kTiles>();
+  cudaError_t e = dev::ensureSmemLimit<smallMFp8GemmKernel<kTiles>>(kBytes);
   int device = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e == cudaSuccess)
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallMFp8GemmKernel<kTiles, kStages>, kWarps * 32,
-                                                      kBytes);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallMFp8GemmKernel<kTiles>, kWarps * 32, kBytes);
   if (e != cudaSuccess) return e;
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
@@ -231,15 +225,7 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
   const int64_t per = kWarps / l.splits;
   const dim3 grid(static_cast<unsigned>((tiles + per - 1) / per));
-  return kernels::LaunchProgrammatic(smallMFp8GemmKernel<kTiles, kStages>, grid, dim3(kWarps * 32), kBytes, stream, l);
-}
-
-int ringStages() {
-  static const int stages = [] {
-    const char* v = std::getenv("FXFUSE_SMALLM_STAGES");
-    return v && std::string(v) == "4" ? 4 : kDefaultStages;
-  }();
-  return stages;
+  return kernels::LaunchProgrammatic(smallMFp8GemmKernel<kTiles>, grid, dim3(kWarps * 32), kBytes, stream, l);
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -283,8 +269,7 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
 
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
-  if (ringStages() == 4) return p.M <= kTokensPerTile ? launchTiles<1, 4>(p, stream) : launchTiles<2, 4>(p, stream);
-  return p.M <= kTokensPerTile ? launchTiles<1, kDefaultStages>(p, stream) : launchTiles<2, kDefaultStages>(p, stream);
+  return p.M <= kTokensPerTile ? launchTiles<1>(p, stream) : launchTiles<2>(p, stream);
 }
 
 }  // namespace fxfuse::runtime
