@@ -1026,6 +1026,8 @@ void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& 
                                            irpb::DType_Name(mm.d_dtype()), choice.summary));
 }
 
+bool Session::programmaticLaunch() { return k::ProgrammaticLaunchEnabled(); }
+
 // One Copy step: a device-to-device copy (nothing enqueued for 0 bytes).
 std::function<void(cudaStream_t)> Session::prepareCopy(const pb::Copy& c, const std::string& where) const {
   void* src = pointer(c.src());

@@ -121,6 +121,9 @@ class Session {
   // heuristic result. Default: on unless $FXFUSE_GEMM_TUNE=0.
   void setGemmTuning(bool on);
   bool gemmTuning() const { return gemm_tune_; }
+  // Whether fxfuse's own kernels are launched with programmatic dependent launch (on unless
+  // $FXFUSE_PDL=0; docs/runtime.md "Programmatic dependent launch").
+  static bool programmaticLaunch();
   // Per matmul step of the last prepare: "step 3 (node): M=64 N=6144 K=4096 ...: tuned ...".
   const std::vector<std::string>& matmulAlgorithms() const { return matmul_algorithms_; }
 

@@ -187,6 +187,7 @@ def main():
             if p.returncode == 0:
                 r = json.load(open(js))
                 row.update({"fxfuse_us": r["median_us"], "kernels": r["kernels"],
+                            "programmatic_launch": r.get("programmatic_launch"),
                             "tokens_per_s": batch / (r["median_us"] * 1e-6),
                             "fraction_of_floor": row["floor_us"] / r["median_us"], "profile": r.get("profile", [])})
             else:

@@ -708,10 +708,11 @@ void registerBench(CLI::App& app, int& exit_code) {
     std::string binds_s;
     for (const auto& [k, v] : env) binds_s += fmt::format("{}{}={}", binds_s.empty() ? "" : " ", k, v);
     (void)graph_kernels;
-    std::printf("bench %s [%s]: median %.2f us (p10 %.2f, p90 %.2f) over %d %s; %d kernels per replay; arena %lld bytes (no reuse %lld at hints)\n",
+    std::printf("bench %s [%s]: median %.2f us (p10 %.2f, p90 %.2f) over %d %s; %d kernels per replay; arena %lld bytes (no reuse %lld at hints); programmatic launch %s\n",
                 input.c_str(), binds_s.c_str(), med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
                 no_graph ? "runs" : "CUDA graph replays", s.launchesPerRun(), static_cast<long long>(s.arenaBytes()),
-                static_cast<long long>(l.plan.arena().no_reuse_bytes_at_hint()));
+                static_cast<long long>(l.plan.arena().no_reuse_bytes_at_hint()),
+                rt::Session::programmaticLaunch() ? "on" : "off");
     if (batch) std::printf("serving batch: %s\n", batch->describe().c_str());
     if (mg.rank <= 0) printMatmulAlgorithms(s);
     if (mg.rank <= 0) printWeightPrefetches(s);
@@ -720,10 +721,13 @@ void registerBench(CLI::App& app, int& exit_code) {
     if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers
       ir::writeOutputFile(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
                                             "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
-                                            "\"arena_bytes\": {}, \"gemm_tune\": {}, \"kv_batch\": \"{}\", \"profile\": {}}}\n",
+                                            "\"arena_bytes\": {}, \"gemm_tune\": {}, \"programmatic_launch\": {}, "
+                                            "\"kv_batch\": \"{}\", \"profile\": {}}}\n",
                                             input, binds_s, med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
                                             no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes(),
-                                            s.gemmTuning() ? "true" : "false", batch ? batch->describe() : "", profile_json));
+                                            s.gemmTuning() ? "true" : "false",
+                                            rt::Session::programmaticLaunch() ? "true" : "false",
+                                            batch ? batch->describe() : "", profile_json));
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     cudaStreamDestroy(stream);
