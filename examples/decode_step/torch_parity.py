@@ -6,14 +6,14 @@
 
 1. tools/fixtures/decode_model.py writes the model (vLLM's custom-op form), `fxfuse compile
    --kv-cache=bf16` makes the plan.
-2. `fxfuse run PLAN --kv-batch B --kv-context C --kv-query-len 1 --save-inputs` makes the
-   step's inputs (B sequences, one token each over C cached tokens: token ids, positions, the
-   paged caches, their block table and slots).
-3. torch makes the weights with torch_decode.DecodeModel's distributions (FP8 weights of unit
+2. torch makes the weights with torch_decode.DecodeModel's distributions (FP8 weights of unit
    gain, static scales that fit the activations, a real rotary table: a well-conditioned
-   model, unlike seeded noise) and writes them in `--input`'s format; `fxfuse run` runs the
-   step again on them (`--input NAME=FILE` for each, the same seed for the rest) and saves the
-   logits.
+   model, unlike seeded noise) and writes them in `--input`'s format.
+3. `fxfuse run PLAN --kv-batch B --kv-context C --kv-query-len 1 --input NAME=FILE ...
+   --save-inputs DIR --save-outputs DIR` runs one step on them: it makes the rest of the
+   step's inputs (B sequences, one token each over C cached tokens: token ids, positions, the
+   paged caches, their block table and slots; the given weights are never generated), saves
+   them, and saves the logits.
 4. torch runs the same step (torch_decode.py: vLLM's native forms, torch._scaled_mm, SDPA over
    a static cache) on exactly those inputs: the paged caches gathered through the block table
    into [B, Hkv, C, E], eager and (--modes) torch.compile.
@@ -82,11 +82,13 @@ def read_json(path):
         return json.load(f)
 
 
-def load_inputs(directory, device, fp8_native):
-    """The inputs `fxfuse run --save-inputs` wrote, by name: torch tensors of their dtype
-    (FP8 as torch's float8_e4m3fn when `fp8_native`, else decoded to f32)."""
+def load_inputs(directory, device, fp8_native, skip=()):
+    """The inputs `fxfuse run --save-inputs` wrote, by name, but those in `skip`: torch tensors
+    of their dtype (FP8 as torch's float8_e4m3fn when `fp8_native`, else decoded to f32)."""
     out = {}
     for e in read_json(os.path.join(directory, "inputs.json")):
+        if e["name"] in skip:
+            continue
         raw, view = RAW_DTYPES[e["dtype"]]
         data = read_bytes(os.path.join(directory, e["file"]))
         t = torch.frombuffer(data, dtype=raw) if data else torch.empty(0, dtype=raw)
@@ -232,25 +234,24 @@ def rotary_table(rows, head_size, device):
 
 
 def fxfuse_runs(a, config, tag, log, device, fp8_native):
-    """Graph -> plan; the seeded inputs; then the step on torch's weights. Returns (every
-    input by name, as torch tensors; the logits [B, V] f32)."""
+    """Graph -> plan; torch's weights; one step of the plan on them, saving the seeded batch it
+    made and the logits. Returns (every input by name, as torch tensors; the logits [B, V] f32)."""
     graph, plan = os.path.join(a.out, tag + ".fxg"), os.path.join(a.out, tag + ".plan.pb")
     with open(graph, "w") as f:
         subprocess.run([sys.executable, os.path.join(FIXTURES, "decode_model.py"), "--config", a.config, "--form",
                         "custom", "--layers", str(a.layers), "--vocab", str(config[5]), "--max-tokens",
                         str(max(64, a.batch))], stdout=f, check=True)
     run([a.fxfuse, "compile", graph, "--kv-cache=bf16", "--emit=plan", "-o", plan, "-q"], log)
-    step = [a.fxfuse, "run", plan, "--kv-batch", str(a.batch), "--kv-context", str(a.context), "--kv-query-len", "1",
-            "--bind", "s0=%d" % a.batch, "--seed", str(a.seed), "--quiet"] + (["--cpu-only"] if a.cpu else [])
-    seeded = os.path.join(a.out, tag + "_seeded")
-    run(step + ["--save-inputs", seeded], log)
-    inputs = load_inputs(seeded, device, fp8_native)
     progress("torch: the model's weights")
     weights = model_weights(config, a.layers, device, fp8_native, a.seed)
-    weights["cos_sin_cache"] = rotary_table(inputs["cos_sin_cache"].shape[0], config[4], device)
-    fp8_names = {n for n, e in inputs.items() if n.endswith("_proj.weight")}
-    outs = os.path.join(a.out, tag + "_outputs")
-    run(step + write_weights(weights, os.path.join(a.out, tag + "_weights"), fp8_names) + ["--save-outputs", outs], log)
+    weights["cos_sin_cache"] = rotary_table(config[8], config[4], device)  # decode_model's rows: max positions
+    fp8_names = {n for n in weights if n.endswith("_proj.weight")}
+    step = [a.fxfuse, "run", plan, "--kv-batch", str(a.batch), "--kv-context", str(a.context), "--kv-query-len", "1",
+            "--bind", "s0=%d" % a.batch, "--seed", str(a.seed), "--quiet"] + (["--cpu-only"] if a.cpu else [])
+    seeded, outs = os.path.join(a.out, tag + "_seeded"), os.path.join(a.out, tag + "_outputs")
+    run(step + write_weights(weights, os.path.join(a.out, tag + "_weights"), fp8_names) +
+        ["--save-inputs", seeded, "--save-outputs", outs], log)
+    inputs = load_inputs(seeded, device, fp8_native, skip=set(weights))
     inputs.update(weights)
     last = read_json(os.path.join(outs, "outputs.json"))[-1]  # the logits: after the caches the step mutates
     data = read_bytes(os.path.join(outs, last["file"]))

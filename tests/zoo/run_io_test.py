@@ -2,7 +2,8 @@
 """`fxfuse run --input NAME=FILE --save-outputs DIR` on a real torch 2.11 archive with weights
 (CPU interpreter), and check_zoo's cpu_vs_torch column over a one-model zoo built from it: the
 file input takes effect, outputs are saved with their shape, a reference equal to the outputs
-passes and a perturbed one fails, stripped weights give `n/a`, bad --input values exit 2.
+passes and a perturbed one fails, stripped weights give `n/a`, bad --input values exit 2; and
+on a graph with seeded weights, given weights replace exactly those inputs (given_inputs).
 
 Usage: run_io_test.py FXFUSE   (run from the repository root, as Bazel does)"""
 import array
@@ -89,8 +90,43 @@ def main():
         make_zoo.strip_pt2_weights(pt2)
         rc, res = column()
         check("cpu_vs_torch: stripped weights are n/a", res == "n/a: weights stripped", res)
+    given_inputs(fxfuse)
     print("%d failed" % len(FAILED))
     return 1 if FAILED else 0
+
+
+def given_inputs(fxfuse):
+    """--input of weights on a graph whose weights are seeded (no archive): the given bytes are
+    what the run uses and saves, the other inputs keep their seeded values, and feeding a run
+    every input it saved reproduces its outputs bit for bit (float and integer inputs)."""
+    graph = os.path.join(ROOT, "tests", "plans", "decoder_fp8.fxg")
+    base = ["--cpu-only", "--bind", "s0=4", "--quiet"]
+    with tempfile.TemporaryDirectory() as tmp:
+        a_in, a_out, b_in, b_out, c_out = (os.path.join(tmp, n) for n in ("a_in", "a_out", "b_in", "b_out", "c_out"))
+        rc, _, err = run(fxfuse, graph, *base, "--save-inputs", a_in, "--save-outputs", a_out)
+        check("seeded run saves its inputs", rc == 0, err[-300:])
+        entries = json.load(open(os.path.join(a_in, "inputs.json")))
+        files = {e["name"]: os.path.join(a_in, e["file"]) for e in entries}
+        raw = {n: open(f, "rb").read() for n, f in files.items()}
+        qkv = raw["qkv.weight"][1:] + raw["qkv.weight"][:1]  # e4m3 bytes rotated: other valid values
+        ln1 = bytes.fromhex("803f") * (len(raw["ln1.weight"]) // 2)  # bf16 1.0 everywhere
+        for name, data in (("qkv.weight", qkv), ("ln1.weight", ln1)):
+            open(os.path.join(tmp, name), "wb").write(data)
+        rc, _, err = run(fxfuse, graph, *base, "--input", "qkv.weight=" + os.path.join(tmp, "qkv.weight"),
+                         "--input", "ln1.weight=" + os.path.join(tmp, "ln1.weight"), "--save-inputs", b_in,
+                         "--save-outputs", b_out)
+        check("run with two weights given", rc == 0, err[-300:])
+        saved = {e["name"]: open(os.path.join(b_in, e["file"]), "rb").read()
+                 for e in json.load(open(os.path.join(b_in, "inputs.json")))}
+        check("given weights are used as given", saved["qkv.weight"] == qkv and saved["ln1.weight"] == ln1)
+        others = [n for n in raw if n not in ("qkv.weight", "ln1.weight")]
+        check("the other inputs keep their seeded values", all(saved[n] == raw[n] for n in others),
+              str([n for n in others if saved[n] != raw[n]]))
+        outs = lambda d: [open(os.path.join(d, o["file"]), "rb").read() for o in json.load(open(os.path.join(d, "outputs.json")))]  # noqa: E731
+        check("given weights change the outputs", outs(a_out) != outs(b_out))
+        every = [x for n, f in files.items() for x in ("--input", "%s=%s" % (n, f))]
+        rc, _, err = run(fxfuse, graph, *base, *every, "--save-outputs", c_out)
+        check("every input given back: the same outputs", rc == 0 and outs(a_out) == outs(c_out), err[-300:])
 
 
 if __name__ == "__main__":

@@ -364,13 +364,13 @@ void registerRun(CLI::App& app, int& exit_code) {
     io.rank = std::max(0, mg.rank);  // activations depend on the rank (lockstep.h)
     io.kv = kv_batch;  // paged attention: the serving batch (both sides get the same metadata)
     interp::Interpreter in(*ref_module, io);
+    std::vector<std::string> input_names;
+    for (const auto& pi : l.plan.inputs()) input_names.push_back(pi.name());
     progress::stage("making inputs");
-    std::vector<interp::RValue> host_inputs = in.makeInputs(seed);
+    std::vector<interp::RValue> host_inputs = in.makeInputs(seed, inputFileIndices(input_files, input_names));
     if (static_cast<int>(host_inputs.size()) != l.plan.inputs_size())
       fail("the graph has {} inputs, the plan {}", host_inputs.size(), l.plan.inputs_size());
     auto env = symbolValues(l.plan, in.bindings());
-    std::vector<std::string> input_names;
-    for (const auto& pi : l.plan.inputs()) input_names.push_back(pi.name());
     if (!input_files.empty()) applyInputFiles(input_files, input_names, host_inputs);
     if (!save_inputs.empty()) saveInputs(save_inputs, input_names, host_inputs);
     auto save = [&](const std::vector<const interp::Tensor*>& tensors) {

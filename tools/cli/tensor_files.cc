@@ -42,6 +42,16 @@ void makeDirectory(const std::string& dir) {
 
 }  // namespace
 
+std::set<size_t> inputFileIndices(const std::vector<std::string>& specs, const std::vector<std::string>& input_names) {
+  std::set<size_t> given;
+  for (const auto& spec : specs) {
+    const std::string name = spec.substr(0, spec.find('='));
+    for (size_t i = 0; i < input_names.size(); ++i)
+      if (input_names[i] == name) given.insert(i);
+  }
+  return given;
+}
+
 void applyInputFiles(const std::vector<std::string>& specs, const std::vector<std::string>& input_names,
                      std::vector<interp::RValue>& inputs) {
   for (const auto& spec : specs) {
@@ -64,13 +74,18 @@ void applyInputFiles(const std::vector<std::string>& specs, const std::vector<st
     if (eb <= 0 || static_cast<int64_t>(bytes.size()) != n * eb)
       fail("{}: {} bytes, but input '{}' is {} ({} bytes, little-endian)", path, bytes.size(), name,
            seeded.describe(), n * eb);
-    std::vector<double> vals(static_cast<size_t>(n));
+    // Float values decoded from their dtype's bits are that dtype's values already: stored as
+    // they are (weights are large); integers go through fromValues' range handling.
+    const bool floating = ir::isFloating(seeded.dtype) && !ir::isComplex(seeded.dtype);
+    interp::Tensor t = floating ? interp::Tensor::uninitialized(seeded.shape, seeded.dtype) : interp::Tensor{};
+    std::vector<double> vals(floating ? 0 : static_cast<size_t>(n));
+    double* out = floating ? t.base() : vals.data();
     for (int64_t k = 0; k < n; ++k) {
       uint64_t bits = 0;
       std::memcpy(&bits, bytes.data() + k * eb, static_cast<size_t>(eb));  // little-endian low bytes
-      vals[static_cast<size_t>(k)] = interp::fromBits(bits, seeded.dtype);
+      out[k] = interp::fromBits(bits, seeded.dtype);
     }
-    inputs[i] = interp::RValue::ofTensor(interp::Tensor::fromValues(seeded.shape, seeded.dtype, vals));
+    inputs[i] = interp::RValue::ofTensor(floating ? t : interp::Tensor::fromValues(seeded.shape, seeded.dtype, vals));
   }
 }
 

@@ -7,6 +7,7 @@
 // (examples/decode_step/torch_parity.py).
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,13 @@
 
 namespace fxfuse::cli {
 
-// Replaces inputs[i] for every NAME=FILE in `specs`; input_names[i] names inputs[i]. Exit 2
+// The indices (into input_names) of the inputs that `specs` (NAME=FILE) give, so the
+// interpreter does not make their seeded values (Interpreter::makeInputs); malformed specs and
+// unknown names are left to applyInputFiles to report.
+std::set<size_t> inputFileIndices(const std::vector<std::string>& specs, const std::vector<std::string>& input_names);
+
+// Replaces inputs[i] for every NAME=FILE in `specs`; input_names[i] names inputs[i]; inputs[i]
+// may be a placeholder without values (its shape and dtype say what the file must hold). Exit 2
 // (one line) for a malformed spec, an unknown name, a non-tensor input or a size mismatch.
 void applyInputFiles(const std::vector<std::string>& specs, const std::vector<std::string>& input_names,
                      std::vector<interp::RValue>& inputs);

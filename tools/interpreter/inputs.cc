@@ -375,7 +375,7 @@ Tensor loadPayload(const ir::WeightInfo& w) {
 
 }  // namespace
 
-std::vector<RValue> Interpreter::makeInputs(uint64_t seed) {
+std::vector<RValue> Interpreter::makeInputs(uint64_t seed, const std::set<size_t>& given) {
   const ir::Graph& g = *entry_;
   std::vector<RValue> out;
   std::unordered_map<std::string, const ir::WeightInfo*> weights;
@@ -425,6 +425,15 @@ std::vector<RValue> Interpreter::makeInputs(uint64_t seed) {
       if (!kv_plan_) fail("{}: paged-attention metadata but no serving batch was planned", ctx);
       out.push_back(RValue::ofTensor(kvMetadataTensor(*kv_plan_, role.why, shape, dt)));
       input_notes_.push_back(fmt::format("kv metadata ({} of paged attention, the kv batch above)", role.why));
+      continue;
+    }
+    if (given.count(out.size())) {  // the caller's values replace this input: shape and dtype only
+      Tensor placeholder;
+      placeholder.dtype = dt;
+      placeholder.shape = shape;
+      placeholder.strides = contiguousStrides(shape);
+      out.push_back(RValue::ofTensor(placeholder));
+      input_notes_.push_back("given by the caller");
       continue;
     }
     uint64_t rank_mix = role.role == Role::Activation ? static_cast<uint64_t>(options_.rank) * 0x9E3779B97F4A7C15ull : 0;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -149,7 +150,11 @@ class Interpreter {
   Shape evalShape(const std::vector<ir::SymExpr>& dims, const std::string& context) const;
 
   // Seeded random inputs for the entry graph, by dtype and role (see docs/interpreter.md).
-  std::vector<RValue> makeInputs(uint64_t seed);
+  // Inputs whose index is in `given` and that would be random get their shape, dtype and
+  // contiguous strides but no values (`defined()` false): the caller fills them (`fxfuse run
+  // --input`), and no time goes into making values that are replaced. Every input has its
+  // own seed, so the others' values do not depend on `given`.
+  std::vector<RValue> makeInputs(uint64_t seed, const std::set<size_t>& given = {});
   // One line per input of the last makeInputs(): its role or where it came from.
   const std::vector<std::string>& inputNotes() const { return input_notes_; }
   // The serving batch makeInputs() writes (graphs with fxfuse.paged_attention), else null.
