@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -40,25 +42,30 @@ void makeDirectory(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) fail("{}: cannot create the directory ({})", dir, std::strerror(errno));
 }
 
+// NAME and FILE of an --input NAME=FILE spec; nullopt when either is empty or '=' is missing.
+std::optional<std::pair<std::string, std::string>> splitInputSpec(const std::string& spec) {
+  const auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) return std::nullopt;
+  return std::make_pair(spec.substr(0, eq), spec.substr(eq + 1));
+}
+
 }  // namespace
 
 std::set<size_t> inputFileIndices(const std::vector<std::string>& specs, const std::vector<std::string>& input_names) {
   std::set<size_t> given;
-  for (const auto& spec : specs) {
-    const std::string name = spec.substr(0, spec.find('='));
-    for (size_t i = 0; i < input_names.size(); ++i)
-      if (input_names[i] == name) given.insert(i);
-  }
+  for (const auto& spec : specs)
+    if (const auto named = splitInputSpec(spec))
+      for (size_t i = 0; i < input_names.size(); ++i)
+        if (input_names[i] == named->first) given.insert(i);
   return given;
 }
 
 void applyInputFiles(const std::vector<std::string>& specs, const std::vector<std::string>& input_names,
                      std::vector<interp::RValue>& inputs) {
   for (const auto& spec : specs) {
-    auto eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-      fail("--input: expected NAME=FILE, got '{}'", spec);
-    std::string name = spec.substr(0, eq), path = spec.substr(eq + 1);
+    const auto named = splitInputSpec(spec);
+    if (!named) fail("--input: expected NAME=FILE, got '{}'", spec);
+    const auto& [name, path] = *named;
     size_t i = 0;
     while (i < input_names.size() && input_names[i] != name) ++i;
     if (i == input_names.size() || i >= inputs.size()) {
