@@ -99,9 +99,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 // Keys a warp loads before it reduces any: their loads are in flight together instead of one
 // key's latency after another's.
 constexpr int kKeyGroup = static_cast<int>(kPagedKeyGroup);
-// Split-KV target: (token, head group, chunk) warps per multiprocessor
-// ($FXFUSE_PAGED_WARPS_PER_SM overrides it for A/B measurements, read when a step is planned).
-constexpr int64_t kTargetWarpsPerSm = 32;
 constexpr int64_t kMaxSplits = 256;
 
 // The cache formats the attention kernel is compiled for.
@@ -321,10 +318,9 @@ __host__ __device__ constexpr bool StagedRows(int64_t head_size, int64_t elem_by
 // stage), one key group at a time into consume(stage, valid): the copies of the next
 // kStages - 1 groups are in flight while a group is computed, without registers to hold them.
 // Copies of keys past `hi` or with an invalid block id are zero-filled and their mask bit clear.
-template <int NE, CacheFormat F, typename Consume>
+template <typename Ring, typename Consume>
 __device__ void streamKeys(const PagedAttentionParams& p, const int32_t* blocks, int64_t hk, int64_t lo, int64_t hi,
                            int lane, uint8_t* ring, unsigned* masks, Consume&& consume) {
-  using Ring = StagedRing<NE, F>;
   const int64_t groups = hi > lo ? (hi - lo + kKeyGroup - 1) / kKeyGroup : 0;
   const int block_size = static_cast<int>(p.block_size);
   // A row is 1 << pieces_log2 16-byte pieces (at most 32: head_size <= kPagedMaxHeadSize).
@@ -391,7 +387,7 @@ __device__ void attendKeysStaged(const PagedAttentionParams& p, const float (&q)
                                  int64_t hk, int64_t lo, int64_t hi, float vs, int lane, float* scores,
                                  uint8_t* ring, unsigned* masks, Softmax<NE, HPW>& st) {
   using Ring = StagedRing<NE, F>;
-  streamKeys<NE, F>(p, blocks, hk, lo, hi, lane, ring, masks, [&](const uint8_t* keys, unsigned valid) {
+  streamKeys<Ring>(p, blocks, hk, lo, hi, lane, ring, masks, [&](const uint8_t* keys, unsigned valid) {
     LaneBits<NE, F> kb[kKeyGroup], vb[kKeyGroup];
 #pragma unroll
     for (int g = 0; g < kKeyGroup; ++g) {
@@ -402,7 +398,7 @@ __device__ void attendKeysStaged(const PagedAttentionParams& p, const float (&q)
   });
 }
 
-// ---- Tensor-core scores and P.V (16-bit caches, head size 64 or 128).
+// ---- Tensor-core scores and P.V (head size 64 or 128).
 //
 // Per key group, for the warp's HPW query heads of one KV head (rows of a 16-row tile, rows
 // HPW..15 zero):
@@ -413,11 +409,19 @@ __device__ void attendKeysStaged(const PagedAttentionParams& p, const float (&q)
 //                                               hi + lo 16-bit terms (~16 bits of P)
 //
 // Lane (g, t) holds S[g][2t, 2t+1] and O[g][8n + 2t, 8n + 2t + 1]: row g is query head h0 + g.
+// A 16-bit cache multiplies in its own type. An FP8 cache multiplies in f16, which holds every
+// e4m3 value exactly: K pairs are widened as their fragments are read (one cvt per pair), V
+// rows into a per-warp f16 copy that ldmatrix.trans reads, Q is scaled by a power of two that
+// puts its largest element in [2^14, 2^15) (f16's range; undone in q_factor), and v_scale
+// multiplies O once at the end.
 
-template <CacheFormat F>
+// The 16-bit type the tensor cores multiply in for cache format F.
+constexpr CacheFormat MmaType(CacheFormat f) { return f == CacheFormat::kBf16 ? CacheFormat::kBf16 : CacheFormat::kF16; }
+
+template <CacheFormat M>
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
   const uint32_t zero = 0;  // rows 8..15 of the tile: no query head
-  if constexpr (F == CacheFormat::kBf16)
+  if constexpr (M == CacheFormat::kBf16)
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                  "{%0, %1, %2, %3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -429,10 +433,10 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a2
                  : "r"(a0), "r"(zero), "r"(a2), "r"(zero), "r"(b0), "r"(b1));
 }
 
-template <CacheFormat F>
+template <CacheFormat M>
 __device__ __forceinline__ void mma1688(float (&c)[4], uint32_t a0, uint32_t b0) {
   const uint32_t zero = 0;
-  if constexpr (F == CacheFormat::kBf16)
+  if constexpr (M == CacheFormat::kBf16)
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(zero), "r"(b0));
@@ -442,10 +446,10 @@ __device__ __forceinline__ void mma1688(float (&c)[4], uint32_t a0, uint32_t b0)
                  : "r"(a0), "r"(zero), "r"(b0));
 }
 
-// Two floats as a 16-bit pair of the cache's format (round to nearest), and back.
-template <CacheFormat F>
+// Two floats as a 16-bit pair of type M (round to nearest), and back.
+template <CacheFormat M>
 __device__ __forceinline__ uint32_t pack16(float a, float b) {
-  if constexpr (F == CacheFormat::kBf16) {
+  if constexpr (M == CacheFormat::kBf16) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
     return *reinterpret_cast<const uint32_t*>(&v);
   } else {
@@ -453,10 +457,53 @@ __device__ __forceinline__ uint32_t pack16(float a, float b) {
     return *reinterpret_cast<const uint32_t*>(&v);
   }
 }
-template <CacheFormat F>
+template <CacheFormat M>
 __device__ __forceinline__ float2 unpack16(uint32_t u) {
-  if constexpr (F == CacheFormat::kBf16) return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+  if constexpr (M == CacheFormat::kBf16) return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
   else return __half22float2(*reinterpret_cast<const __half2*>(&u));
+}
+
+// Two e4m3 values (the low byte first) as an f16 pair, exactly.
+__device__ __forceinline__ uint32_t widenPair(uint32_t bits) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
+}
+
+// Elements c, c + 1 of a K row in the ring as a pair of the mma type.
+template <CacheFormat F>
+__device__ __forceinline__ uint32_t keyPair(const uint8_t* row, int c) {
+  if constexpr (F == CacheFormat::kFp8) return widenPair(*reinterpret_cast<const uint16_t*>(row + c));
+  else return *reinterpret_cast<const uint32_t*>(row + 2 * c);
+}
+
+// The shared memory of one warp of the 8-key tensor-core path: its cp.async ring and, for an
+// FP8 cache, the group's V rows widened to f16 (kWidePitch apart: 16 bytes past the row, so
+// each 8-lane phase of the widening and of ldmatrix falls on distinct banks).
+template <int E, CacheFormat F>
+struct MmaWarpSmem {
+  static constexpr int kWidePitch = 2 * E + 16;
+  static constexpr int kWideBytes = F == CacheFormat::kFp8 ? kKeyGroup * kWidePitch : 0;
+  using Ring = StagedRing<E / 32, F>;
+  static constexpr int kBytes = Ring::kWarpBytes + kWideBytes;
+};
+
+// The 8 V rows of an FP8 stage (kPitch8 apart) as f16 rows kWidePitch apart: lane l widens
+// E / 4 bytes of row l % 8, from byte (l / 8) * E / 4.
+template <int E, int kPitch8, int kWidePitch>
+__device__ __forceinline__ void widenValues(const uint8_t* v8, uint8_t* wide, int lane) {
+  constexpr int kLaneBytes = E / 4;
+  const int row = lane & 7, col = (lane >> 3) * kLaneBytes;
+#pragma unroll
+  for (int i = 0; i < kLaneBytes / 16; ++i) {
+    const uint4 x = *reinterpret_cast<const uint4*>(v8 + row * kPitch8 + col + 16 * i);
+    const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+    uint32_t h[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] = widenPair(w[j / 2] >> (16 * (j % 2)));
+    uint4* dst = reinterpret_cast<uint4*>(wide + row * kWidePitch + 2 * (col + 16 * i));
+    dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
+  }
 }
 
 // The running state of a lane: O[g][8n + 2t + j] in o[n][j] (o[n][2..3] are rows 8..15: zero),
@@ -467,20 +514,20 @@ struct MmaSoftmax {
   float m, l;
 };
 
-// One key group (a ring stage: K rows then V rows, kRowPitch apart) into `st`. `qa` holds the
-// lane's Q fragments (rows g, columns 16k + 2t.. and 16k + 2t + 8..); scores are S * q_factor.
-template <int E, CacheFormat F, int kRowPitch>
-__device__ __forceinline__ void addKeyGroupMma(const uint8_t* stage, unsigned valid, const uint32_t (&qa)[E / 16][2],
-                                               float q_factor, int lane, MmaSoftmax<E>& st) {
+// One key group into `st`: K rows at `keys` (kKeyPitch apart, cache format F), V rows at
+// `values` in the mma type (kValuePitch apart). `qa` holds the lane's Q fragments (rows g,
+// columns 16k + 2t.. and 16k + 2t + 8..); scores are S * q_factor.
+template <int E, CacheFormat F, int kKeyPitch, int kValuePitch>
+__device__ __forceinline__ void addKeyGroupMma(const uint8_t* keys, const uint8_t* values, unsigned valid,
+                                               const uint32_t (&qa)[E / 16][2], float q_factor, int lane,
+                                               MmaSoftmax<E>& st) {
+  constexpr CacheFormat M = MmaType(F);
   const int g = lane >> 2, t = lane & 3;
-  const uint8_t* krow = stage + g * kRowPitch;
+  const uint8_t* krow = keys + g * kKeyPitch;
   float c[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-  for (int k = 0; k < E / 16; ++k) {
-    const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + (16 * k + 2 * t) * 2);
-    const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + (16 * k + 2 * t + 8) * 2);
-    mma16816<F>(c, qa[k][0], qa[k][1], b0, b1);
-  }
+  for (int k = 0; k < E / 16; ++k)
+    mma16816<M>(c, qa[k][0], qa[k][1], keyPair<F>(krow, 16 * k + 2 * t), keyPair<F>(krow, 16 * k + 2 * t + 8));
   const float s0 = (valid >> (2 * t)) & 1u ? c[0] * q_factor : -INFINITY;
   const float s1 = (valid >> (2 * t + 1)) & 1u ? c[1] * q_factor : -INFINITY;
   float mx = fmaxf(s0, s1);
@@ -492,12 +539,12 @@ __device__ __forceinline__ void addKeyGroupMma(const uint8_t* stage, unsigned va
   const float p0 = none ? 0.0f : exp2f(s0 - m_new), p1 = none ? 0.0f : exp2f(s1 - m_new);
   st.m = m_new;
   st.l = st.l * corr + (p0 + p1);
-  const uint32_t hi = pack16<F>(p0, p1);
-  const float2 hi_f = unpack16<F>(hi);
-  const uint32_t lo = pack16<F>(p0 - hi_f.x, p1 - hi_f.y);
+  const uint32_t hi = pack16<M>(p0, p1);
+  const float2 hi_f = unpack16<M>(hi);
+  const uint32_t lo = pack16<M>(p0 - hi_f.x, p1 - hi_f.y);
   // V: ldmatrix.x4.trans of keys 0..7 x columns 8n..8n+31 gives the B fragments of 4 n-tiles.
-  const uint32_t vbase = static_cast<uint32_t>(__cvta_generic_to_shared(stage + kKeyGroup * kRowPitch)) +
-                         (lane & 7) * kRowPitch + (lane >> 3) * 16;
+  const uint32_t vbase = static_cast<uint32_t>(__cvta_generic_to_shared(values)) + (lane & 7) * kValuePitch +
+                         (lane >> 3) * 16;
 #pragma unroll
   for (int n0 = 0; n0 < E / 8; n0 += 4) {
     uint32_t b[4];
@@ -508,40 +555,94 @@ __device__ __forceinline__ void addKeyGroupMma(const uint8_t* stage, unsigned va
     for (int j = 0; j < 4; ++j) {
       st.o[n0 + j][0] *= corr;
       st.o[n0 + j][1] *= corr;
-      mma1688<F>(st.o[n0 + j], hi, b[j]);
-      mma1688<F>(st.o[n0 + j], lo, b[j]);
+      mma1688<M>(st.o[n0 + j], hi, b[j]);
+      mma1688<M>(st.o[n0 + j], lo, b[j]);
     }
   }
 }
 
-// Keys [lo, hi) for the warp's HPW query heads (h0 ..) of token t through the ring with
-// tensor cores; returns the state of row g = lane / 4 (rows g >= HPW: no head).
+// The lane's Q fragments of query heads h0 + g (g < HPW; other rows 0) of token t in the mma
+// type. Returns what the scores must be multiplied by to undo a scaling of Q: 1 for a 16-bit
+// cache (q is read as it is); for an FP8 cache 2^s, Q having been multiplied by 2^-s (exact)
+// so that its largest magnitude lies in [2^14, 2^15): inside f16's range, and every element
+// within 2^-28 of it a normal f16 (bf16 and f16 values stay exact there).
 template <int E, int HPW, CacheFormat F>
-__device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t h0, const int32_t* blocks, int64_t hk,
-                              int64_t lo, int64_t hi, float q_factor, int lane, uint8_t* ring, unsigned* masks,
-                              MmaSoftmax<E>& st) {
-  constexpr int NE = E / 32;
-  using Ring = StagedRing<NE, F>;
+__device__ float loadQueryFragments(const PagedAttentionParams& p, int64_t t, int64_t h0, int lane,
+                                    uint32_t (&qa)[E / 16][2]) {
   const int g = lane >> 2, tq = lane & 3;
-  uint32_t qa[E / 16][2];
   const uint8_t* qrow = static_cast<const uint8_t*>(p.q) + (t * p.q_stride[0] + (h0 + g) * p.q_stride[1]) * 2;
 #pragma unroll
   for (int k = 0; k < E / 16; ++k) {
     qa[k][0] = g < HPW ? *reinterpret_cast<const uint32_t*>(qrow + (16 * k + 2 * tq) * 2) : 0u;
     qa[k][1] = g < HPW ? *reinterpret_cast<const uint32_t*>(qrow + (16 * k + 2 * tq + 8) * 2) : 0u;
   }
-  streamKeys<NE, F>(p, blocks, hk, lo, hi, lane, ring, masks, [&](const uint8_t* stage, unsigned valid) {
-    addKeyGroupMma<E, F, Ring::kRowPitch>(stage, valid, qa, q_factor, lane, st);
+  if constexpr (F != CacheFormat::kFp8) {
+    return 1.0f;
+  } else {
+    const bool bf16 = p.dtype == DType::BF16;
+    auto value = [&](uint32_t u) { return bf16 ? unpack16<CacheFormat::kBf16>(u) : unpack16<CacheFormat::kF16>(u); };
+    float largest = 0.0f;
+#pragma unroll
+    for (int k = 0; k < E / 16; ++k)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float2 x = value(qa[k][j]);
+        largest = fmaxf(largest, fmaxf(fabsf(x.x), fabsf(x.y)));
+      }
+#pragma unroll
+    for (int mask = 16; mask > 0; mask >>= 1) largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, mask));
+    int e = 0;
+    frexpf(largest, &e);  // largest < 2^e
+    const int s = isinf(largest) ? 0 : e - 15 < -100 ? -100 : e - 15;
+#pragma unroll
+    for (int k = 0; k < E / 16; ++k)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float2 x = value(qa[k][j]);
+        qa[k][j] = pack16<CacheFormat::kF16>(ldexpf(x.x, -s), ldexpf(x.y, -s));
+      }
+    return ldexpf(1.0f, s);
+  }
+}
+
+// Keys [lo, hi) for the warp's HPW query heads (h0 ..) of token t through the ring (`smem`: the
+// warp's MmaWarpSmem) with tensor cores; returns the state of row g = lane / 4 (rows g >= HPW:
+// no head).
+template <int E, int HPW, CacheFormat F>
+__device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t h0, const int32_t* blocks, int64_t hk,
+                              int64_t lo, int64_t hi, float q_factor, int lane, uint8_t* smem, unsigned* masks,
+                              MmaSoftmax<E>& st) {
+  using Smem = MmaWarpSmem<E, F>;
+  using Ring = typename Smem::Ring;
+  uint32_t qa[E / 16][2];
+  q_factor *= loadQueryFragments<E, HPW, F>(p, t, h0, lane, qa);
+  uint8_t* wide = smem + Ring::kWarpBytes;
+  streamKeys<Ring>(p, blocks, hk, lo, hi, lane, smem, masks, [&](const uint8_t* stage, unsigned valid) {
+    const uint8_t* values = stage + kKeyGroup * Ring::kRowPitch;
+    if constexpr (F == CacheFormat::kFp8) {
+      __syncwarp();  // every lane has read the previous group's widened rows
+      widenValues<E, Ring::kRowPitch, Smem::kWidePitch>(values, wide, lane);
+      __syncwarp();
+      addKeyGroupMma<E, F, Ring::kRowPitch, Smem::kWidePitch>(stage, wide, valid, qa, q_factor, lane, st);
+    } else {
+      addKeyGroupMma<E, F, Ring::kRowPitch, Ring::kRowPitch>(stage, values, valid, qa, q_factor, lane, st);
+    }
   });
   st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
   st.l += __shfl_xor_sync(0xffffffffu, st.l, 2);
+  if constexpr (F == CacheFormat::kFp8) {
+    const float vs = *p.v_scale;
+#pragma unroll
+    for (int n = 0; n < E / 8; ++n) {
+      st.o[n][0] *= vs;
+      st.o[n][1] *= vs;
+    }
+  }
 }
 
-// Whether the tensor-core path takes the attention: a 16-bit cache streamed through the ring,
-// the head size exactly 32 * NE of 64 or 128 (full fragments; 256 would need 128 accumulators).
-__host__ __device__ constexpr bool MmaPath(int NE, CacheFormat F) {
-  return F != CacheFormat::kFp8 && (NE == 2 || NE == 4);
-}
+// Whether the tensor-core path takes the attention: a cache streamed through the ring with the
+// head size exactly 32 * NE of 64 or 128 (full fragments; 256 would need 128 accumulators).
+__host__ __device__ constexpr bool MmaPath(int NE) { return NE == 2 || NE == 4; }
 
 // Where a query token stands: its sequence (-1: a padding token) and the keys it sees.
 struct QueryRow {
@@ -604,9 +705,9 @@ __device__ void attendRowsMma(const PagedAttentionParams& p, const QueryRow& r, 
   if (r.seq >= 0) {
     extern __shared__ __align__(16) uint8_t paged_rings[];
     __shared__ unsigned masks[kWarps][4];
+    const float q_factor = p.scale * kLog2e * (F == CacheFormat::kFp8 ? *p.k_scale : 1.0f);
     attendKeysMma<E, HPW, F>(p, r.t, h0, p.block_table + r.seq * p.block_table_stride, h0 / (p.heads_q / p.heads_kv),
-                             lo, hi, p.scale * kLog2e, lane,
-                             paged_rings + warp * StagedRing<E / 32, F>::kWarpBytes, masks[warp], st);
+                             lo, hi, q_factor, lane, paged_rings + warp * MmaWarpSmem<E, F>::kBytes, masks[warp], st);
   }
   const int g = lane >> 2, tq = lane & 3;
   if (g >= HPW) return;
@@ -723,7 +824,7 @@ __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) paged
   const int64_t hi = lo + chunk < r.keys ? lo + chunk : r.keys;
   if (split && (r.seq < 0 || lo >= r.keys)) return;  // the combine reads no chunk past the context
   if constexpr (kPath == LoadPath::kRingMma) {
-    if constexpr (MmaPath(NE, F)) attendRowsMma<32 * NE, HPW, F>(p, r, h0, lo, hi, lane, warp);
+    if constexpr (MmaPath(NE)) attendRowsMma<32 * NE, HPW, F>(p, r, h0, lo, hi, lane, warp);
   } else {
     attendRowsCuda<NE, HPW, F, kPath == LoadPath::kRing>(p, r, h0, lo, hi, lane, warp);
   }
@@ -829,24 +930,27 @@ bool mmaDisabled() {
 int64_t targetWarpsPerSm() {
   const char* v = std::getenv("FXFUSE_PAGED_WARPS_PER_SM");
   const long n = v ? std::strtol(v, nullptr, 10) : 0;
-  return n >= 1 && n <= 1024 ? n : kTargetWarpsPerSm;
+  return n >= 1 && n <= 1024 ? n : kPagedSplitWarpsPerSm;
 }
 
-// Launches the attention kernel of (NE, HPW, F) on `path` (the ring: dynamic shared memory past
-// the default 48 KB limit, raised once per kernel and device).
+// Launches the attention kernel of (NE, HPW, F) on `path` (the rings: dynamic shared memory
+// past the default 48 KB limit, raised once per kernel and device).
 template <int NE, int HPW, CacheFormat F>
 cudaError_t launchAttention(LoadPath path, dim3 grid, cudaStream_t stream, const PagedAttentionParams& p) {
-  constexpr int kBytes = kWarps * StagedRing<NE, F>::kWarpBytes;
-  auto ring = [&](auto kernel) {
-    const cudaError_t raised = kernels::device::ensureSmemLimit<decltype(kernel)::value>(kBytes);
+  auto withRing = [&](auto kernel, int bytes) {
+    const cudaError_t raised = kernels::device::ensureSmemLimit<decltype(kernel)::value>(bytes);
     if (raised != cudaSuccess) return raised;
-    return kernels::LaunchProgrammatic(decltype(kernel)::value, grid, dim3(kWarps * 32), kBytes, stream, p);
+    return kernels::LaunchProgrammatic(decltype(kernel)::value, grid, dim3(kWarps * 32), bytes, stream, p);
   };
   using Kernel = void (*)(PagedAttentionParams);
-  if (path == LoadPath::kRingMma)
-    return ring(std::integral_constant<Kernel, pagedAttentionKernel<NE, HPW, F, LoadPath::kRingMma>>{});
+  if constexpr (MmaPath(NE)) {
+    if (path == LoadPath::kRingMma)
+      return withRing(std::integral_constant<Kernel, pagedAttentionKernel<NE, HPW, F, LoadPath::kRingMma>>{},
+                      kWarps * MmaWarpSmem<32 * NE, F>::kBytes);
+  }
   if (path == LoadPath::kRing)
-    return ring(std::integral_constant<Kernel, pagedAttentionKernel<NE, HPW, F, LoadPath::kRing>>{});
+    return withRing(std::integral_constant<Kernel, pagedAttentionKernel<NE, HPW, F, LoadPath::kRing>>{},
+                    kWarps * StagedRing<NE, F>::kWarpBytes);
   return kernels::LaunchProgrammatic(pagedAttentionKernel<NE, HPW, F, LoadPath::kDirect>, grid, dim3(kWarps * 32), 0,
                                      stream, p);
 }
@@ -891,8 +995,8 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
                         static_cast<unsigned>(p.num_splits));
   const int64_t elem_bytes = p.cache_dtype == DType::F8E4M3FN ? 1 : 2;
   const bool staged = StagedRows(p.head_size, elem_bytes) && aligned16(p.key_cache) && aligned16(p.value_cache);
-  // Tensor cores: 16-bit cache, head size 64 or 128 (whole fragments), q rows read as 32-bit pairs.
-  const bool mma = staged && elem_bytes == 2 && (p.head_size == 64 || p.head_size == 128) &&
+  // Tensor cores: head size 64 or 128 (whole fragments), q rows read as 32-bit pairs.
+  const bool mma = staged && (p.head_size == 64 || p.head_size == 128) &&
                    reinterpret_cast<uintptr_t>(p.q) % 4 == 0 && p.q_stride[0] % 2 == 0 && p.q_stride[1] % 2 == 0 &&
                    !mmaDisabled();
   const LoadPath path = mma ? LoadPath::kRingMma : staged ? LoadPath::kRing : LoadPath::kDirect;
@@ -932,7 +1036,9 @@ void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms) {
   const int64_t ne = p.head_size <= 32 ? 1 : p.head_size <= 64 ? 2 : p.head_size <= 128 ? 4 : 8;
   const int64_t warps = p.num_tokens * (p.heads_q / headsPerWarp(p, ne));
   const int64_t target = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * targetWarpsPerSm();
-  int64_t splits = (target + warps - 1) / warps;
+  // At most `target` warps: with the target a whole number of waves of resident warps, the last
+  // wave is full rather than a few CTAs long.
+  int64_t splits = target / warps;
   splits = std::min(splits, max_keys / kPagedMinSplitKeys);  // chunks of at least kPagedMinSplitKeys
   splits = std::min(splits, kMaxSplits);
   if (splits <= 1) return;

@@ -13,8 +13,9 @@
 // num_splits chunks, one warp per (query token, group of query heads sharing a KV head, chunk)
 // with online softmax in fp32 over groups of 8 keys whose K and V rows are loaded together
 // (each row read once for the group's heads): through a per-warp cp.async ring when rows are
-// whole 16-byte pieces, with the scores and P.V on tensor cores for 16-bit caches of head size
-// 64/128 ($FXFUSE_PAGED_MMA=0: CUDA cores); a second kernel (one CTA per row) merges the
+// whole 16-byte pieces, with the scores and P.V on tensor cores for head sizes 64/128 (16-bit
+// caches in their own type, FP8 caches widened to f16; $FXFUSE_PAGED_MMA=0: CUDA cores); a
+// second kernel (one CTA per row) merges the
 // chunks. The number of chunks is chosen on the host from the bound sizes, the chunk length on
 // the device from each row's own context, so decode batches of a few sequences still fill the
 // GPU. Metadata outside its range (a slot or block
@@ -95,9 +96,14 @@ constexpr int64_t PagedChunkKeys(int64_t keys, int64_t num_splits) {
   return ((c < kPagedMinSplitKeys ? kPagedMinSplitKeys : c) + kPagedKeyGroup - 1) / kPagedKeyGroup * kPagedKeyGroup;
 }
 
-// Chooses num_splits for the bound sizes: enough (token, head group, chunk) warps to fill
-// `num_sms` multiprocessors about twice, where the block table's width allows chunks of at
-// least kPagedMinSplitKeys keys.
+// Split-KV target: (token, head group, chunk) warps per multiprocessor, one wave of the
+// tensor-core kernel (3 CTAs of 4 warps per SM) so that no wave runs a few CTAs long
+// ($FXFUSE_PAGED_WARPS_PER_SM overrides it for A/B measurements, read when a step is planned).
+inline constexpr int64_t kPagedSplitWarpsPerSm = 12;
+
+// Chooses num_splits for the bound sizes: the most chunks that keep the (token, head group,
+// chunk) warps within kPagedSplitWarpsPerSm per multiprocessor of `num_sms`, where the block
+// table's width allows chunks of at least kPagedMinSplitKeys keys.
 void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms);
 // Device bytes the split needs: per (token, head, chunk) E partial sums, the running maximum
 // and the running sum (fp32); 0 without a split.

@@ -6,8 +6,8 @@
 // chunked prefill mixed with decode, padding tokens (slot -1), an empty sequence, GQA and MHA,
 // block-boundary contexts, FP8 cache, FP8 output, fp16, head sizes 16/32/33/64/96/128/256 (rows
 // of 32 to 512 bytes through the cp.async ring, 1 to 16 rows per pass of a warp, and the direct
-// loads of rows that are not whole 16-byte pieces), block sizes 1/16/32, 1 to 8 query heads
-// per KV head, contexts up to 1000.
+// loads of rows that are not whole 16-byte pieces), block sizes 1/16/32, q far outside and
+// below f16's range over an FP8 cache, 1 to 8 query heads per KV head, contexts up to 1000.
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
@@ -41,6 +41,7 @@ struct Case {
   int64_t padding_tokens = 0;  // tokens after qsl[B], slot -1
   int64_t spare_blocks = 3;
   float k_scale = 0.02f, v_scale = 0.03f, out_scale = 0.01f;
+  float q_stddev = 1.0f;  // q normal with this standard deviation
 };
 
 // The batch as the kernels see it, and the host copies the reference works on.
@@ -160,7 +161,7 @@ void runCase(const Case& c) {
   const int64_t T = b.tokens, Hq = c.heads_q, Hk = c.heads_kv, E = c.head_size;
   const size_t q_n = static_cast<size_t>(T * Hq * E), kv_n = static_cast<size_t>(T * Hk * E);
   const size_t cache_n = static_cast<size_t>(b.num_blocks * c.block_size * Hk * E);
-  std::vector<uint16_t> q = kernels::testing::RandomD16(q_n, c.dtype, 1.0f, rng);
+  std::vector<uint16_t> q = kernels::testing::RandomD16(q_n, c.dtype, c.q_stddev, rng);
   std::vector<uint16_t> k = kernels::testing::RandomD16(kv_n, c.dtype, 3.0f, rng);  // some FP8 writes saturate
   std::vector<uint16_t> v = kernels::testing::RandomD16(kv_n, c.dtype, 1.0f, rng);
   std::vector<uint16_t> k16 = kernels::testing::RandomD16(cache_n, c.dtype, 1.0f, rng);
@@ -252,7 +253,7 @@ void runCase(const Case& c) {
   // (b) within one rounding step of the exact value (plus fp32 accumulation noise): in one
   // pass, with the split the planner picks for an H200, in 7 chunks (chunk lengths that cross
   // block boundaries) and in 256 (chunks of the minimum length, most of them past the context).
-  // Both score paths where the tensor-core one applies (16-bit cache, head size 64 or 128):
+  // Both score paths where the tensor-core one applies (head size 64 or 128):
   // the default, then CUDA cores (FXFUSE_PAGED_MMA=0).
   const std::vector<double> ref = attendReference(c, b, q, k16, k8, v16, v8, softmax_scale);
   checkAttention(c, ref, dout, q_n, "one pass");
@@ -335,6 +336,20 @@ TEST_CASE("paged attention: FP8 cache (saturating write, dequantized read)", "[g
   Case c{"fp8-cache", DType::BF16, true, false, 8, 2, 128, 16, {1, 1, 6, 1}, {17, 32, 6, 40}};
   c.padding_tokens = 2;
   runCase(c);
+}
+
+// The tensor-core path multiplies an FP8 cache in f16: q far outside f16's range (1e5, whose
+// scores stay moderate with a small k_scale) and far below its normal range (1e-6) must be
+// scaled into it first.
+TEST_CASE("paged attention: FP8 cache, head size 64, q beyond f16's range", "[gpu][paged_attention]") {
+  Case huge{"fp8-e64-huge-q", DType::BF16, true, false, 8, 2, 64, 16, {1, 1, 3}, {40, 129, 19}};
+  huge.q_stddev = 1e5f;
+  huge.k_scale = 1e-6f;
+  runCase(huge);
+  Case tiny{"fp8-e128-tiny-q", DType::BF16, true, false, 8, 2, 128, 16, {1, 2}, {77, 33}};
+  tiny.q_stddev = 1e-6f;
+  tiny.k_scale = 1e4f;
+  runCase(tiny);
 }
 
 TEST_CASE("paged attention: FP8 output", "[gpu][paged_attention]") {

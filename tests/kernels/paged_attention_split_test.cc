@@ -47,18 +47,21 @@ void checkCovers(const PagedAttentionParams& p) {
 
 TEST_CASE("split-KV plan: small decode batches split their contexts to fill the GPU") {
   for (int64_t context : {33, 100, 1024, 4096, 32768}) {
-    for (int64_t seqs : {1, 2, 8}) {
+    for (int64_t seqs : {1, 2, 8, 32, 64}) {
       INFO("batch " << seqs << " x context " << context);
       PagedAttentionParams p = decodeBatch(seqs, context);
       PlanPagedAttentionSplits(p, 132);
       checkCovers(p);
-      // one warp per (token, group of the 4 query heads sharing a KV head, chunk): about two
-      // waves of 32 warps per SM (132 SMs), unless the block table is too narrow to cut into
-      // more chunks of at least kPagedMinSplitKeys keys
-      const int64_t warps = seqs * (p.heads_q / 4) * p.num_splits;
+      // one warp per (token, group of the 4 query heads sharing a KV head, chunk): never more
+      // than kPagedSplitWarpsPerSm per SM (132 SMs), and one more chunk would exceed it unless
+      // the block table is too narrow to cut into more chunks of at least kPagedMinSplitKeys
+      // keys or the cap is reached
+      const int64_t per_split = seqs * (p.heads_q / 4), warps = per_split * p.num_splits;
+      const int64_t target = 132 * kPagedSplitWarpsPerSm;
       const bool short_context = (p.num_splits + 1) * kPagedMinSplitKeys > p.max_blocks * p.block_size;
       const bool capped = p.num_splits == 256;
-      if (!short_context && !capped) CHECK(warps * 10 >= 132 * 32 * 9);
+      if (p.num_splits > 1) CHECK(warps <= target);
+      if (!short_context && !capped) CHECK(warps + per_split > target);
     }
   }
 }
