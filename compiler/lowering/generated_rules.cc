@@ -9,9 +9,11 @@
 //               so it needs its operand's values, not only the current element.
 // Adding an op: write its rule here (or reuse one), add its row to the table, and give it an
 // interpreter entry and a plan golden test (docs/architecture.md).
+#include <limits>
 #include <unordered_map>
 
 #include "compiler/lowering/lowerer.h"
+#include "ir/checked_math.h"
 
 namespace fxfuse::lowering::detail {
 namespace {
@@ -1032,6 +1034,25 @@ void Lowerer::lowerArgExtreme(Node& n, const GenOut& g) {
   }
 }
 
+// One spatial dim of a convolution: the generated kernel computes each window position
+// `i * stride - pad + k * dilation` in int64, so the parameters must fit int32 (with every
+// tensor dim far below 2^32 elements the sum cannot wrap), and a static output length must be
+// the one they give: `(in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1`.
+void Lowerer::checkConvWindow(const Node& n, const SymExpr& in, const SymExpr& kernel, const SymExpr& out,
+                              int64_t stride, int64_t pad, int64_t dil) {
+  constexpr int64_t kMaxParam = std::numeric_limits<int32_t>::max();
+  if (stride > kMaxParam || pad > kMaxParam || dil > kMaxParam)
+    unsupported(n, fmt::format("stride {}, padding {} and dilation {} must fit int32", stride, pad, dil));
+  if (!in.isInt() || !kernel.isInt() || !out.isInt()) return;
+  const std::optional<int64_t> span = ir::checkedMul(dil, kernel.intValue() - 1);
+  const std::optional<int64_t> padded = ir::checkedAdd(in.intValue(), 2 * pad);
+  const std::optional<int64_t> room = span && padded ? ir::checkedAdd(*padded, -*span - 1) : std::nullopt;
+  if (!room || *room < 0 || out.intValue() != *room / stride + 1)
+    unsupported(n, fmt::format("output length {} does not follow from input length {}, kernel {}, stride {}, padding {} "
+                               "and dilation {}",
+                               out.intValue(), in.intValue(), kernel.intValue(), stride, pad, dil));
+}
+
 // Convolutions (not transposed, batched, any number of spatial dims; the depthwise causal
 // conv1d of Mamba-style mixers): codegen's conv node, a generated sum over the group's input
 // channels and the kernel window per output element.
@@ -1062,8 +1083,10 @@ void Lowerer::lowerConvolution(Node& n, const GenOut& g) {
     unsupported(n, "input channels, weight, groups and the output shape do not agree");
   if (bias && bias->kind == ir::ValueKind::Tensor && bias->type.shape != std::vector<SymExpr>{cout})
     unsupported(n, "bias must be [out channels]");
-  for (size_t d = 0; d < sd; ++d)
+  for (size_t d = 0; d < sd; ++d) {
     if (stride[d] <= 0 || dil[d] <= 0 || pad[d] < 0) unsupported(n, "stride, dilation must be positive, padding >= 0");
+    checkConvWindow(n, x->type.shape[d + 2], w->type.shape[d + 2], osh[d + 2], stride[d], pad[d], dil[d]);
+  }
   std::vector<int> ins = {operand(x, n), operand(w, n)};
   if (bias && bias->kind == ir::ValueKind::Tensor) ins.push_back(operand(bias, n));
   int id = gnode("conv", "", ins, odt, osh, o);

@@ -714,6 +714,8 @@ class Lowerer {
   void lowerConvolution(Node& n, const GenOut& g);
 
  private:
+  void checkConvWindow(const Node& n, const SymExpr& in, const SymExpr& kernel, const SymExpr& out, int64_t stride,
+                       int64_t pad, int64_t dil);
   // Generated-code building blocks for composite ops (used inside an open group).
   int gUnary(const std::string& f, int a, DType dt, const std::vector<SymExpr>& shape, const std::string& o) {
     return gnode("unary", f, {a}, dt, shape, o);
