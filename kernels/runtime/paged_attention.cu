@@ -321,8 +321,14 @@ __host__ __device__ constexpr bool StagedRows(int64_t head_size, int64_t elem_by
 template <typename Ring, typename Consume>
 __device__ void streamKeys(const PagedAttentionParams& p, const int32_t* blocks, int64_t hk, int64_t lo, int64_t hi,
                            int lane, uint8_t* ring, unsigned* masks, Consume&& consume) {
-  const int64_t groups = hi > lo ? (hi - lo + kKeyGroup - 1) / kKeyGroup : 0;
-  const int block_size = static_cast<int>(p.block_size);
+  // Keys are counted from lo in 32 bits (a chunk is shorter than 2^31 keys, a block than 2^31
+  // slots: LaunchPagedAttention checks): key lo + r is at offset (first_offset + r) % bs of the
+  // block table's entry first_block + (first_offset + r) / bs.
+  const int64_t span = hi > lo ? hi - lo : 0;
+  const int groups = static_cast<int>((span + kKeyGroup - 1) / kKeyGroup);
+  const uint32_t bs = static_cast<uint32_t>(p.block_size);
+  const int64_t first_block = lo / p.block_size;
+  const uint32_t first_offset = static_cast<uint32_t>(lo - first_block * p.block_size);
   // A row is 1 << pieces_log2 16-byte pieces (at most 32: head_size <= kPagedMaxHeadSize).
   const int pieces_log2 = __ffs(static_cast<int>(p.head_size * Ring::kElem / 16)) - 1;
   const int rows_per_pass = 32 >> pieces_log2, piece = lane & ((1 << pieces_log2) - 1);
@@ -332,13 +338,13 @@ __device__ void streamKeys(const PagedAttentionParams& p, const int32_t* blocks,
   // current window and the next one are loaded a window ahead, so the lookups of a chunk's
   // first groups are one round trip and later ones overlap the copies and the compute.
   constexpr int kWindowGroups = 32 / kKeyGroup;
-  auto windowOf = [&](int64_t first_group) -> int32_t {
-    const int64_t j = lo + first_group * kKeyGroup + lane;
-    return j < hi ? blocks[j / block_size] : -1;
+  auto windowOf = [&](int first_group) -> int32_t {
+    const uint32_t r = static_cast<uint32_t>(first_group) * kKeyGroup + lane;
+    return r < span ? blocks[first_block + (first_offset + r) / bs] : -1;
   };
   int32_t window = windowOf(0), next_window = windowOf(kWindowGroups);
-  auto issue = [&](int64_t gi) {  // called for gi = 0, 1, 2, ... in order
-    const int slot = static_cast<int>(gi % kWindowGroups);
+  auto issue = [&](int gi) {  // called for gi = 0, 1, 2, ... in order
+    const int slot = gi % kWindowGroups;
     if (slot == 0 && gi > 0) {
       window = next_window;
       next_window = windowOf(gi + kWindowGroups);
@@ -346,11 +352,10 @@ __device__ void streamKeys(const PagedAttentionParams& p, const int32_t* blocks,
     const int32_t block_of_lane = __shfl_sync(0xffffffffu, window, slot * kKeyGroup + (lane & (kKeyGroup - 1)));
     const int32_t block = lane < kKeyGroup ? block_of_lane : -1;
     const bool ok = block >= 0 && block < p.num_blocks;  // bad metadata: never read outside the cache
-    const int64_t j = lo + gi * kKeyGroup + lane;
-    const int64_t row = ok ? ((static_cast<int64_t>(block) * block_size + j % block_size) * p.heads_kv + hk) * p.head_size
-                           : -1;
+    const uint32_t offset = (first_offset + static_cast<uint32_t>(gi) * kKeyGroup + lane) % bs;
+    const int64_t row = ok ? ((static_cast<int64_t>(block) * bs + offset) * p.heads_kv + hk) * p.head_size : -1;
     const unsigned valid = __ballot_sync(0xffffffffu, ok);
-    const int stage = static_cast<int>(gi % Ring::kStages);
+    const int stage = gi % Ring::kStages;
     if (lane == 0) masks[stage] = valid;
     // Lane l copies piece l % pieces of the K and the V row of keys l / pieces, + rows_per_pass, ...
 #pragma unroll
@@ -371,12 +376,12 @@ __device__ void streamKeys(const PagedAttentionParams& p, const int32_t* blocks,
     if (s < groups) issue(s);
     kernels::cpAsyncCommit();  // empty groups keep the wait counts uniform
   }
-  for (int64_t gi = 0; gi < groups; ++gi) {
+  for (int gi = 0; gi < groups; ++gi) {
     kernels::cpAsyncWait<Ring::kStages - 2>();
     __syncwarp();  // every lane's copies of group gi landed; the stage read last round is free
     if (gi + Ring::kStages - 1 < groups) issue(gi + Ring::kStages - 1);
     kernels::cpAsyncCommit();
-    const int stage = static_cast<int>(gi % Ring::kStages);
+    const int stage = gi % Ring::kStages;
     consume(static_cast<const uint8_t*>(ring + stage * Ring::kStageBytes), masks[stage]);
   }
 }
@@ -979,7 +984,8 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
   if (p.out_dtype != p.dtype && p.out_dtype != DType::F8E4M3FN) return cudaErrorInvalidValue;
   if (p.head_size <= 0 || p.head_size > kPagedMaxHeadSize || p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0)
     return cudaErrorInvalidValue;
-  if (p.num_tokens < 0 || p.num_seqs < 0 || p.max_blocks < 0 || p.num_blocks < 0 || p.block_size <= 0)
+  if (p.num_tokens < 0 || p.num_seqs < 0 || p.max_blocks < 0 || p.num_blocks < 0 || p.block_size <= 0 ||
+      p.block_size > INT32_MAX)
     return cudaErrorInvalidValue;
   if (p.cache_dtype == DType::F8E4M3FN && (!p.k_scale || !p.v_scale)) return cudaErrorInvalidValue;
   if (p.out_dtype == DType::F8E4M3FN && !p.out_scale) return cudaErrorInvalidValue;

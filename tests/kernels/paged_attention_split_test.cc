@@ -83,7 +83,7 @@ TEST_CASE("split-KV plan: batches that fill the GPU, and short contexts, take on
   CHECK(none.num_splits == 1);
 }
 
-TEST_CASE("split-KV launch refuses splits it cannot honour") {
+TEST_CASE("split-KV launch refuses splits it cannot honour, and blocks past 2^31 slots") {
   PagedAttentionParams p = decodeBatch(1, 1024);
   int dummy = 0;  // never dereferenced: the launcher refuses before it launches
   p.q = p.key_cache = p.value_cache = &dummy;
@@ -96,6 +96,9 @@ TEST_CASE("split-KV launch refuses splits it cannot honour") {
   p.workspace = reinterpret_cast<float*>(&dummy);
   CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
   p.num_splits = 0;
+  CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
+  p.num_splits = 1;
+  p.block_size = int64_t{1} << 31;  // the kernels count a block's slots in 32 bits
   CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
 }
 
