@@ -481,9 +481,9 @@ __device__ __forceinline__ uint32_t keyPair(const uint8_t* row, int c) {
   else return *reinterpret_cast<const uint32_t*>(row + 2 * c);
 }
 
-// The shared memory of one warp of the 8-key tensor-core path: its cp.async ring and, for an
-// FP8 cache, the group's V rows widened to f16 (kWidePitch apart: 16 bytes past the row, so
-// each 8-lane phase of the widening and of ldmatrix falls on distinct banks).
+// The shared memory of one tensor-core warp: its cp.async ring and, for an FP8 cache, the
+// group's V rows widened to f16 (kWidePitch apart: 16 bytes past the row, so each 8-lane phase
+// of the widening and of ldmatrix falls on distinct banks).
 template <int E, CacheFormat F>
 struct MmaWarpSmem {
   static constexpr int kWidePitch = 2 * E + 16;
