@@ -3,6 +3,8 @@
 # packs them, with the shared libraries they need that a bare CUDA image may lack (OpenBLAS,
 # libzip, simdjson and their dependencies), into .device_rt/bundle.tar.xz (git-ignored via .git/info/exclude), which the
 # device tool carries (`carry: [".device_rt"]`). tests/runtime/device_final.sh unpacks it there.
+# SLIM=1 leaves decoder_example out (device_final.sh then skips the example) and packs with
+# xz -9: the bundle and the tracked files must fit the device tool's 64 MiB carry together.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.device_rt/' .git/info/exclude 2>/dev/null || echo '/.device_rt/' >> .git/info/exclude
@@ -12,15 +14,18 @@ bin=$(bazel info bazel-bin)
 stage=$(mktemp -d)
 mkdir -p "$stage/lib"
 tests=(paged_attention_gpu_test small_m_fp8_gemm_gpu_test)
-cp -f "$bin/fxfuse" "$bin/examples/decoder_fp8/decoder_example" "${tests[@]/#/$bin/tests/kernels/}" "$stage/"
-chmod u+w "$stage"/fxfuse "$stage"/decoder_example "${tests[@]/#/$stage/}"
-strip "$stage"/fxfuse "$stage"/decoder_example "${tests[@]/#/$stage/}"
+bins=(fxfuse)
+[[ ${SLIM:-0} == 1 ]] || bins+=(decoder_example)
+cp -f "$bin/fxfuse" "${tests[@]/#/$bin/tests/kernels/}" "$stage/"
+[[ ${SLIM:-0} == 1 ]] || cp -f "$bin/examples/decoder_fp8/decoder_example" "$stage/"
+chmod u+w "${bins[@]/#/$stage/}" "${tests[@]/#/$stage/}"
+strip "${bins[@]/#/$stage/}" "${tests[@]/#/$stage/}"
 # Non-system shared libraries (glibc, libstdc++ and libgcc come from the image).
 ldd "$bin/fxfuse" | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl\.so|librt\.so' |
   while read -r l; do cp -L "$l" "$stage/lib/"; done
 # What was built: the commit and whether the tree had uncommitted changes (device_final.sh prints it).
 { git log -1 --format='commit %h %s'; git status --short --untracked-files=no | sed 's/^/  modified: /'; } > "$stage/STAGED_FROM"
 rm -rf .device_rt && mkdir -p .device_rt
-tar -C "$stage" -cf - . | xz -T2 -6 > .device_rt/bundle.tar.xz
+tar -C "$stage" -cf - . | xz -T2 "$([[ ${SLIM:-0} == 1 ]] && echo -9 || echo -6)" > .device_rt/bundle.tar.xz
 rm -rf "$stage"
 ls -la .device_rt
