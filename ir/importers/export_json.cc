@@ -10,6 +10,7 @@
 #include <zip.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -90,8 +91,11 @@ class J {
     if (e_.get(i) == simdjson::SUCCESS) return i;
     uint64_t u;
     if (e_.get(u) == simdjson::SUCCESS && u <= static_cast<uint64_t>(INT64_MAX)) return static_cast<int64_t>(u);
+    // A whole float inside int64's range (2^63 is the first double past it; NaN fails both).
     double d;
-    if (e_.get(d) == simdjson::SUCCESS && d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    if (e_.get(d) == simdjson::SUCCESS && d >= -9223372036854775808.0 && d < 9223372036854775808.0 &&
+        d == std::trunc(d))
+      return static_cast<int64_t>(d);
     error("expected an integer");
   }
   // Floats: numbers, or the strings "Infinity"/"-Infinity"/"NaN" torch writes.
