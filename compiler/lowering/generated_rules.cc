@@ -826,19 +826,41 @@ void Lowerer::lowerHistc(Node& n, const GenOut& g) {
   define(out, id);
 }
 
+// The generated pad kernel reads its input at the output index shifted by the leading pads,
+// bounds-checked only in the padded dims: the input must have the output's rank, the other
+// dims must be the output's, and each padded dim must be the input's plus both pads.
+void Lowerer::checkPadShapes(const Node& n, const Value* x, const std::vector<SymExpr>& pad,
+                             const std::vector<SymExpr>& out_shape) {
+  if (!x || x->kind != ir::ValueKind::Tensor) unsupported(n, "missing input");
+  const std::vector<SymExpr>& in = x->type.shape;
+  if (pad.size() % 2 != 0 || pad.size() > 2 * in.size() || in.size() != out_shape.size())
+    unsupported(n, fmt::format("{} pad values for a {}-D input and a {}-D output", pad.size(), in.size(),
+                               out_shape.size()));
+  for (size_t d = 0; d < in.size(); ++d) {
+    const size_t p = in.size() - 1 - d;  // pads come from the last dim
+    const SymExpr want = 2 * p < pad.size() ? in[d] + pad[2 * p] + pad[2 * p + 1] : in[d];
+    if (out_shape[d] != want) unsupported(n, fmt::format("output dim {} does not follow from the input and the pads", d));
+  }
+}
+
 void Lowerer::lowerPad(Node& n, const GenOut& g) {
   [[maybe_unused]] const auto& [out, odt, osh, o] = g;
   if (str(n, "mode", "constant") != "constant") unsupported(n, "only constant padding is supported");
-  int id = gnode("pad", "", {operand(valArg(n, "self"), n)}, odt, osh, o);
-  cg_.node(id).sv = sizeList(n, "pad");
+  std::vector<SymExpr> pad = sizeList(n, "pad");
+  Value* x = valArg(n, "self");
+  checkPadShapes(n, x, pad, osh);
+  int id = gnode("pad", "", {operand(x, n)}, odt, osh, o);
+  cg_.node(id).sv = pad;
   cg_.node(id).f = {num(n, "value", 0.0)};
   define(out, id);
 }
 
 void Lowerer::lowerConstantPadNd(Node& n, const GenOut& g) {
   [[maybe_unused]] const auto& [out, odt, osh, o] = g;
-  auto pad = sizeList(n, "pad");
-  int id = gnode("pad", "", {operand(valArg(n, "self"), n)}, odt, osh, o);
+  std::vector<SymExpr> pad = sizeList(n, "pad");
+  Value* x = valArg(n, "self");
+  checkPadShapes(n, x, pad, osh);
+  int id = gnode("pad", "", {operand(x, n)}, odt, osh, o);
   cg_.node(id).sv = pad;
   cg_.node(id).f = {num(n, "value", 0.0)};
   define(out, id);

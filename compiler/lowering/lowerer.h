@@ -714,6 +714,8 @@ class Lowerer {
   void lowerConvolution(Node& n, const GenOut& g);
 
  private:
+  void checkPadShapes(const Node& n, const Value* x, const std::vector<SymExpr>& pad,
+                      const std::vector<SymExpr>& out_shape);
   void checkConvWindow(const Node& n, const SymExpr& in, const SymExpr& kernel, const SymExpr& out, int64_t stride,
                        int64_t pad, int64_t dil);
   // Generated-code building blocks for composite ops (used inside an open group).
