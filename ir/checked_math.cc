@@ -35,6 +35,15 @@ std::optional<int64_t> checkedMul(int64_t a, int64_t b) {
   return r;
 }
 
+std::optional<int64_t> checkedConvSpan(int64_t in, int64_t kernel, int64_t pad, int64_t dilation) {
+  const std::optional<int64_t> twice_pad = checkedMul(2, pad);
+  const std::optional<int64_t> padded = twice_pad ? checkedAdd(in, *twice_pad) : std::nullopt;
+  const std::optional<int64_t> reach = checkedMul(dilation, kernel - 1);
+  if (!padded || !reach || *reach == INT64_MIN) return std::nullopt;
+  const std::optional<int64_t> span = checkedAdd(*padded, -*reach);
+  return span ? checkedAdd(*span, -1) : std::nullopt;
+}
+
 std::optional<int64_t> checkedNumel(const std::vector<int64_t>& shape) {
   if (anyNegative(shape)) return std::nullopt;
   int64_t n = 1;

@@ -24,6 +24,10 @@ std::optional<int64_t> checkedExtent(const std::vector<int64_t>& shape, const st
                                      int64_t offset = 0);
 // count * element_bytes; nullopt when negative or overflowing.
 std::optional<int64_t> checkedBytes(int64_t count, int64_t element_bytes);
+// The span a convolution's windows can start in along one dim, `in + 2 * pad - dilation *
+// (kernel - 1) - 1` (the output length is span / stride + 1 when span >= 0); nullopt when a
+// term overflows int64. One home for the formula the interpreter and the lowering both use.
+std::optional<int64_t> checkedConvSpan(int64_t in, int64_t kernel, int64_t pad, int64_t dilation);
 
 // Throwing forms: an FxError "WHAT: ... overflows int64" / "... negative size".
 int64_t addOrFail(int64_t a, int64_t b, std::string_view what);

@@ -1059,17 +1059,15 @@ void Lowerer::lowerArgExtreme(Node& n, const GenOut& g) {
 // One spatial dim of a convolution: the generated kernel computes each window position
 // `i * stride - pad + k * dilation` in int64, so the parameters must fit int32 (with every
 // tensor dim far below 2^32 elements the sum cannot wrap), and a static output length must be
-// the one they give: `(in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1`.
+// the one they give (ir::checkedConvSpan / stride + 1).
 void Lowerer::checkConvWindow(const Node& n, const SymExpr& in, const SymExpr& kernel, const SymExpr& out,
                               int64_t stride, int64_t pad, int64_t dil) {
   constexpr int64_t kMaxParam = std::numeric_limits<int32_t>::max();
   if (stride > kMaxParam || pad > kMaxParam || dil > kMaxParam)
     unsupported(n, fmt::format("stride {}, padding {} and dilation {} must fit int32", stride, pad, dil));
   if (!in.isInt() || !kernel.isInt() || !out.isInt()) return;
-  const std::optional<int64_t> span = ir::checkedMul(dil, kernel.intValue() - 1);
-  const std::optional<int64_t> padded = ir::checkedAdd(in.intValue(), 2 * pad);
-  const std::optional<int64_t> room = span && padded ? ir::checkedAdd(*padded, -*span - 1) : std::nullopt;
-  if (!room || *room < 0 || out.intValue() != *room / stride + 1)
+  const std::optional<int64_t> span = ir::checkedConvSpan(in.intValue(), kernel.intValue(), pad, dil);
+  if (!span || *span < 0 || out.intValue() != *span / stride + 1)
     unsupported(n, fmt::format("output length {} does not follow from input length {}, kernel {}, stride {}, padding {} "
                                "and dilation {}",
                                out.intValue(), in.intValue(), kernel.intValue(), stride, pad, dil));

@@ -54,3 +54,13 @@ TEST_CASE("bytes: element count times element size", "[checked_math]") {
   CHECK(!ir::checkedBytes(-1, 4));
   CHECK_THROWS_AS(ir::bytesOrFail(kMax, 8, "t"), FxError);
 }
+
+TEST_CASE("convolution span: in + 2 * pad - dilation * (kernel - 1) - 1", "[checked_math]") {
+  CHECK(ir::checkedConvSpan(16, 4, 1, 1) == 14);   // stride 2: 14 / 2 + 1 = 8 outputs
+  CHECK(ir::checkedConvSpan(16, 4, 3, 1) == 18);   // the causal depthwise conv1d (pad = kernel - 1)
+  CHECK(ir::checkedConvSpan(16, 3, 0, 4) == 7);    // dilation 4
+  CHECK(ir::checkedConvSpan(2, 4, 0, 1) == -2);    // kernel past the input: the caller refuses
+  CHECK(!ir::checkedConvSpan(16, 4, kMax, 1));     // 2 * pad overflows
+  CHECK(!ir::checkedConvSpan(16, 3, 0, kMax));     // dilation * (kernel - 1) overflows
+  CHECK(!ir::checkedConvSpan(kMax, 1, 1, 1));      // in + 2 * pad overflows
+}

@@ -247,13 +247,9 @@ void convolutionOp(Call& c, bool aten_convolution) {
   for (int64_t d = 0; d < sd; ++d) {
     size_t i = static_cast<size_t>(d);
     if (stride[i] <= 0 || dil[i] <= 0 || pad[i] < 0) fail("convolution: stride, dilation must be positive, padding not negative");
-    // len = x + 2 * pad - dil * (kernel - 1) - 1, refused when a term leaves int64.
-    const std::optional<int64_t> twice_pad = ir::checkedMul(2, pad[i]);
-    const std::optional<int64_t> padded = twice_pad ? ir::checkedAdd(x.shape[i + 2], *twice_pad) : std::nullopt;
-    const std::optional<int64_t> span = ir::checkedMul(dil[i], w.shape[i + 2] - 1);  // >= -dil
-    const std::optional<int64_t> room = padded && span ? ir::checkedAdd(*padded, -*span - 1) : std::nullopt;
-    if (!room) fail("convolution: padding {} or dilation {} does not fit int64 sizes", pad[i], dil[i]);
-    const int64_t len = *room;
+    const std::optional<int64_t> span = ir::checkedConvSpan(x.shape[i + 2], w.shape[i + 2], pad[i], dil[i]);
+    if (!span) fail("convolution: padding {} or dilation {} does not fit int64 sizes", pad[i], dil[i]);
+    const int64_t len = *span;
     if (len < 0) fail("convolution: kernel larger than the padded input {}", x.describe());
     out_shape.push_back(len / stride[i] + 1);
   }
