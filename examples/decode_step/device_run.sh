@@ -39,7 +39,7 @@ if [[ $KV_BUDGET -gt 0 ]]; then
   echo "kv checks: $(tail -1 "$OUT/kv.txt")" >> "$OUT/summary.txt"
 fi
 if [[ ${SKIP_GEMM_TESTS:-0} != 1 ]]; then
-  timeout 120 "$D/small_m_fp8_gemm_gpu_test" > "$LOGS/small_m_fp8_gemm.txt" 2>&1
+  timeout 300 "$D/small_m_fp8_gemm_gpu_test" > "$LOGS/small_m_fp8_gemm.txt" 2>&1
   echo "small-M FP8 GEMM test (rc $?): $(tail -2 "$LOGS/small_m_fp8_gemm.txt" | tr '\n' ' ')" >> "$OUT/summary.txt"
 fi
 

@@ -345,22 +345,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- host side
 
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// cuTensorMapEncodeTiled from the driver through the runtime (no libcuda link).
-EncodeTiledFn encodeTiled() {
-  static EncodeTiledFn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      return static_cast<EncodeTiledFn>(nullptr);
-    return reinterpret_cast<EncodeTiledFn>(f);
-  }();
-  return fn;
-}
+using kernels::device::EncodeTiledFn;
+using kernels::device::encodeTiled;
 
 // 4-D map (head dim, tokens, heads, batch) with 64 x `rows` boxes and 128-byte swizzle.
 bool makeMap(CUtensorMap* map, const void* ptr, DType dt, int head_size, int64_t tokens, int heads, int batch,

@@ -49,4 +49,27 @@ cudaError_t LaunchProgrammatic(void (*kernel)(Params...), dim3 grid, dim3 block,
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+// LaunchProgrammatic for a kernel whose blocks form one-dimensional thread-block clusters of
+// `cluster_size` blocks (grid.x a multiple of it): the cluster attribute and, when enabled,
+// the programmatic one.
+template <typename... Params, typename... Args>
+cudaError_t LaunchProgrammaticInClusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                                         int cluster_size, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[2];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = ProgrammaticLaunchEnabled() ? 2 : 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 }  // namespace fxfuse::kernels

@@ -143,4 +143,8 @@ int64_t E4m3StepDistance(uint8_t a, uint8_t b) {
   return std::llabs(SignMagnitudeToLine(a, 0x80u) - SignMagnitudeToLine(b, 0x80u));
 }
 
+double Fp8GemmAccumulationFraction(int64_t K) {
+  return std::max(static_cast<double>(std::max<int64_t>(K - 1, 0)) * std::ldexp(1.0, -21), std::ldexp(1.0, -12));
+}
+
 }  // namespace fxfuse::kernels::reference

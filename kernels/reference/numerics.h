@@ -40,6 +40,13 @@ float DynamicScaleFromAbsMax(float absmax, float min_abs, float min_scale);
 // fp8(clamp(v / scale)) when `divide`, else fp8(clamp(v * (1 / scale))).
 uint8_t QuantizeToE4m3(float value, float scale, bool divide);
 
+// The accumulation error allowed for an FP8 GEMM on Hopper tensor cores, as a fraction of
+// sum_k |a*b| (scaled) per output element, for a K-long sum: max((K - 1) * 2^-21, 2^-12). The
+// tensor cores' FP8 accumulator keeps about 14 bits per step (DeepSeek-V3 report, section
+// 3.3.2); 21 truncating bits covered every K >= 128 output measured on the H200, and the floor
+// small-K GEMMs (docs/runtime.md "FP8 GEMM accumulation bound").
+double Fp8GemmAccumulationFraction(int64_t K);
+
 // Distance in representable steps between two finite values of the same format (for
 // tolerances): D16 bit patterns and e4m3fn bytes map monotonically to integers.
 int64_t D16UlpDistance(uint16_t a, uint16_t b);

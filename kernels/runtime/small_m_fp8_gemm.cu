@@ -23,16 +23,13 @@
 // The block lets the next kernel launch only after its K loop, not at its start: an early
 // trigger lets the kernel after next launch too and take slots of this one's wave.
 //
-// The epilogue rounds as fxfuse's interpreter does (`scaledMmValues`): the scale product in
-// f32, then acc * scale, then + bias, then the output dtype.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
+// The epilogue rounds as fxfuse's interpreter does (small_m_fp8_epilogue.cuh).
 #include <cstdint>
 
 #include "kernels/device/cp_async.cuh"
 #include "kernels/device/mbarrier.cuh"
 #include "kernels/device/pdl.cuh"
+#include "kernels/runtime/small_m_fp8_epilogue.cuh"
 #include "kernels/runtime/small_m_fp8_gemm.h"
 
 namespace fxfuse::runtime {
@@ -73,18 +70,6 @@ __device__ __forceinline__ void mmaE4m3(float (&c)[4], uint32_t a0, uint32_t a1,
 // 16 bytes through L1 (activations), zero when !valid.
 __device__ __forceinline__ uint4 loadActivations(const uint8_t* p, bool valid) {
   return valid ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
-}
-
-__device__ __forceinline__ float loadAsFloat(const void* p, int64_t i, DType t) {
-  if (t == DType::BF16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
-  if (t == DType::F16) return __half2float(reinterpret_cast<const __half*>(p)[i]);
-  return reinterpret_cast<const float*>(p)[i];
-}
-
-__device__ __forceinline__ void storeRounded(void* p, int64_t i, float v, DType t) {
-  if (t == DType::BF16) reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-  else if (t == DType::F16) reinterpret_cast<__half*>(p)[i] = __float2half_rn(v);
-  else reinterpret_cast<float*>(p)[i] = v;
 }
 
 // A stage's 16 rows x 128 bytes, row r at r * 128 with its two 64-byte halves swapped on odd
@@ -152,7 +137,7 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
 #pragma unroll
     for (int j = 0; j < 4; ++j) partial[(warp * kTiles * 4 + a * 4 + j) * 32 + lane] = acc[a][j];
   __syncthreads();
-  const float scale = __fmul_rn(*p.scale_x, *p.scale_w);
+  const float scale = small_m::scaleProduct(p);
   const int tiles_per_block = kWarps / l.splits;
   for (int e = threadIdx.x; e < tiles_per_block * kTiles * 4 * 32; e += kWarps * 32) {
     const int tile_in_block = e / (kTiles * 4 * 32), elem = e / 32 % (kTiles * 4), el = e % 32;
@@ -164,9 +149,7 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
     const int64_t n = (static_cast<int64_t>(blockIdx.x) * tiles_per_block + tile_in_block) * kRowsPerTile + el / 4 +
                       (j >= 2 ? 8 : 0);
     if (token >= p.M || n >= p.N) continue;
-    float v = __fmul_rn(sum, scale);
-    if (p.bias) v = __fadd_rn(v, loadAsFloat(p.bias, n, p.bias_dtype));
-    storeRounded(p.out, token * p.out_row_stride + n, v, p.out_dtype);
+    small_m::storeOutput(p, token, n, sum, scale);
   }
 }
 
@@ -254,7 +237,7 @@ int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots) {
 }
 
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
-  if (p.M < 1 || p.M > kSmallMFp8MaxRows) return "M must be 1..16";
+  if (p.M < 1 || p.M > kSmallMFp8MaxRows) return "M must be 1..64";
   if (p.N < 1 || p.K < 16 || p.K % 16 != 0) return "N must be positive and K a positive multiple of 16";
   if (!p.x || !p.w || !p.out || !p.scale_x || !p.scale_w) return "x, w, out and both scales are required";
   if (!aligned16(p.x) || !aligned16(p.w)) return "x and w must be 16-byte aligned";
@@ -262,13 +245,13 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
     return "the x and w row strides must cover K and be multiples of 16 bytes";
   if (p.out_row_stride < p.N) return "the output row stride must cover N";
   if (!floatOutput(p.out_dtype) || (p.bias && !floatOutput(p.bias_dtype))) return "out and bias must be BF16, F16 or F32";
-  if ((p.N + kRowsPerTile - 1) / kRowsPerTile > 0x7fffffff || (p.K + kStepBytes - 1) / kStepBytes > 0x7fffffff)
-    return "N or K is too large";
+  if (p.N > 0x7fffffff || p.K > 0x7fffffff) return "N and K must be below 2^31 (tensor-map coordinates)";
   return nullptr;
 }
 
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
+  if (p.M > kSmallMFp8MmaSyncMaxRows) return LaunchSmallMFp8GemmWgmma(p, stream);
   return p.M <= kTokensPerTile ? launchTiles<1>(p, stream) : launchTiles<2>(p, stream);
 }
 

@@ -2,9 +2,11 @@
 // with acc = x[M, K] . w[N, K]^T in fp32, for M <= kSmallMFp8MaxRows. The weight is vLLM's
 // column-major FP8 linear weight [K, N] seen as its rows [N, K] (K contiguous), the
 // activations are a statically quantized FP8 row block. At these M the step is a stream of the
-// weight bytes: each warp streams a tile of 16 weight rows over a slice of K through its own
-// cp.async ring into Hopper's mma.sync m16n8k32 e4m3 (weight rows as A, tokens as B), and the
-// slices' partial sums meet in shared memory (small_m_fp8_gemm.cu says how). The epilogue rounds
+// weight bytes. Up to 16 rows, each warp streams a tile of 16 weight rows over a slice of K
+// through its own cp.async ring into mma.sync m16n8k32 e4m3 (weight rows as A, tokens as B),
+// and the slices' partial sums meet in shared memory (small_m_fp8_gemm.cu says how); 17..64
+// rows, each CTA streams 64 weight rows over a slice of K into warpgroup MMA and the slices
+// meet through a cluster's shared memory (small_m_fp8_gemm_wgmma.cu). The epilogue rounds
 // as fxfuse's interpreter does (`scaledMmValues`: the scale product in f32, then acc * scale,
 // then + bias, then the output dtype). The runtime times it against cuBLASLt's best algorithm
 // on the step's own operands and keeps the faster (docs/runtime.md "Matmul algorithms").
@@ -20,9 +22,10 @@ namespace fxfuse::runtime {
 
 using ::fxfuse::DType;
 
-// The most rows (tokens) the kernel takes: two mma tiles of 8 tokens per warp. Past 16 rows
-// cuBLASLt streams the weights as fast (docs/runtime.md).
-inline constexpr int64_t kSmallMFp8MaxRows = 16;
+// The most rows (tokens) the kernels take, and the most the mma.sync kernel takes (two mma
+// tiles of 8 tokens per warp); 17..64 rows run on the wgmma kernel (small_m_fp8_gemm_wgmma.cu).
+inline constexpr int64_t kSmallMFp8MaxRows = 64;
+inline constexpr int64_t kSmallMFp8MmaSyncMaxRows = 16;
 
 struct SmallMFp8GemmParams {
   int64_t M = 0, N = 0, K = 0;
@@ -49,7 +52,17 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p);
 // from start to end), else the one whose last wave is fullest (ties: more). Host-only.
 int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots);
 
-// cudaErrorInvalidValue when SmallMFp8GemmUnsupported(p) says why, else the launch error.
+// CTAs per tile of 64 weight rows for the wgmma kernel (each takes one slice of K; a tile's
+// CTAs form a cluster) when `cta_slots` CTAs fit on the GPU at once: the most of 1, 2, 4 and 8
+// whose CTAs all fit in one wave with at least two 128-byte K steps each, else 1. Host-only.
+int SmallMFp8GemmWgmmaSplits(int64_t N, int64_t K, int64_t cta_slots);
+
+// cudaErrorInvalidValue when SmallMFp8GemmUnsupported(p) says why, else the launch error. Up to
+// kSmallMFp8MmaSyncMaxRows rows run on the mma.sync kernel, more on the wgmma kernel.
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream);
+
+// The wgmma kernel alone, for any M the launcher takes (benchmarks compare the two kernels at
+// M <= 16); the caller has checked SmallMFp8GemmUnsupported(p).
+cudaError_t LaunchSmallMFp8GemmWgmma(const SmallMFp8GemmParams& p, cudaStream_t stream);
 
 }  // namespace fxfuse::runtime

@@ -26,11 +26,13 @@ TEST_CASE("small-M FP8 GEMM takes decode shapes", "[gemm]") {
   CHECK(SmallMFp8GemmUnsupported(decode(1, 6144, 4096)) == nullptr);
   CHECK(SmallMFp8GemmUnsupported(decode(16, 4096, 14336)) == nullptr);
   CHECK(SmallMFp8GemmUnsupported(decode(7, 1, 16)) == nullptr);
+  CHECK(SmallMFp8GemmUnsupported(decode(17, 6144, 4096)) == nullptr);  // the wgmma kernel's rows
+  CHECK(SmallMFp8GemmUnsupported(decode(64, 28672, 4096)) == nullptr);
 }
 
 TEST_CASE("small-M FP8 GEMM refuses what it cannot compute", "[gemm]") {
   CHECK(SmallMFp8GemmUnsupported(decode(0, 16, 64)) != nullptr);
-  CHECK(SmallMFp8GemmUnsupported(decode(17, 16, 64)) != nullptr);  // past the two token tiles
+  CHECK(SmallMFp8GemmUnsupported(decode(65, 16, 64)) != nullptr);  // past the wgmma kernel's 64 tokens
   CHECK(SmallMFp8GemmUnsupported(decode(8, 16, 40)) != nullptr);   // K not a multiple of 16
   CHECK(SmallMFp8GemmUnsupported(decode(8, 0, 64)) != nullptr);
   SmallMFp8GemmParams p = decode(8, 16, 64);
@@ -67,6 +69,25 @@ TEST_CASE("small-M FP8 GEMM splits K to fill one wave of blocks", "[gemm]") {
   CHECK(SmallMFp8GemmSplits(16, 256, h200) == 2);
   CHECK(SmallMFp8GemmSplits(16, 16, h200) == 1);
   CHECK(SmallMFp8GemmSplits(16, 4096, 0) == 8);
+}
+
+TEST_CASE("small-M FP8 GEMM (wgmma) splits K across a cluster to fill one wave", "[gemm]") {
+  const int64_t h200 = 132 * 3;  // multiprocessors x CTAs per multiprocessor (64-token CTAs)
+  // Llama-3.1-8B, tiles of 64 weight rows: qkv (96 tiles), o and down (64) fit one wave with 4
+  // slices; gate/up (448 tiles) does not fit with 1.
+  CHECK(SmallMFp8GemmWgmmaSplits(6144, 4096, h200) == 4);
+  CHECK(SmallMFp8GemmWgmmaSplits(4096, 4096, h200) == 4);
+  CHECK(SmallMFp8GemmWgmmaSplits(4096, 14336, h200) == 4);
+  CHECK(SmallMFp8GemmWgmmaSplits(28672, 4096, h200) == 1);
+  // Llama-3.1-70B: qkv (160 tiles), o and down (128) with 2; gate/up (896 tiles) with 1.
+  CHECK(SmallMFp8GemmWgmmaSplits(10240, 8192, h200) == 2);
+  CHECK(SmallMFp8GemmWgmmaSplits(8192, 28672, h200) == 2);
+  CHECK(SmallMFp8GemmWgmmaSplits(57344, 8192, h200) == 1);
+  // Every slice keeps at least two 128-byte K steps; a cluster has at most 4 CTAs.
+  CHECK(SmallMFp8GemmWgmmaSplits(64, 256, h200) == 1);
+  CHECK(SmallMFp8GemmWgmmaSplits(64, 512, h200) == 2);
+  CHECK(SmallMFp8GemmWgmmaSplits(64, 1 << 20, h200) == 4);
+  CHECK(SmallMFp8GemmWgmmaSplits(64, 4096, 0) == 1);
 }
 
 }  // namespace

@@ -1,14 +1,20 @@
 // GPU test of the small-M FP8 GEMM (kernels/runtime/small_m_fp8_gemm.h) against a float64 CPU
 // reference of the same rounding (scale product in f32, acc * scale, + bias, output dtype).
-// The bound per element: two steps of the output dtype, plus the fp32 accumulation error of
-// the exact sum (2^-20 of the sum of |products|, scaled). Cases cover every token-tile count
-// (M 1..16 across the 8-token tiles), N not a multiple of 16, K with a partial 128-byte step and
+// The bound per element: two steps of the output dtype, plus the accumulation error of the
+// exact sum: 2^-20 of the sum of |products| (scaled) for the mma.sync kernel (f16 MMA with fp32
+// accumulation); for the wgmma kernel, whose FP8 MMA adds at about 14 bits within each
+// 128-byte K step before the fp32 sum, the project's FP8 GEMM accumulation bound
+// (ref::Fp8GemmAccumulationFraction: 2^-12 at K <= 512, (K - 1) 2^-21 above). A lost 32-byte
+// K slice or a misread layout is off by 32/K of the sum or more (2^-7 at K = 4096). Cases cover every token-tile count
+// (M 1..16 across the 8-token tiles) and both token widths of the wgmma kernel (M 17..64, and
+// M <= 16 through it directly), N not a multiple of the tile, K with a partial 128-byte step and
 // with one 16-byte step, padded row strides (the padding must stay untouched), bias of each
 // dtype and every output dtype; and Llama-3.1-8B decode shapes.
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -33,6 +39,7 @@ struct Case {
   bool bias = false;
   DType bias_dtype = DType::BF16;
   int64_t x_pad = 0, w_pad = 0, out_pad = 0;  // extra row stride (bytes for x/w, elements for out)
+  bool wgmma = false;  // LaunchSmallMFp8GemmWgmma whatever M is (the launcher picks by M)
 };
 
 // Random e4m3 bytes of moderate magnitude (|v| <= 2^4, both signs, subnormals included), never NaN.
@@ -108,11 +115,12 @@ void runCase(const Case& c) {
   if (c.bias) p.bias = dbias.get(), p.bias_dtype = c.bias_dtype;
   p.out = dout.get(), p.out_row_stride = os, p.out_dtype = c.out_dtype;
   REQUIRE(SmallMFp8GemmUnsupported(p) == nullptr);
-  FXFUSE_CUDA_REQUIRE(LaunchSmallMFp8Gemm(p, nullptr));
+  FXFUSE_CUDA_REQUIRE(c.wgmma ? LaunchSmallMFp8GemmWgmma(p, nullptr) : LaunchSmallMFp8Gemm(p, nullptr));
   FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
   const std::vector<uint8_t> got = dout.Download<uint8_t>(dout.bytes());
   const float scale = sx * sw;
   int64_t failures = 0;
+  double worst_accumulation = 0;  // F32 output: the largest |got - exact| / (sum of |products| x scale)
   std::ostringstream log;
   for (int64_t m = 0; m < c.M; ++m)
     for (int64_t n = 0; n < os; ++n) {
@@ -131,14 +139,22 @@ void runCase(const Case& c) {
       double v = static_cast<float>(static_cast<float>(acc) * scale);
       if (c.bias) v = static_cast<float>(v + bias[static_cast<size_t>(n)]);
       const double want = roundTo(v, c.out_dtype);
-      const double bound = 2 * stepOf(want, c.out_dtype) + std::ldexp(mag * scale, -20);
+      if (c.out_dtype == DType::F32 && mag > 0)
+        worst_accumulation = std::max(worst_accumulation, std::fabs(g - v) / (mag * scale));
+      const bool wgmma_kernel = c.wgmma || c.M > kSmallMFp8MmaSyncMaxRows;
+      const double accumulation = wgmma_kernel ? ref::Fp8GemmAccumulationFraction(c.K) : std::ldexp(1.0, -20);
+      const double bound = 2 * stepOf(want, c.out_dtype) + mag * scale * accumulation;
       if (!(std::fabs(g - want) <= bound) && failures++ < 8)
         log << "  (" << m << ", " << n << "): got " << g << " want " << want << " bound " << bound << "\n";
     }
   INFO("M " << c.M << " N " << c.N << " K " << c.K << " out " << kernels::DTypeName(c.out_dtype) << " bias "
-            << c.bias << " seed " << seed << ": " << failures << " failures\n"
+            << c.bias << (c.wgmma ? " wgmma" : "") << " seed " << seed << ": " << failures << " failures\n"
             << log.str());
   CHECK(failures == 0);
+  if (c.out_dtype == DType::F32)
+    WARN("M " << c.M << " N " << c.N << " K " << c.K << (c.wgmma || c.M > kSmallMFp8MmaSyncMaxRows ? " wgmma" : "")
+              << ": largest accumulation error 2^" << std::log2(std::max(worst_accumulation, 1e-30))
+              << " of the sum of |products|");
 }
 
 TEST_CASE("small-M FP8 GEMM matches the reference at every token-tile count", "[gpu][gemm]") {
@@ -171,6 +187,38 @@ TEST_CASE("small-M FP8 GEMM: Llama-3.1-8B decode shapes", "[gpu][gemm]") {
   runCase({8, 4096, 4096});   // o_proj
   runCase({4, 1024, 14336});  // down (a slice of its 4096 rows)
   runCase({1, 28672, 4096});  // gate/up
+}
+
+// The wgmma kernel (M 17..64, and any M through LaunchSmallMFp8GemmWgmma).
+TEST_CASE("small-M FP8 GEMM (wgmma) matches the reference at every token count class", "[gpu][gemm]") {
+  // N = 200: a partial last tile of 64 rows; K = 1040: 9 steps of 128 bytes (a partial one),
+  // sliced 4 ways at most (two steps per slice).
+  for (int64_t M : {17, 24, 31, 32, 33, 40, 57, 63, 64}) runCase({M, 200, 1040});
+  for (int64_t M : {1, 8, 16}) runCase({M, 200, 1040, DType::BF16, false, DType::BF16, 0, 0, 0, true});
+}
+
+TEST_CASE("small-M FP8 GEMM (wgmma): one step, clusters of 4, several waves", "[gpu][gemm]") {
+  runCase({20, 33, 16});      // one partial K step, one partial tile
+  runCase({48, 64, 128});     // one K step
+  runCase({33, 128, 32768});  // 2 tiles x 4 slices of 64 steps
+  runCase({20, 57344, 128});  // 896 tiles: several waves of CTAs
+}
+
+TEST_CASE("small-M FP8 GEMM (wgmma): padded strides, bias and output dtypes", "[gpu][gemm]") {
+  runCase({40, 100, 256, DType::BF16, true, DType::BF16, 16, 32, 3});
+  runCase({25, 100, 384, DType::F16, true, DType::F16, 48, 16, 5});
+  runCase({64, 100, 512, DType::F32, true, DType::F32, 0, 0, 1});
+  runCase({17, 100, 512, DType::BF16, true, DType::F32});
+  runCase({64, 256, 4096, DType::F32});  // the accumulation error at a Llama K, both kernels
+  runCase({16, 256, 4096, DType::F32});
+}
+
+TEST_CASE("small-M FP8 GEMM (wgmma): Llama-3.1-8B and 70B decode shapes", "[gpu][gemm]") {
+  runCase({32, 6144, 4096});   // qkv, 8B
+  runCase({64, 4096, 4096});   // o_proj, 8B
+  runCase({64, 1024, 14336});  // down (a slice of its 4096 rows)
+  runCase({32, 28672, 4096});  // gate/up
+  runCase({64, 1280, 8192});   // 70B qkv (a slice)
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/reference/numerics.h"
 #include "tools/cli/node_check_collective.h"
 #include "tools/interpreter/ops_common.h"
 #include "compiler/lowering/lowering.h"
@@ -59,12 +60,7 @@ std::vector<double> fp8GemmAllowance(const interp::Tensor& a, const interp::Tens
   const int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
   std::vector<double> av = a.values(), bv = b.values(), sa = scale_a.values(), sb = scale_b.values();
   if (sa.empty() || sb.empty()) return {};
-  // (K-1)·2^-21 (an accumulator keeping 21 bits, the bound that covered every K >= 128 output
-  // measured), but never below 2^-12 of Σ|a·b|: Hopper's FP8 tensor cores keep about 14 bits
-  // per accumulation step (DeepSeek-V3 report §3.3.2), and small-K GEMMs at M >= 1000 were
-  // measured beyond the 21-bit bound on the H200 (docs/runtime.md "FP8 GEMM accumulation bound").
-  const double per_term =
-      std::max(static_cast<double>(std::max<int64_t>(k - 1, 0)) * std::ldexp(1.0, -21), std::ldexp(1.0, -12));
+  const double per_term = kernels::reference::Fp8GemmAccumulationFraction(k);
   std::vector<double> out(static_cast<size_t>(m * n), 0.0);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t kk = 0; kk < k; ++kk) {
