@@ -53,7 +53,7 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p);
 int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots);
 
 // CTAs per tile of 64 weight rows for the wgmma kernel (each takes one slice of K; a tile's
-// CTAs form a cluster) when `cta_slots` CTAs fit on the GPU at once: the most of 1, 2, 4 and 8
+// CTAs form a cluster) when `cta_slots` CTAs fit on the GPU at once: the most of 1, 2 and 4
 // whose CTAs all fit in one wave with at least two 128-byte K steps each, else 1. Host-only.
 int SmallMFp8GemmWgmmaSplits(int64_t N, int64_t K, int64_t cta_slots);
 
@@ -61,8 +61,9 @@ int SmallMFp8GemmWgmmaSplits(int64_t N, int64_t K, int64_t cta_slots);
 // kSmallMFp8MmaSyncMaxRows rows run on the mma.sync kernel, more on the wgmma kernel.
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream);
 
-// The wgmma kernel alone, for any M the launcher takes (benchmarks compare the two kernels at
-// M <= 16); the caller has checked SmallMFp8GemmUnsupported(p).
+// The wgmma kernel alone, for any M the launcher takes (the GPU test runs it at M <= 16 too);
+// the caller has checked SmallMFp8GemmUnsupported(p). cudaErrorNotSupported when the driver
+// cannot encode its tensor maps.
 cudaError_t LaunchSmallMFp8GemmWgmma(const SmallMFp8GemmParams& p, cudaStream_t stream);
 
 }  // namespace fxfuse::runtime
