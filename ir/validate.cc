@@ -166,18 +166,33 @@ std::string argProblem(const SchemaArg& s, const Attr& a) {
 
 namespace {
 
-// fxfuse's own ops have exact schemas (ir/op_table.cc): every named argument is one of the
-// schema's and the node has one output per return, as the passes that create them do.
+// fxfuse's own ops have exact schemas (ir/op_table.cc): the node has one output per return, as
+// the passes that create them do.
 void checkFxfuseNodeShape(const Node& n, const OpSchema& s, const std::string& file) {
-  for (const Arg& a : n.args()) {
-    if (a.name.empty()) continue;
-    bool known = false;
-    for (const SchemaArg& sa : s.args) known = known || sa.name == a.name;
-    if (!known) fail("{}: node '{}' ({}): no argument '{}' in its schema", file, n.name, n.target, a.name);
-  }
   if (n.numOutputs() != s.returns.size())
     fail("{}: node '{}' ({}): {} outputs, its schema returns {}", file, n.name, n.target, n.numOutputs(),
          s.returns.size());
+}
+
+// Arguments the schema does not take: a positional one past its parameters, a keyword it does
+// not name, or one given both by position and by keyword. torch refuses each; the passes, the
+// interpreter and lowering read arguments through the schema and would drop them silently.
+void checkNoExtraArgs(const Node& n, const OpSchema& s, const std::string& file) {
+  size_t positional = 0;
+  for (const Arg& a : n.args()) positional += a.name.empty() ? 1 : 0;
+  if (positional > s.args.size())
+    fail("{}: node '{}' ({}): {} positional arguments, its schema takes {}", file, n.name, n.target, positional,
+         s.args.size());
+  for (const Arg& a : n.args()) {
+    if (a.name.empty()) continue;
+    size_t index = s.args.size();
+    for (size_t i = 0; i < s.args.size() && index == s.args.size(); ++i)
+      if (s.args[i].name == a.name) index = i;
+    if (index == s.args.size())
+      fail("{}: node '{}' ({}): no argument '{}' in its schema", file, n.name, n.target, a.name);
+    if (index < positional)
+      fail("{}: node '{}' ({}): argument '{}' is given by position and by keyword", file, n.name, n.target, a.name);
+  }
 }
 
 }  // namespace
@@ -203,6 +218,7 @@ void validateNodesAgainstSchemas(const Module& m, const std::string& file) {
         if (!problem.empty())
           fail("{}: node '{}' ({}): argument '{}' {}", file, n.name, n.target, sa.name, problem);
       }
+      checkNoExtraArgs(n, *s, file);
       if (n.kind == NodeKind::Fxfuse) checkFxfuseNodeShape(n, *s, file);
     }
   }

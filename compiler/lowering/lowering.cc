@@ -877,10 +877,16 @@ pb::Plan Lowerer::run(LowerStats* stats) {
 
 using detail::Lowerer;
 
+// A refusal names the graph file (opts.source) before the node and op, as the readers' do.
 pb::Plan lowerModule(ir::Module& m, const LowerOptions& opts, LowerStats* stats) {
-  if (m.graphs().empty()) fail("lowering: module has no graph");
-  Lowerer l(m, opts);
-  return l.run(stats);
+  try {
+    if (m.graphs().empty()) fail("lowering: module has no graph");
+    Lowerer l(m, opts);
+    return l.run(stats);
+  } catch (const FxError& e) {
+    if (opts.source.empty()) throw;
+    throw FxError(opts.source + ": " + e.what());
+  }
 }
 
 }  // namespace fxfuse::lowering

@@ -30,7 +30,7 @@ struct LowerOptions {
   bool library_kernels = true;
   // Fuse generated ops into groups (false: one kernel per op; for debugging).
   bool fuse = true;
-  std::string source;  // recorded in the plan
+  std::string source;  // recorded in the plan, and the first word of every refusal
 };
 
 struct LowerStats {

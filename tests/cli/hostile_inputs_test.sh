@@ -40,6 +40,9 @@ w("negsize.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[-5, 64]').replace("
 w("infsize.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[oo, 64]').replace("%2: f32[s0, 64]", "%2: f32[int_oo, 64]"))
 w("missing_operand.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default()"))
 w("string_operand.fxg", small.replace("aten.neg.default(self=%1)", 'aten.neg.default(self="hello")'))
+w("extra_positional.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(%1, %1)"))
+w("unknown_keyword.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(self=%1, alpha=2)"))
+w("positional_and_keyword.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(%1, self=%1)"))
 w("unknown_op.fxg", small.replace("aten.neg.default(self=%1)", "aten.frobnicate.default(self=%1)"))
 w("graph_ref.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(self=%1, extra=graph(5))"))
 depth = 30000
@@ -144,6 +147,13 @@ run_case max_expr_export_json 2 -- verify "$T/max_expr.json"
 run_case missing_operand_plan 2 -- compile "$T/missing_operand.fxg" --emit=plan-text -o "$T/p.txt"
 expect_msg missing_operand_plan "node 'neg' (aten.neg.default): argument 'self' is missing"
 run_case missing_operand_describe 2 -- run "$T/missing_operand.fxg" --describe
+# Arguments the schema does not take: refused, not dropped (torch refuses them too).
+run_case extra_positional_verify 2 -- verify "$T/extra_positional.fxg"
+expect_msg extra_positional_verify "node 'neg' (aten.neg.default): 2 positional arguments, its schema takes 1"
+run_case unknown_keyword_plan 2 -- compile "$T/unknown_keyword.fxg" --emit=plan-text -o "$T/p.txt"
+expect_msg unknown_keyword_plan "node 'neg' (aten.neg.default): no argument 'alpha' in its schema"
+run_case positional_and_keyword_run 2 -- run "$T/positional_and_keyword.fxg" --cpu-only
+expect_msg positional_and_keyword_run "argument 'self' is given by position and by keyword"
 run_case string_operand_plan 2 -- compile "$T/string_operand.fxg" --emit=plan -o "$T/p.pb"
 expect_msg string_operand_plan "must be a tensor, got a string"
 run_case string_operand_verify 2 -- verify "$T/string_operand.fxg"
