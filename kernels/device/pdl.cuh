@@ -31,27 +31,10 @@ __device__ __forceinline__ void allowDependentGrids() {
 }
 
 // Launches `kernel` with programmatic stream serialization when ProgrammaticLaunchEnabled(),
-// else as a plain launch. The kernel must call waitForPrecedingGrid() before it touches memory
-// and allowDependentGrids() where the next kernel may start (see above).
-template <typename... Params, typename... Args>
-cudaError_t LaunchProgrammatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
-                               cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = ProgrammaticLaunchEnabled() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
-// LaunchProgrammatic for a kernel whose blocks form one-dimensional thread-block clusters of
-// `cluster_size` blocks (grid.x a multiple of it): the cluster attribute and, when enabled,
-// the programmatic one.
+// else as a plain launch; with `cluster_size` > 0 its blocks form one-dimensional thread-block
+// clusters of that many blocks (grid.x a multiple of it). The kernel must call
+// waitForPrecedingGrid() before it touches memory and allowDependentGrids() where the next
+// kernel may start (see above).
 template <typename... Params, typename... Args>
 cudaError_t LaunchProgrammaticInClusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
                                          int cluster_size, cudaStream_t stream, Args&&... args) {
@@ -61,15 +44,29 @@ cudaError_t LaunchProgrammaticInClusters(void (*kernel)(Params...), dim3 grid, d
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   cudaLaunchAttribute attribute[2];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = static_cast<unsigned>(cluster_size);
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  unsigned count = 0;
+  if (cluster_size > 0) {
+    attribute[count].id = cudaLaunchAttributeClusterDimension;
+    attribute[count].val.clusterDim.x = static_cast<unsigned>(cluster_size);
+    attribute[count].val.clusterDim.y = 1;
+    attribute[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (ProgrammaticLaunchEnabled()) {
+    attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
   config.attrs = attribute;
-  config.numAttrs = ProgrammaticLaunchEnabled() ? 2 : 1;
+  config.numAttrs = count;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// The same without clusters.
+template <typename... Params, typename... Args>
+cudaError_t LaunchProgrammatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                               cudaStream_t stream, Args&&... args) {
+  return LaunchProgrammaticInClusters(kernel, grid, block, smem_bytes, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace fxfuse::kernels
