@@ -61,4 +61,11 @@ template <int N>
 __device__ __forceinline__ void wgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
+// Keeps the compiler from moving accesses of accumulator registers across wgmma issue/wait.
+template <int N>
+__device__ __forceinline__ void fenceRegs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
 }  // namespace fxfuse::kernels::device

@@ -136,6 +136,8 @@ __device__ __forceinline__ void computeStage(uint32_t stage, float (&acc)[kToken
   dev::wgmmaCommit();
   dev::wgmmaWait<0>();
 #pragma unroll
+  for (int k = 0; k < kMmasPerStep; ++k) dev::fenceRegs(mma_sum[k]);  // read only after the wait
+#pragma unroll
   for (int k = 0; k < kMmasPerStep; ++k)
 #pragma unroll
     for (int i = 0; i < kTokens / 2; ++i) acc[i] += mma_sum[k][i];

@@ -28,18 +28,13 @@ using kernels::device::mbarArriveExpectTx;
 using kernels::device::mbarInit;
 using kernels::device::mbarWait;
 
+using kernels::device::fenceRegs;
 using kernels::device::smemDesc;
 using kernels::device::tmaLoad4d;
 using kernels::device::wgmmaCommit;
 using kernels::device::wgmmaFence;
 using kernels::device::wgmmaWait;
 
-// Keeps the compiler from moving accesses of accumulator registers across wgmma issue/wait.
-template <int N>
-__device__ __forceinline__ void fenceRegs(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 
 // Same for 32-bit operand registers (the P fragment read by an in-flight wgmma).
 template <int N, int M>
