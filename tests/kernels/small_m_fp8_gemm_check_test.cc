@@ -47,6 +47,9 @@ TEST_CASE("small-M FP8 GEMM refuses what it cannot compute", "[gemm]") {
   p = decode(8, 16, 64);
   p.out_dtype = DType::F8E4M3FN;
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+  CHECK(SmallMFp8GemmUnsupported(decode(8, int64_t{1} << 31, 64)) != nullptr);  // tensor-map coordinates are int32
+  CHECK(SmallMFp8GemmUnsupported(decode(8, 16, int64_t{1} << 31)) != nullptr);
+  CHECK(SmallMFp8GemmUnsupported(decode(8, (int64_t{1} << 31) - 1, 64)) == nullptr);
   p = decode(8, 16, 64);
   p.scale_w = nullptr;
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
