@@ -625,8 +625,29 @@ class Lowerer {
   void lowerFxfuseGenerated(Node& n);
   struct FxfuseMath;  // fxfuse_ops.cc: the fused ops' math as generated code
   void lowerRotary(Node& n);
-  struct RotaryWriteback;
+  // lowering.cc: vLLM's rotary writing its new query and key back into the fused qkv.
+  struct RotaryWriteback {
+    Value* base;           // qkv
+    Node *first, *second;  // the two slice_scatter nodes
+    int64_t rotated;       // Q + K
+  };
   std::optional<RotaryWriteback> rotaryWriteback(Node& n, int64_t head);
+  // paged_attention.cc: a rotary whose written-back qkv only one paged attention reads (through
+  // views) is left to that attention's cache write instead of a generated kernel.
+  struct DeferredRotary {
+    const Node* rotary = nullptr;
+    int base = -1;  // the qkv tensor (rotated in place by the cache-write step)
+    Value* positions = nullptr;
+    Value* cos_sin_cache = nullptr;
+    int64_t head = 0, query_cols = 0, rotated = 0;  // rotated = query_cols + key columns
+    bool neox = true;
+  };
+  bool deferRotaryToPagedAttention(Node& n, const RotaryWriteback& wb, int64_t head, bool neox);
+  bool onlyRotaryReads(const Node& rotary, const RotaryWriteback& wb);
+  const Node* pagedAttentionReading(Value* qkv);
+  bool rotaryFoldsIntoCacheWrite(const DeferredRotary& d, int tq, int tk, int tv, const SymExpr& head_size);
+  void rotaryArgs(pb::KernelLaunch* k, const DeferredRotary& d, int query, const Node& attention);
+  void lowerRotaryInPlace(const DeferredRotary& d, const Node& attention);
   void finish();
 
   // ------------------------------------------------------------------ views (lowering.cc)
@@ -751,6 +772,7 @@ class Lowerer {
   std::vector<TRef> trefs_;
   std::map<const Value*, int> mat_;
   std::set<const Node*> lowered_ahead_;  // nodes a rule already lowered with an earlier node
+  std::map<const Node*, DeferredRotary> deferred_rotary_;  // by the paged attention applying it
   std::set<const Node*> lowered_;        // nodes whose steps are already in the plan
   std::map<const Value*, int> scalar_inputs_;  // lifted scalar input -> index into Plan.inputs
   std::map<const Value*, SymExpr> syms_;

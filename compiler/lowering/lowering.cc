@@ -471,12 +471,6 @@ bool Lowerer::lowerRowComposite(Node& n) {
 //          views of s2 that attention reads are aliases of it
 //
 // (instead of two rotary kernels and a copy per view of s2).
-struct Lowerer::RotaryWriteback {
-  Value* base;        // qkv
-  Node *first, *second;  // the two slice_scatter nodes
-  int64_t rotated;    // Q + K
-};
-
 std::optional<Lowerer::RotaryWriteback> Lowerer::rotaryWriteback(Node& n, int64_t head) {
   Value* q = valArg(n, "query");
   Value* k = valArg(n, "key");
@@ -531,6 +525,7 @@ void Lowerer::lowerRotary(Node& n) {
     unsupported(n, "rotary_embedding cos_sin_cache must be [P, rot] with a constant rot");
   int64_t rot = cache->type.shape[1].intValue();
   if (auto wb = rotaryWriteback(n, head)) {
+    if (deferRotaryToPagedAttention(n, *wb, head, neox)) return;
     Value* out = wb->second->output(0);
     prepareGroup(n, {out->type.shape, 0}, true);
     int id = gnode("rotary", "", {operand(wb->base, n), operand(pos, n), operand(cache, n)}, out->type.dtype,

@@ -2,12 +2,24 @@
 // over the layer's paged KV cache (kernels/runtime/paged_attention.h):
 //
 //   rt.reshape_and_cache: key, value, slot_mapping [, k_scale, v_scale]  -> key_cache, value_cache
+//                         [, query, positions, cos_sin_cache, is_neox: rotary first, below]
 //   rt.paged_attention:   query, key_cache, value_cache, block_table, seq_lens, query_start_loc
 //                         [, k_scale, v_scale] [, output_scale]            -> out
 //
 // The caches are updated in place: the steps write into the cache inputs' own buffers, and the
 // node's cache outputs (the graph's user-input-mutation outputs) are the inputs' tensors, so a
 // serving step neither copies a cache nor holds a second cache-sized buffer.
+//
+// A rotary whose written-back qkv only this attention reads is folded into the cache write:
+//
+//   qkv ─ rotary_embedding(q, k) ─ slice_scatter ×2 ─ views ─ paged_attention(q', k', v)
+//     ==>  rt.reshape_and_cache(query = q view of qkv, key, value, positions, cos_sin_cache)
+//          (q rotated in place in qkv, k rotated on its way into the cache)
+//          rt.paged_attention(q view of qkv, caches)
+//
+// one launch instead of the generated rotary kernel and the cache write. When the attention's
+// views are not the rotary's heads (another head size, v overlapping q or k), the rotary still
+// runs in place on qkv (a rotation-only cache-write step) before the plain cache write.
 #include "compiler/lowering/lowerer.h"
 
 namespace fxfuse::lowering::detail {
@@ -61,6 +73,157 @@ int Lowerer::pagedMetadata(const Node& n, const std::string& name, DType dtype, 
   return t;
 }
 
+// ------------------------------------------------------------ the rotary folded into the cache write
+
+namespace {
+
+// A view that keeps the token rows of a [T, C] qkv: a split or slice of the last dim, or the
+// last dim reshaped into [heads, E] (these always alias, so the views read qkv's memory).
+bool isHeadView(const Node& u, const Value* of) {
+  const std::string& t = u.target;
+  const Value* out = u.numOutputs() > 0 ? u.output(0) : nullptr;
+  const size_t rank = of->type.rank();
+  auto lastDim = [&](const Attr* d) {
+    auto v = d ? d->asInt() : std::optional<int64_t>();
+    return v && (*v == -1 || *v == static_cast<int64_t>(rank) - 1);
+  };
+  if (t == "aten.split_with_sizes.default" || t == "aten.split.Tensor") return lastDim(u.arg("dim", 2));
+  if (t == "aten.slice.Tensor") {
+    const Attr* step = u.arg("step", 4);
+    return lastDim(u.arg("dim", 1)) && (!step || step->asInt() == std::optional<int64_t>(1));
+  }
+  if (t != "aten.reshape.default" && t != "aten.view.default" && t != "aten._unsafe_view.default") return false;
+  if (!out || rank == 0 || out->type.rank() != rank + 1) return false;
+  for (size_t d = 0; d + 1 < rank; ++d)
+    if (!(out->type.shape[d] == of->type.shape[d])) return false;
+  const SymExpr& c = of->type.shape[rank - 1];
+  const SymExpr &h = out->type.shape[rank - 1], &e = out->type.shape[rank];
+  return c.isInt() && h.isInt() && e.isInt() && h.intValue() * e.intValue() == c.intValue();
+}
+
+}  // namespace
+
+// The one fxfuse.paged_attention reading `qkv` through head views as its query, key or value;
+// null when anything else reads it or one of its views (or a graph output is one of them).
+const Node* Lowerer::pagedAttentionReading(Value* qkv) {
+  const Node* attention = nullptr;
+  std::vector<Value*> work{qkv};
+  std::set<const Node*> seen;
+  while (!work.empty()) {
+    Value* v = work.back();
+    work.pop_back();
+    if (v->graphOutputUses() != 0) return nullptr;
+    for (Node* u : v->users()) {
+      if (u->target == "fxfuse.paged_attention.default") {
+        for (const auto& a : u->args())
+          if (a.value.isValue() && a.value.value == v && a.name != "query" && a.name != "key" && a.name != "value")
+            return nullptr;
+        if (attention && attention != u) return nullptr;
+        attention = u;
+        continue;
+      }
+      if (!isHeadView(*u, v) || valArg(*u, "self") != v) return nullptr;
+      if (seen.insert(u).second)
+        for (Value* o : u->outputs())
+          if (o) work.push_back(o);
+    }
+  }
+  return attention;
+}
+
+// Nothing but the rotary reads qkv's memory before the attention: qkv is an arena tensor of its
+// own whose readers are the rotary (through its query/key views) and the first scatter.
+bool Lowerer::onlyRotaryReads(const Node& rotary, const RotaryWriteback& wb) {
+  auto readOnlyByRotary = [&](const Value* v) {
+    if (v->graphOutputUses() != 0) return false;
+    for (const Node* r : v->users())
+      if (r != &rotary) return false;
+    return true;
+  };
+  const int base = mat_.at(wb.base);
+  const TRef& b = trefs_[static_cast<size_t>(base)];
+  if (bufs_[static_cast<size_t>(b.buffer)].kind != pb::ARENA || wb.base->graphOutputUses() != 0) return false;
+  for (const Node* u : wb.base->users()) {
+    if (u == wb.first) continue;
+    for (const Value* o : u->outputs())
+      if (o && !readOnlyByRotary(o)) return false;
+  }
+  for (const auto& [v, t] : mat_)
+    if (v != wb.base && trefs_[static_cast<size_t>(t)].buffer == b.buffer && !readOnlyByRotary(v)) return false;
+  return true;
+}
+
+// lowerRotary's first choice for the writeback form: no kernel now; the written-back qkv is qkv
+// itself (rotated later, in place, by the attention's cache-write step).
+bool Lowerer::deferRotaryToPagedAttention(Node& n, const RotaryWriteback& wb, int64_t head, bool neox) {
+  Value* pos = valArg(n, "positions");
+  Value* table = valArg(n, "cos_sin_cache");
+  Value* query = valArg(n, "query");
+  const DType dt = wb.base->type.dtype, table_dt = table->type.dtype;
+  if (!isD16(dt) || pos->type.dtype != DType::I64 || pos->type.rank() != 1) return false;
+  if (!isD16(table_dt) && table_dt != DType::F32) return false;
+  const int64_t rot = table->type.shape[1].intValue();
+  if (rot % 2 != 0 || rot > head || !query->type.shape[1].isInt()) return false;
+  const TRef& b = trefs_[static_cast<size_t>(mat_.at(wb.base))];
+  if (b.shape.size() != 2 || !isOne(b.stride[1]) || !onlyRotaryReads(n, wb)) return false;
+  Value* written_back = wb.second->output(0);
+  const Node* attention = pagedAttentionReading(written_back);
+  if (!attention || deferred_rotary_.count(attention)) return false;
+  DeferredRotary d;
+  d.rotary = &n;
+  d.base = mat_.at(wb.base);
+  d.positions = pos;
+  d.cos_sin_cache = table;
+  d.head = head;
+  d.query_cols = query->type.shape[1].intValue();
+  d.rotated = wb.rotated;
+  d.neox = neox;
+  deferred_rotary_[attention] = d;
+  mat_[written_back] = newTRef(b);
+  for (Node* s : {wb.first, wb.second}) lowered_ahead_.insert(s);
+  return true;
+}
+
+// The attention's query and key are the rotary's heads of qkv ([T, heads, head] at columns 0
+// and query_cols) and its value lies past them: the cache write can rotate as it goes.
+bool Lowerer::rotaryFoldsIntoCacheWrite(const DeferredRotary& d, int tq, int tk, int tv, const SymExpr& head_size) {
+  const TRef& b = trefs_[static_cast<size_t>(d.base)];
+  auto headsAt = [&](const TRef& t, int64_t col, int64_t cols) {
+    return t.buffer == b.buffer && t.shape.size() == 3 && t.shape[0] == b.shape[0] && t.shape[1] == I(cols / d.head) &&
+           t.shape[2] == I(d.head) && t.stride[0] == b.stride[0] && t.stride[1] == I(d.head) && isOne(t.stride[2]) &&
+           t.offset == b.offset + I(col);
+  };
+  if (!head_size.isInt() || head_size.intValue() != d.head) return false;
+  if (!headsAt(trefs_[static_cast<size_t>(tq)], 0, d.query_cols) ||
+      !headsAt(trefs_[static_cast<size_t>(tk)], d.query_cols, d.rotated - d.query_cols))
+    return false;
+  const TRef& v = trefs_[static_cast<size_t>(tv)];
+  if (v.buffer != b.buffer) return true;
+  const SymExpr gap = v.offset - b.offset;
+  return v.stride.size() == 3 && v.stride[0] == b.stride[0] && gap.isInt() && gap.intValue() >= d.rotated;
+}
+
+// The rotary operands of a cache-write step: `query` ([T, heads, head]) rotated in place.
+void Lowerer::rotaryArgs(pb::KernelLaunch* k, const DeferredRotary& d, int query, const Node& attention) {
+  argT(k, "query", query);
+  argT(k, "positions", mat(d.positions, attention));
+  argT(k, "cos_sin_cache", mat(d.cos_sin_cache, attention));
+  argB(k, "is_neox", d.neox);
+}
+
+// The rotary as it was written: every head of qkv's first `rotated` columns, in place.
+void Lowerer::lowerRotaryInPlace(const DeferredRotary& d, const Node& attention) {
+  TRef heads = trefs_[static_cast<size_t>(d.base)];
+  heads.shape = {heads.shape[0], I(d.rotated / d.head), I(d.head)};
+  heads.stride = {heads.stride[0], I(d.head), I(1)};
+  const int view = newTRef(std::move(heads));
+  pb::KernelLaunch* k = addStep({d.rotary->name}, "rotary (in place)")->mutable_kernel();
+  k->set_kernel("rt.reshape_and_cache");
+  rotaryArgs(k, d, view, attention);
+}
+
+// ------------------------------------------------------------ the attention
+
 void Lowerer::lowerPagedAttention(Node& n) {
   Value* out = n.output(0);
   if (!out) unsupported(n, "paged attention without an output");
@@ -100,9 +263,16 @@ void Lowerer::lowerPagedAttention(Node& n) {
   const int to = freshFor(out);
   const int to3 = tokenHeadView(n, to, E, "the output");
 
-  pb::KernelLaunch* w = addStep({n.name}, fp8_cache ? "reshape_and_cache fp8 (in place)" : "reshape_and_cache (in place)")
+  const auto deferred = deferred_rotary_.find(&n);
+  const bool fold = deferred != deferred_rotary_.end() && rotaryFoldsIntoCacheWrite(deferred->second, tq, tk, tv, E);
+  if (deferred != deferred_rotary_.end() && !fold) lowerRotaryInPlace(deferred->second, n);
+  std::vector<std::string> nodes = {n.name};
+  if (fold) nodes.insert(nodes.begin(), deferred->second.rotary->name);
+  pb::KernelLaunch* w = addStep(nodes, std::string(fold ? "rotary + " : "") + "reshape_and_cache" +
+                                           (fp8_cache ? " fp8" : "") + " (in place)")
                             ->mutable_kernel();
   w->set_kernel("rt.reshape_and_cache");
+  if (fold) rotaryArgs(w, deferred->second, tq, n);
   argT(w, "key", tk);
   argT(w, "value", tv);
   argT(w, "key_cache", kc);

@@ -72,7 +72,59 @@ void check(cudaError_t e, const std::string& where) {
 
 }  // namespace
 
-std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, const std::string& where) {
+namespace {
+
+// The rotary operands of a cache write (optional): query [T, Hq, E] rotated in place,
+// positions i64 [T], cos_sin_cache [P, rot] (cos | sin) of the query's dtype or f32.
+void fillRotary(const PagedOperands& t, bool neox, int64_t num_tokens, int64_t head_size, DType dtype,
+                ReshapeAndCacheParams& p, const std::string& where) {
+  const DeviceTensor &query = operand(t, "query", where), &pos = operand(t, "positions", where);
+  const DeviceTensor& table = operand(t, "cos_sin_cache", where);
+  requireRank(query, "query", 3, where);
+  requireDType(query, "query", dtype, where);
+  requireDenseRows(query, "query", where);
+  if (query.shape[0] != num_tokens || query.shape[2] != head_size)
+    fail("{}: query {} does not match {} tokens of head size {}", where, shapeText(query), num_tokens, head_size);
+  requireRank(pos, "positions", 1, where);
+  requireDType(pos, "positions", DType::I64, where);
+  requireContiguous(pos, "positions", where);
+  if (pos.shape[0] != num_tokens) fail("{}: positions has {} entries for {} tokens", where, pos.shape[0], num_tokens);
+  requireRank(table, "cos_sin_cache", 2, where);
+  requireDenseRows(table, "cos_sin_cache", where);
+  if (table.dtype != DType::F32 && !isD16(table.dtype))
+    fail("{}: cos_sin_cache is {}, expected bf16, f16 or f32", where, ir::dtypeName(table.dtype));
+  if (table.shape[1] <= 0 || table.shape[1] % 2 != 0 || table.shape[1] > head_size)
+    fail("{}: cos_sin_cache {} must have an even rotary dim of at most the head size {}", where, shapeText(table),
+         head_size);
+  p.query = query.data;
+  p.query_stride[0] = query.strides[0];
+  p.query_stride[1] = query.strides[1];
+  p.heads_q = query.shape[1];
+  p.positions = static_cast<const int64_t*>(pos.data);
+  p.cos_sin_cache = table.data;
+  p.cos_sin_dtype = table.dtype;
+  p.cos_sin_rows = table.shape[0];
+  p.cos_sin_stride = table.shape[0] > 1 ? table.strides[0] : table.shape[1];
+  p.rotary_dim = table.shape[1];
+  p.neox = neox;
+}
+
+}  // namespace
+
+std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, bool neox,
+                                                             const std::string& where) {
+  if (!t.count("key") && t.count("query")) {  // rotation only (the lowering's fallback form)
+    const DeviceTensor& query = operand(t, "query", where);
+    requireRank(query, "query", 3, where);
+    if (!isD16(query.dtype)) fail("{}: query is {}, expected bf16 or f16", where, ir::dtypeName(query.dtype));
+    ReshapeAndCacheParams p;
+    p.dtype = p.cache_dtype = query.dtype;
+    p.num_tokens = query.shape[0];
+    p.head_size = query.shape[2];
+    p.block_size = 1;
+    fillRotary(t, neox, p.num_tokens, p.head_size, query.dtype, p, where);
+    return [p, where](cudaStream_t s) { check(LaunchReshapeAndCache(p, s), where); };
+  }
   const DeviceTensor &key = operand(t, "key", where), &value = operand(t, "value", where);
   const DeviceTensor &kc = operand(t, "key_cache", where), &vc = operand(t, "value_cache", where);
   const DeviceTensor& slots = operand(t, "slot_mapping", where);
@@ -111,6 +163,7 @@ std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands
     p.k_scale = scaleOperand(t, "k_scale", where);
     p.v_scale = scaleOperand(t, "v_scale", where);
   }
+  if (t.count("query")) fillRotary(t, neox, p.num_tokens, p.head_size, key.dtype, p, where);
   return [p, where](cudaStream_t s) { check(LaunchReshapeAndCache(p, s), where); };
 }
 

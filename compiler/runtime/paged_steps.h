@@ -20,8 +20,12 @@ namespace fxfuse::runtime {
 using PagedOperands = std::map<std::string, DeviceTensor>;
 
 // key, value [T, Hk, E]; key_cache, value_cache [num_blocks, block_size, Hk, E] (written in
-// place); slot_mapping i64 [T]; FP8 cache: k_scale, v_scale f32 [1].
-std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, const std::string& where);
+// place); slot_mapping i64 [T]; FP8 cache: k_scale, v_scale f32 [1]. With rotary operands
+// (query [T, Hq, E], positions i64 [T], cos_sin_cache [P, rot]; `neox` the pairing) the step
+// rotates the query in place and the keys on their way into the cache; with the rotary
+// operands alone it only rotates the query.
+std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, bool neox,
+                                                             const std::string& where);
 
 // Device scratch of a session's paged-attention steps (their split-KV partial results). The
 // steps run one after another on one stream, so they share it: each step reserves what it

@@ -746,7 +746,7 @@ std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string&
   PagedOperands t;
   for (const auto& [arg, a] : args.args)
     if (a->v_case() == pb::KernelArg::kTensor) t[arg] = args.tensor(arg);
-  if (name == "rt.reshape_and_cache") return prepareReshapeAndCacheStep(t, args.where);
+  if (name == "rt.reshape_and_cache") return prepareReshapeAndCacheStep(t, args.flag("is_neox"), args.where);
   std::optional<double> scale;
   if (args.has("scale")) scale = args.real("scale", 0.0);
   int kernels = 1;

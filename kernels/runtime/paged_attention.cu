@@ -1,6 +1,5 @@
-// The paged KV-cache kernels (paged_attention.h): the cache write of this step's keys and
-// values, then attention over each sequence's cached context. Numerics in
-// docs/attention.md "Paged attention".
+// The paged attention kernels (paged_attention.h): attention over each sequence's cached
+// context (the cache write is cache_write.cu). Numerics in docs/attention.md "Paged attention".
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -20,7 +19,6 @@ namespace fxfuse::runtime {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kCacheThreads = 256;
 
 __device__ __forceinline__ float load16(const void* p, int64_t i, DType t) {
   if (t == DType::BF16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
@@ -31,38 +29,6 @@ __device__ __forceinline__ float roundTo(float x, DType t) {
   if (t == DType::BF16) return __bfloat162float(__float2bfloat16_rn(x));
   if (t == DType::F16) return __half2float(__float2half_rn(x));
   return x;
-}
-
-// One element of a key or value row into its cache slot: the 16-bit value copied, or
-// fp8_e4m3(satfinite(f32(x) / scale)) as vLLM's reshape_and_cache_flash.
-__device__ __forceinline__ void storeCache(void* cache, int64_t i, const void* src, int64_t si, DType src_dtype,
-                                           DType cache_dtype, const float* scale) {
-  if (cache_dtype == DType::F8E4M3FN) {
-    const float x = load16(src, si, src_dtype) / *scale;
-    reinterpret_cast<__nv_fp8_storage_t*>(cache)[i] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-  } else {
-    reinterpret_cast<uint16_t*>(cache)[i] = reinterpret_cast<const uint16_t*>(src)[si];
-  }
-}
-
-// One thread per (token, head, element), grid-stride; tokens without a slot in the cache
-// (-1, or outside it) are skipped.
-__global__ void __launch_bounds__(kCacheThreads) reshapeAndCacheKernel(ReshapeAndCacheParams p) {
-  kernels::allowDependentGrids();
-  kernels::waitForPrecedingGrid();
-  const int64_t row = p.heads_kv * p.head_size;
-  const int64_t total = p.num_tokens * row;
-  const int64_t capacity = p.num_blocks * p.block_size;
-  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < total;
-       x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = x / row, h = (x % row) / p.head_size, e = x % p.head_size;
-    const int64_t slot = p.slot_mapping[t];
-    if (slot < 0 || slot >= capacity) continue;
-    const int64_t dst = slot * row + h * p.head_size + e;
-    storeCache(p.key_cache, dst, p.key, t * p.key_stride[0] + h * p.key_stride[1] + e, p.dtype, p.cache_dtype, p.k_scale);
-    storeCache(p.value_cache, dst, p.value, t * p.value_stride[0] + h * p.value_stride[1] + e, p.dtype, p.cache_dtype,
-               p.v_scale);
-  }
 }
 
 // The sequence whose queries hold token t: the last b with qsl[b] <= t, or -1 when t is a
@@ -966,18 +932,6 @@ unsigned gridFor(int64_t items, int64_t per_block, int64_t cap) {
 }
 
 }  // namespace
-
-cudaError_t LaunchReshapeAndCache(const ReshapeAndCacheParams& p, cudaStream_t stream) {
-  if (!isD16(p.dtype) || (p.cache_dtype != p.dtype && p.cache_dtype != DType::F8E4M3FN)) return cudaErrorInvalidValue;
-  if (p.num_tokens < 0 || p.heads_kv <= 0 || p.head_size <= 0 || p.num_blocks < 0 || p.block_size <= 0)
-    return cudaErrorInvalidValue;
-  if (p.cache_dtype == DType::F8E4M3FN && (!p.k_scale || !p.v_scale)) return cudaErrorInvalidValue;
-  const int64_t total = p.num_tokens * p.heads_kv * p.head_size;
-  if (total == 0) return cudaSuccess;
-  if (!p.key || !p.value || !p.key_cache || !p.value_cache || !p.slot_mapping) return cudaErrorInvalidValue;
-  return kernels::LaunchProgrammatic(reshapeAndCacheKernel, dim3(gridFor(total, kCacheThreads, 65536)),
-                                     dim3(kCacheThreads), 0, stream, p);
-}
 
 cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   if (!isD16(p.dtype) || (p.cache_dtype != p.dtype && p.cache_dtype != DType::F8E4M3FN)) return cudaErrorInvalidValue;

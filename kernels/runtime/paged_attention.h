@@ -4,6 +4,9 @@
 //
 //   LaunchReshapeAndCache (rt.reshape_and_cache): this step's keys and values into the caches
 //     at their slots (vLLM's reshape_and_cache_flash); slot -1 = padding token, not written.
+//     With rotary parameters it also applies vLLM's rotary_embedding first: the query rotated
+//     in place, each key row rotated on its way into the cache (rotary_cache_write.cu), so a
+//     decode layer needs no rotary kernel of its own.
 //   LaunchPagedAttention (rt.paged_attention): every query token attends over its sequence's
 //     cached context, causal and bottom-right aligned, grouped-query.
 //
@@ -50,6 +53,19 @@ struct ReshapeAndCacheParams {
   // __nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3). [1] fp32 on the device.
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
+  // Rotary embedding before the write, set by `positions`: vLLM's rotary_embedding with the
+  // rounding of fxfuse's generated rotary (cos and sin rounded to `dtype`, then each product
+  // and the sum): `query` [T, heads_q, E] is rotated in place, each key row on its way into the
+  // cache (`key` itself is left as it is). heads_kv = 0 rotates the query only (no cache
+  // operands). A position outside [0, cos_sin_rows) leaves its token's rows unrotated.
+  void* query = nullptr;  // `dtype`, strides in elements as for `key`
+  int64_t query_stride[2] = {};
+  int64_t heads_q = 0;
+  const int64_t* positions = nullptr;     // [T]
+  const void* cos_sin_cache = nullptr;    // [cos_sin_rows, rotary_dim]: cos | sin, row stride cos_sin_stride
+  DType cos_sin_dtype = DType::BF16;      // BF16, F16 or F32
+  int64_t cos_sin_rows = 0, cos_sin_stride = 0, rotary_dim = 0;  // rotary_dim even, <= head_size
+  bool neox = true;                       // pairs are the two halves (true) or adjacent elements
 };
 
 // Returns cudaErrorInvalidValue for bad params (dtypes, sizes, missing pointers or scales),

@@ -6,12 +6,13 @@
 # node-by-node proof, a CUDA-graph replay (`bench`), and the tiny whole-model decode graphs
 # of examples/decode_step in both vLLM forms. Prints one line per check and
 # "N passed, M failed" last; logs under $OUT (or a temp dir).
-#   bazel build //:fxfuse //tests/kernels:paged_attention_gpu_test     # here (builds sm_90a)
-#   tests/runtime/kv_cache_gpu.sh [FXFUSE] [PAGED_ATTENTION_GPU_TEST]   # on the GPU machine
+#   bazel build //:fxfuse //tests/kernels:paged_attention_gpu_test //tests/kernels:rotary_cache_write_gpu_test
+#   tests/runtime/kv_cache_gpu.sh [FXFUSE] [PAGED_ATTENTION_GPU_TEST] [ROTARY_CACHE_WRITE_GPU_TEST]   # on the GPU
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 FXFUSE=${1:-bazel-bin/fxfuse}
 KERNEL_TEST=${2:-bazel-bin/tests/kernels/paged_attention_gpu_test}
+ROTARY_TEST=${3:-bazel-bin/tests/kernels/rotary_cache_write_gpu_test}
 LOGDIR=${OUT:-$(mktemp -d)}
 tmp=$(mktemp -d)
 passed=0; failed=0
@@ -28,10 +29,14 @@ check() {  # NAME COMMAND...: runs the command, logs it, counts it; returns 1 wh
 }
 
 check "kernel test" "$KERNEL_TEST"
+check "rotary cache-write kernel test" "$ROTARY_TEST"
 
 # GRAPH|CACHE: a graph and the cache dtype it is served with.
 SERVED=(tests/plans/paged_attention.fxg\|bf16
         tests/plans/paged_attention.fxg\|fp8
+        tests/plans/paged_attention_rotary.fxg\|bf16
+        tests/plans/paged_attention_rotary.fxg\|fp8
+        tests/plans/paged_attention_rotary_other_heads.fxg\|bf16
         tests/data/vllm/vllm_attn_quant_custom.post_grad.fxg.json\|bf16
         tests/data/vllm/vllm_attn_quant_custom.post_grad.fxg.json\|fp8
         tests/data/vllm/vllm_attn_quant_native.post_grad.fxg.json\|fp8)
