@@ -197,7 +197,6 @@ void fillBatchMetadata(const PagedOperands& t, PagedAttentionParams& p, const st
 }  // namespace
 
 std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
-                                                            std::pair<const void*, int64_t> l2_prefetch,
                                                             PagedScratch& scratch, int& kernels,
                                                             const std::string& where) {
   const DeviceTensor &q = operand(t, "q", where), &out = operand(t, "out", where);
@@ -240,8 +239,6 @@ std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands&
   }
   if (out.dtype == DType::F8E4M3FN) p.out_scale = scaleOperand(t, "out_scale", where);
   p.scale = static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(E))));
-  p.l2_prefetch = l2_prefetch.first;
-  p.l2_prefetch_bytes = l2_prefetch.second;
   int device = 0, sms = 0;
   check(cudaGetDevice(&device), where);
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), where);

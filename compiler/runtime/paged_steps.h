@@ -11,7 +11,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <utility>
 
 #include "compiler/runtime/runtime.h"
 
@@ -50,10 +49,7 @@ class PagedScratch {
 // `scale`: the softmax scale (nullopt: 1/sqrt(E)). The context split is chosen for the
 // current device and the bound sizes; `scratch` must outlive the returned closure. `kernels`:
 // how many kernels one run of the step launches (2 with a split: the chunks, then the merge).
-// `l2_prefetch`: a 16-byte-aligned range the attention asks L2 for (the next GEMM's weight;
-// bytes 0: none).
 std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
-                                                            std::pair<const void*, int64_t> l2_prefetch,
                                                             PagedScratch& scratch, int& kernels,
                                                             const std::string& where);
 

@@ -416,13 +416,12 @@ void Session::prepare(cudaStream_t stream) {
   fused_algorithms_.clear();
   matmul_algorithms_.clear();
   prepareCollectives();
-  prepareWeightPrefetches();
   for (int si = 0; si < plan_.steps_size(); ++si) {
     const pb::Step& st = plan_.steps(si);
     std::string where = fmt::format("step {} ({})", si, st.nodes_size() ? st.nodes(0) : st.comment());
     auto p = std::make_unique<Prepared>();
     if (st.has_kernel()) {
-      p->run = prepareKernel(st.kernel(), si, where, &p->cleanup);
+      p->run = prepareKernel(st.kernel(), where, &p->cleanup);
     } else if (st.has_matmul()) {
       p->run = prepareMatmul(st.matmul(), stream, where, &p->cleanup);
     } else if (st.has_copy()) {
@@ -436,61 +435,36 @@ void Session::prepare(cudaStream_t stream) {
     }
     steps_.push_back(std::move(p));
   }
+  prepareWeightPrefetches();
   dirty_ = false;
 }
 
-namespace {
-
-// Bytes from a tensor's first element to its last one, strides as laid out.
-int64_t extentBytes(const DeviceTensor& t) {
-  int64_t extent = 1;
-  for (size_t d = 0; d < t.shape.size(); ++d) {
-    if (t.shape[d] == 0) extent = 0;
-    if (extent > 0) extent += (t.shape[d] - 1) * std::max<int64_t>(t.strides[d], 0);
-  }
-  return extent * ir::dtypeBytes(t.dtype);
-}
-
-}  // namespace
-
-// The weight prefetches of the plan (weight_prefetch.h) as byte ranges under the bound sizes:
-// those the paged-attention steps carry (whole weights up to $FXFUSE_ATTENTION_PREFETCH_MB,
-// default half the L2), then the side-stream ones ($FXFUSE_PREFETCH_MB; none without it) for
-// the other matmuls, with the side stream and its fork/join events on first use.
+// The weight prefetches of the plan (weight_prefetch.h) as byte ranges under the bound sizes,
+// capped ($FXFUSE_PREFETCH_MB; none without it); the side stream and its fork/join events on
+// first use.
 void Session::prepareWeightPrefetches() {
   prefetches_.clear();
   prefetch_lines_.clear();
-  attention_prefetches_.clear();
   int device = 0, l2 = 0;
   check(cudaGetDevice(&device), "querying the device");
   check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "querying the L2 size");
-  auto where = [&](int matmul_step) {
-    const pb::Step& st = plan_.steps(matmul_step);
-    return fmt::format("step {} ({})", matmul_step, st.nodes_size() ? st.nodes(0) : st.comment());
-  };
-  const int64_t attention_cap = AttentionPrefetchCapBytes(l2);
-  std::set<int> carried;  // matmul steps whose weight an attention step prefetches
-  for (const WeightPrefetch& w : attention_cap > 0 ? PlanAttentionPrefetches(plan_) : std::vector<WeightPrefetch>()) {
-    const DeviceTensor t = tensor(w.tensor);
-    const int64_t weight_bytes = extentBytes(t);
-    const L2Range r = AlignedL2Range(t.data, weight_bytes);
-    if (weight_bytes > attention_cap || r.bytes == 0) continue;
-    attention_prefetches_[w.fork_step] = {r.data, r.bytes};
-    carried.insert(w.matmul_step);
-    prefetch_lines_.push_back(
-        fmt::format("step {} -> {}: {} of {} bytes, by the attention", w.fork_step, where(w.matmul_step), r.bytes, weight_bytes));
-  }
   const int64_t cap = PrefetchCapBytes(l2);
   if (cap <= 0) return;
   prefetch_evict_last_ = PrefetchEvictLastFromEnv();
   for (const WeightPrefetch& w : PlanWeightPrefetches(plan_, PrefetchForkFromEnv())) {
-    if (carried.count(w.matmul_step)) continue;
     const DeviceTensor t = tensor(w.tensor);
-    const int64_t weight_bytes = extentBytes(t);
+    int64_t extent = 1;  // elements from the first to the last one, strides as laid out
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (t.shape[d] == 0) extent = 0;
+      if (extent > 0) extent += (t.shape[d] - 1) * std::max<int64_t>(t.strides[d], 0);
+    }
+    const int64_t weight_bytes = extent * ir::dtypeBytes(t.dtype);
     const int64_t bytes = PrefetchBytes(weight_bytes, cap);
     if (bytes <= 0 || !t.data) continue;
-    prefetch_lines_.push_back(fmt::format("step {} -> {}: {} of {} bytes", w.fork_step, where(w.matmul_step), bytes, weight_bytes));
-    prefetches_.push_back({static_cast<size_t>(w.fork_step), t.data, bytes, "prefetching the weight of " + where(w.matmul_step)});
+    const pb::Step& st = plan_.steps(w.matmul_step);
+    std::string where = fmt::format("step {} ({})", w.matmul_step, st.nodes_size() ? st.nodes(0) : st.comment());
+    prefetch_lines_.push_back(fmt::format("step {} -> {}: {} of {} bytes", w.fork_step, where, bytes, weight_bytes));
+    prefetches_.push_back({static_cast<size_t>(w.fork_step), t.data, bytes, "prefetching the weight of " + where});
   }
   if (prefetches_.empty() || prefetch_stream_) return;
   check(cudaStreamCreateWithFlags(&prefetch_stream_, cudaStreamNonBlocking), "creating the prefetch stream");
@@ -564,7 +538,7 @@ struct Session::KernelArgs {
 // One KernelLaunch step: a generated kernel ("gen.*"), a kernel-library call ("lib.*"), the
 // runtime's attention ("rt.attention") or its paged KV-cache steps ("rt.reshape_and_cache",
 // "rt.paged_attention"), by the kernel's name.
-std::function<void(cudaStream_t)> Session::prepareKernel(const pb::KernelLaunch& kl, int step, const std::string& where,
+std::function<void(cudaStream_t)> Session::prepareKernel(const pb::KernelLaunch& kl, const std::string& where,
                                                          std::vector<std::function<void()>>* cleanup) {
   const KernelArgs args(*this, kl, where);
   const std::string& name = kl.kernel();
@@ -575,7 +549,7 @@ std::function<void(cudaStream_t)> Session::prepareKernel(const pb::KernelLaunch&
   if (name == "lib.rms_norm_quant_fp8") return prepareRmsNormQuantFp8(args);
   if (name == "lib.silu_and_mul") return prepareSiluAndMul(args);
   if (name == "rt.attention") return prepareAttention(args, cleanup);
-  if (name == "rt.reshape_and_cache" || name == "rt.paged_attention") return preparePagedKernel(name, step, args);
+  if (name == "rt.reshape_and_cache" || name == "rt.paged_attention") return preparePagedKernel(name, args);
   fail("{}: unknown kernel '{}'", where, name);
 }
 
@@ -768,7 +742,7 @@ std::function<void(cudaStream_t)> Session::prepareAttention(const KernelArgs& ar
 
 // rt.reshape_and_cache / rt.paged_attention: the paged KV-cache steps (paged_steps.h), their
 // tensor arguments by name.
-std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string& name, int step, const KernelArgs& args) {
+std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string& name, const KernelArgs& args) {
   PagedOperands t;
   for (const auto& [arg, a] : args.args)
     if (a->v_case() == pb::KernelArg::kTensor) t[arg] = args.tensor(arg);
@@ -776,10 +750,7 @@ std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string&
   std::optional<double> scale;
   if (args.has("scale")) scale = args.real("scale", 0.0);
   int kernels = 1;
-  const auto prefetch = attention_prefetches_.find(step);
-  const std::pair<const void*, int64_t> l2_range =
-      prefetch == attention_prefetches_.end() ? std::pair<const void*, int64_t>{nullptr, 0} : prefetch->second;
-  auto run = preparePagedAttentionStep(t, scale, l2_range, *paged_scratch_, kernels, args.where);
+  auto run = preparePagedAttentionStep(t, scale, *paged_scratch_, kernels, args.where);
   launches_ += kernels - 1;  // prepareKernel counted one
   return run;
 }

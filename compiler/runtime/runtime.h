@@ -133,8 +133,7 @@ class Session {
   // Kernel launches one run() enqueues (kernels, matmuls, collectives; copies excluded).
   int launchesPerRun() const { return launches_; }
   // Per weight prefetch of the last prepare (compiler/runtime/weight_prefetch.h):
-  // "step 5 -> step 7 (node): 16777216 of 16777216 bytes" (", by the attention" when the
-  // paged-attention step 5 carries it).
+  // "step 5 -> step 7 (node): 16777216 of 16777216 bytes".
   const std::vector<std::string>& weightPrefetches() const { return prefetch_lines_; }
 
  private:
@@ -154,8 +153,7 @@ class Session {
   struct MatmulLaunch;       // a Matmul step's cuBLASLt descriptors, algorithm and call operands
   struct MatmulOperands;     // a Matmul step's operands as cuBLASLt reads them
   struct FusedNormOperands;  // a FusedAllReduceNorm step's operands
-  std::function<void(cudaStream_t)> prepareKernel(const fxfuse::plan::v1::KernelLaunch& kl, int step,
-                                                  const std::string& where,
+  std::function<void(cudaStream_t)> prepareKernel(const fxfuse::plan::v1::KernelLaunch& kl, const std::string& where,
                                                   std::vector<std::function<void()>>* cleanup);
   std::function<void(cudaStream_t)> prepareGeneratedKernel(const fxfuse::plan::v1::KernelLaunch& kl,
                                                            const std::string& where);
@@ -165,7 +163,7 @@ class Session {
   static std::function<void(cudaStream_t)> prepareSiluAndMul(const KernelArgs& args);
   static std::function<void(cudaStream_t)> prepareAttention(const KernelArgs& args,
                                                             std::vector<std::function<void()>>* cleanup);
-  std::function<void(cudaStream_t)> preparePagedKernel(const std::string& name, int step, const KernelArgs& args);
+  std::function<void(cudaStream_t)> preparePagedKernel(const std::string& name, const KernelArgs& args);
   std::function<void(cudaStream_t)> prepareCopy(const fxfuse::plan::v1::Copy& c, const std::string& where) const;
   std::function<void(cudaStream_t)> prepareMemset(const fxfuse::plan::v1::Memset& m, const std::string& where) const;
   std::function<void(cudaStream_t)> prepareCollective(const fxfuse::plan::v1::Collective& c, const std::string& where);
@@ -207,7 +205,6 @@ class Session {
   void* cublas_ = nullptr;
   std::vector<std::unique_ptr<Prepared>> steps_;
   std::vector<PreparedPrefetch> prefetches_;  // by fork step
-  std::map<int, std::pair<const void*, int64_t>> attention_prefetches_;  // paged-attention step -> L2 range
   std::vector<std::string> prefetch_lines_;
   cudaStream_t prefetch_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;

@@ -38,46 +38,19 @@ std::vector<WeightPrefetch> PlanWeightPrefetches(const pb::Plan& plan, PrefetchF
   return out;
 }
 
-std::vector<WeightPrefetch> PlanAttentionPrefetches(const pb::Plan& plan) {
-  std::vector<WeightPrefetch> out;
-  int attention = -1;  // the last rt.paged_attention step since the previous Matmul
-  for (int i = 0; i < plan.steps_size(); ++i) {
-    const pb::Step& st = plan.steps(i);
-    if (st.has_kernel() && st.kernel().kernel() == "rt.paged_attention") attention = i;
-    if (!st.has_matmul()) continue;
-    if (attention >= 0 && isWeight(plan, st.matmul().b())) out.push_back({attention, i, st.matmul().b()});
-    attention = -1;
-  }
-  return out;
-}
-
 int64_t PrefetchBytes(int64_t weight_bytes, int64_t cap) {
   if (cap <= 0 || weight_bytes <= 0) return 0;
   return std::min(weight_bytes, cap);
 }
 
-namespace {
-
-// A byte cap from environment variable `var`: MiB, or "l2" for half of the L2; `unset` when the
-// variable is not set, 0 when it is not a number.
-int64_t capFromEnv(const char* var, int64_t l2_bytes, int64_t unset) {
-  const char* v = std::getenv(var);
-  if (!v) return unset;
+int64_t PrefetchCapBytes(int64_t l2_bytes) {
+  const char* v = std::getenv("FXFUSE_PREFETCH_MB");
+  if (!v) return 0;  // off by default: measured slower (docs/runtime.md "Weight prefetch")
   if (std::string(v) == "l2") return std::max<int64_t>(l2_bytes, 0) / 2;
   char* end = nullptr;
   const double mb = std::strtod(v, &end);
   if (end != v && *end == '\0' && mb >= 0 && mb <= 1e6) return static_cast<int64_t>(mb * 1024 * 1024);
   return 0;
-}
-
-}  // namespace
-
-int64_t PrefetchCapBytes(int64_t l2_bytes) {
-  return capFromEnv("FXFUSE_PREFETCH_MB", l2_bytes, 0);  // off by default: measured slower (docs/runtime.md)
-}
-
-int64_t AttentionPrefetchCapBytes(int64_t l2_bytes) {
-  return capFromEnv("FXFUSE_ATTENTION_PREFETCH_MB", l2_bytes, std::max<int64_t>(l2_bytes, 0) / 2);
 }
 
 PrefetchFork PrefetchForkFromEnv() {

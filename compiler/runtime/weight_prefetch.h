@@ -45,17 +45,6 @@ int64_t PrefetchBytes(int64_t weight_bytes, int64_t cap);
 // Llama-3.1-8B decode step slower at every batch (docs/runtime.md "Weight prefetch").
 int64_t PrefetchCapBytes(int64_t l2_bytes);
 
-// The prefetch a paged attention carries (no side stream, no extra kernel): per rt.paged_attention
-// step, the weight of the first Matmul after it when no other Matmul lies between (fork_step is
-// the attention step). The attention and its merge are latency-bound at small batches and leave
-// HBM mostly idle; their blocks ask L2 for that weight before they wait for the previous kernel.
-std::vector<WeightPrefetch> PlanAttentionPrefetches(const fxfuse::plan::v1::Plan& plan);
-
-// The largest weight an attention step prefetches (whole: a part of a weight does not shorten a
-// GEMM whose blocks all stream at once), from $FXFUSE_ATTENTION_PREFETCH_MB: MiB, or "l2" for
-// half of the L2 (the default); 0 turns it off.
-int64_t AttentionPrefetchCapBytes(int64_t l2_bytes);
-
 // For A/B runs: $FXFUSE_PREFETCH_FORK=with_previous, $FXFUSE_PREFETCH_EVICT_LAST=1.
 PrefetchFork PrefetchForkFromEnv();
 bool PrefetchEvictLastFromEnv();

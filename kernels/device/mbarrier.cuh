@@ -73,21 +73,4 @@ __device__ __forceinline__ void bulkPrefetchToL2EvictLast(const void* src, uint3
                : "memory");
 }
 
-// Worker `worker` of `workers` asks L2 for its 16 KB chunks of [data, data + bytes) (16-byte
-// aligned, whole 16-byte units), chunks in address order across workers. Nothing waits for the
-// lines: the requests are hints the TMA unit serves while the kernel goes on.
-inline constexpr int64_t kL2PrefetchChunkBytes = 16 * 1024;
-__device__ __forceinline__ void prefetchRangeToL2(const uint8_t* data, int64_t bytes, int64_t worker, int64_t workers,
-                                                  bool evict_last = false) {
-  const int64_t chunks = (bytes + kL2PrefetchChunkBytes - 1) / kL2PrefetchChunkBytes;
-  for (int64_t c = worker; c < chunks; c += workers) {
-    const int64_t offset = c * kL2PrefetchChunkBytes;
-    const int64_t n = bytes - offset < kL2PrefetchChunkBytes ? bytes - offset : kL2PrefetchChunkBytes;
-    if (evict_last)
-      bulkPrefetchToL2EvictLast(data + offset, static_cast<uint32_t>(n));
-    else
-      bulkPrefetchToL2(data + offset, static_cast<uint32_t>(n));
-  }
-}
-
 }  // namespace fxfuse::kernels::device

@@ -15,12 +15,4 @@ namespace fxfuse::runtime {
 // stay while evict-normal lines go first. Requires sm_90 (a no-op before).
 cudaError_t LaunchL2Prefetch(const void* data, int64_t bytes, bool evict_last, cudaStream_t stream);
 
-// The part of [data, data + bytes) a bulk prefetch may cover: whole 16-byte units, 16-byte
-// aligned, inside the range (bytes 0 when none).
-struct L2Range {
-  const void* data = nullptr;
-  int64_t bytes = 0;
-};
-L2Range AlignedL2Range(const void* data, int64_t bytes);
-
 }  // namespace fxfuse::runtime

@@ -782,10 +782,6 @@ constexpr int minBlocks(LoadPath path, int accumulators) {
 
 template <int NE, int HPW, CacheFormat F, LoadPath kPath>
 __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) pagedAttentionKernel(PagedAttentionParams p) {
-  if (p.l2_prefetch_bytes > 0)
-    kernels::device::prefetchRangeToL2(static_cast<const uint8_t*>(p.l2_prefetch), p.l2_prefetch_bytes,
-                                       (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x,
-                                       static_cast<int64_t>(gridDim.x) * gridDim.y * blockDim.x);
   kernels::waitForPrecedingGrid();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t groups = p.heads_q / HPW;
@@ -953,9 +949,6 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
     return cudaErrorInvalidValue;
   if (p.num_splits < 1 || p.num_splits > kMaxSplits || p.num_splits > 65535) return cudaErrorInvalidValue;
   if (p.num_splits > 1 && !p.workspace) return cudaErrorInvalidValue;
-  if (p.l2_prefetch_bytes < 0 || (p.l2_prefetch_bytes > 0 && (!p.l2_prefetch || !aligned16(p.l2_prefetch) ||
-                                                              p.l2_prefetch_bytes % 16 != 0)))
-    return cudaErrorInvalidValue;
   const int64_t ne = p.head_size <= 32 ? 1 : p.head_size <= 64 ? 2 : p.head_size <= 128 ? 4 : 8;
   const int64_t hpw = headsPerWarp(p, ne);
   const dim3 split_grid(gridFor(p.num_tokens * (p.heads_q / hpw), kWarps, (int64_t{1} << 31) - 1),

@@ -100,12 +100,6 @@ struct PagedAttentionParams {
   // every context in one pass.
   int64_t num_splits = 1;
   float* workspace = nullptr;
-  // A range the attention's blocks ask L2 for before they wait for the previous kernel: the
-  // weight of the GEMM after the attention (docs/runtime.md "Weight prefetch"), so its stream
-  // starts while the latency-bound attention runs. 16-byte aligned, whole 16-byte units
-  // (AlignedL2Range); memory no step writes. A hint: nothing waits for it.
-  const void* l2_prefetch = nullptr;
-  int64_t l2_prefetch_bytes = 0;
 };
 
 // Keys the kernels load together, and the smallest chunk worth a warp of its own.

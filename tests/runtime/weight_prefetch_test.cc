@@ -11,8 +11,6 @@
 #include "passes/pipeline/pipeline.h"
 
 using namespace fxfuse;
-using fxfuse::runtime::AttentionPrefetchCapBytes;
-using fxfuse::runtime::PlanAttentionPrefetches;
 using fxfuse::runtime::PlanWeightPrefetches;
 using fxfuse::runtime::PrefetchBytes;
 using fxfuse::runtime::PrefetchCapBytes;
@@ -37,7 +35,7 @@ pb::Plan planWithInputs(const std::vector<pb::IoRole>& roles) {
   return p;
 }
 
-void addKernel(pb::Plan& p, const char* name = "lib.rms_norm") { p.add_steps()->mutable_kernel()->set_kernel(name); }
+void addKernel(pb::Plan& p) { p.add_steps()->mutable_kernel()->set_kernel("lib.rms_norm"); }
 
 void addMatmul(pb::Plan& p, int a, int b) {
   auto* mm = p.add_steps()->mutable_matmul();
@@ -92,37 +90,6 @@ TEST_CASE("weight prefetch: a plan starting with a matmul, and malformed referen
   addKernel(p);
   addMatmul(p, 0, 1);
   CHECK(PlanWeightPrefetches(p).empty());
-}
-
-TEST_CASE("weight prefetch carried by the paged attention: the next matmul's weight") {
-  pb::Plan p = planWithInputs({pb::USER_INPUT, pb::PARAMETER, pb::CONSTANT, pb::BUFFER});
-  addMatmul(p, 0, 1);                      // 0: no attention before it
-  addKernel(p, "rt.reshape_and_cache");    // 1
-  addKernel(p, "rt.paged_attention");      // 2: carries step 4's weight
-  addKernel(p);                            // 3
-  addMatmul(p, 0, 2);                      // 4
-  addKernel(p, "rt.paged_attention");      // 5: its next matmul reads a mutable buffer: none
-  addMatmul(p, 0, 3);                      // 6
-  addKernel(p, "rt.paged_attention");      // 7: the later attention (8) carries it
-  addKernel(p, "rt.paged_attention");      // 8
-  addMatmul(p, 0, 1);                      // 9
-  addMatmul(p, 0, 2);                      // 10: no attention since the previous matmul
-  const auto w = PlanAttentionPrefetches(p);
-  REQUIRE(w.size() == 2);
-  CHECK((w[0].fork_step == 2 && w[0].matmul_step == 4 && w[0].tensor == 2));
-  CHECK((w[1].fork_step == 8 && w[1].matmul_step == 9 && w[1].tensor == 1));
-}
-
-TEST_CASE("weight prefetch carried by the paged attention: cap from FXFUSE_ATTENTION_PREFETCH_MB (half L2 by default)") {
-  unsetenv("FXFUSE_ATTENTION_PREFETCH_MB");
-  CHECK(AttentionPrefetchCapBytes(50 << 20) == 25 << 20);
-  setenv("FXFUSE_ATTENTION_PREFETCH_MB", "0", 1);
-  CHECK(AttentionPrefetchCapBytes(50 << 20) == 0);
-  setenv("FXFUSE_ATTENTION_PREFETCH_MB", "12", 1);
-  CHECK(AttentionPrefetchCapBytes(50 << 20) == 12 << 20);
-  setenv("FXFUSE_ATTENTION_PREFETCH_MB", "l2", 1);
-  CHECK(AttentionPrefetchCapBytes(50 << 20) == 25 << 20);
-  unsetenv("FXFUSE_ATTENTION_PREFETCH_MB");
 }
 
 TEST_CASE("weight prefetch: bytes capped, the cap from FXFUSE_PREFETCH_MB (off without it)") {
