@@ -217,6 +217,9 @@ Tensor allReduceOf(const Call& c, const Tensor& x) {
 void rotary(const Tensor& positions, const Tensor& x, int64_t head_size, const Tensor& cache, bool neox) {
   std::vector<double> pos = positions.values();
   int64_t T = static_cast<int64_t>(pos.size());
+  if (head_size <= 0) fail("rotary_embedding: head_size {} must be positive", head_size);
+  if (cache.shape.size() != 2 || cache.shape[1] % 2 != 0)
+    fail("rotary_embedding: cos_sin_cache {} must be [positions, rotary_dim] with an even rotary_dim", cache.describe());
   if (T == 0) return;
   if (x.numel() % (T * head_size) != 0)
     fail("rotary_embedding: {} is not [tokens={}, heads, head_size={}]", x.describe(), T, head_size);
