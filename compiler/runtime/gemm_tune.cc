@@ -174,6 +174,11 @@ bool gemmTuningFromEnv() {
   return !(v && std::string(v) == "0");
 }
 
+bool gemmInStepFromEnv() {
+  const char* v = std::getenv("FXFUSE_GEMM_IN_STEP");
+  return !(v && std::string(v) == "0");
+}
+
 std::string describeGemmAlgorithm(const cublasLtMatmulAlgo_t& algo) {
   AlgoConfig c = configOf(algo);
   return fmt::format("id {} tile {} stages {} split-k {}{}", c.id, c.tile, c.stages, c.split_k,
@@ -255,10 +260,10 @@ OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, cons
                             cudaDataType_t d_type, bool tune, cudaStream_t stream, const std::string& key,
                             const std::string& where) {
   const OwnGemmPolicy policy = ownGemmPolicy();
-  if (policy == OwnGemmPolicy::kNever) return OwnGemmChoice{false, "; own kernel off (FXFUSE_OWN_GEMM=never)"};
+  if (policy == OwnGemmPolicy::kNever) return OwnGemmChoice{false, "; own kernel off (FXFUSE_OWN_GEMM=never)", false};
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   checkCuda(cudaStreamIsCapturing(stream, &capturing), where);
-  if (!tune || capturing != cudaStreamCaptureStatusNone) return OwnGemmChoice{false, "; own kernel not timed"};
+  if (!tune || capturing != cudaStreamCaptureStatusNone) return OwnGemmChoice{false, "; own kernel not timed", false};
   static std::mutex own_mutex;
   static std::map<std::string, OwnGemmChoice> own_cache;
   {
@@ -278,6 +283,7 @@ OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, cons
                        outputsAgree(downloadAsFloat(t.buffers[1], call.d_bytes, d_type, where),
                                     downloadAsFloat(t.buffers[0], call.d_bytes, d_type, where), &why);
     c.use = agree && (own_us < lt_us || policy == OwnGemmPolicy::kAlways);
+    c.eligible = agree && policy == OwnGemmPolicy::kTimed;
     c.summary = own_us < 0   ? std::string("; own kernel failed to run")
                 : lt_us < 0  ? std::string("; own kernel not compared (cuBLASLt did not run)")
                 : !agree     ? fmt::format("; own kernel refused: output differs from cuBLASLt's ({})", why)

@@ -53,6 +53,9 @@ GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeurist
 struct OwnGemmChoice {
   bool use = false;
   std::string summary;  // appended to the algorithm's summary, e.g. "; own kernel 4.1 us vs 11.3 us: own kernel"
+  // The own kernel ran and agrees with cuBLASLt under the timed policy: either may run the step,
+  // so Session::chooseOwnGemmsInStep may pick by timing the whole step.
+  bool eligible = false;
 };
 using OwnGemmLaunch = std::function<cudaError_t(void* d, cudaStream_t stream)>;
 OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, const OwnGemmLaunch& own,
@@ -61,6 +64,9 @@ OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, cons
 
 // $FXFUSE_GEMM_TUNE: "0" turns tuning off (default on).
 bool gemmTuningFromEnv();
+// $FXFUSE_GEMM_IN_STEP: "0" leaves the own-kernel/cuBLASLt choice to the alone timing (default:
+// `fxfuse bench` re-times it in the captured step, Session::chooseOwnGemmsInStep).
+bool gemmInStepFromEnv();
 
 // One line describing an algorithm's configuration (id, tile, stages, split-K, reduction).
 std::string describeGemmAlgorithm(const cublasLtMatmulAlgo_t& algo);

@@ -415,6 +415,7 @@ void Session::prepare(cudaStream_t stream) {
   launches_ = 0;
   fused_algorithms_.clear();
   matmul_algorithms_.clear();
+  own_gemm_sites_.clear();
   prepareCollectives();
   for (int si = 0; si < plan_.steps_size(); ++si) {
     const pb::Step& st = plan_.steps(si);
@@ -1017,8 +1018,17 @@ void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& 
       return LaunchSmallMFp8Gemm(q, s);
     };
     OwnGemmChoice own = chooseOwnGemm(call, choice, launch, o.td, gemm_tune_ && !pinned, stream, key, where);
+    bool use = own.use;
+    if (own.eligible) {
+      const auto forced = own_gemm_in_step_.find(key);
+      if (forced != own_gemm_in_step_.end() && forced->second != use) {
+        use = forced->second;
+        own.summary += fmt::format(", {} in the step", use ? "own kernel" : "cuBLASLt");
+      }
+      own_gemm_sites_[key] = {use, fmt::format("M={} N={} K={}", M, N, K)};
+    }
     choice.summary += own.summary;
-    if (own.use) m->small_m = small;
+    if (use) m->small_m = small;
   }
   matmul_algorithms_.push_back(fmt::format("{}: M={} N={} K={}{} {}x{}->{}: {}", where, M, N, K,
                                            batch > 1 ? fmt::format(" batch={}", batch) : "",
@@ -1027,6 +1037,8 @@ void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& 
 }
 
 bool Session::programmaticLaunch() { return k::ProgrammaticLaunchEnabled(); }
+
+bool Session::gemmInStepChoice() { return gemmInStepFromEnv(); }
 
 // One Copy step: a device-to-device copy (nothing enqueued for 0 bytes).
 std::function<void(cudaStream_t)> Session::prepareCopy(const pb::Copy& c, const std::string& where) const {
@@ -1337,6 +1349,54 @@ std::vector<double> Session::profileSteps(cudaStream_t stream, int iters) {
 void Session::replay(cudaStream_t stream) {
   if (!graph_exec_) fail("Session::replay before capture()");
   check(cudaGraphLaunch(graph_exec_, stream), "launching the CUDA graph");
+}
+
+// Captures the plan as prepared and returns the median of `replays` timed replays (after two
+// untimed ones), in microseconds.
+double Session::medianReplayUs(cudaStream_t stream, int replays) {
+  capture(stream);
+  for (int i = 0; i < 2; ++i) replay(stream);
+  cudaEvent_t a = nullptr, b = nullptr;
+  check(cudaEventCreate(&a), "creating a timing event");
+  check(cudaEventCreate(&b), "creating a timing event");
+  std::vector<float> ms;
+  for (int i = 0; i < replays; ++i) {
+    check(cudaEventRecord(a, stream), "recording a timing event");
+    replay(stream);
+    check(cudaEventRecord(b, stream), "recording a timing event");
+    check(cudaEventSynchronize(b), "timing a replay");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "reading a replay time");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms.empty() ? 0.0 : 1000.0 * ms[ms.size() / 2];
+}
+
+std::vector<std::string> Session::chooseOwnGemmsInStep(cudaStream_t stream, int replays) {
+  constexpr double kMargin = 0.003;  // a switch must beat the replay-to-replay noise
+  std::vector<std::string> lines;
+  if (!gemm_tune_ || replays < 1) return lines;
+  if (env_.empty() && plan_.symbols_size() > 0) fail("Session::chooseOwnGemmsInStep before bind()");
+  if (dirty_) prepare(stream);
+  const std::map<std::string, OwnGemmSite> sites = own_gemm_sites_;  // prepare() refills it
+  if (sites.empty()) return lines;
+  double best = medianReplayUs(stream, replays);
+  for (const auto& [key, site] : sites) {
+    own_gemm_in_step_[key] = !site.own;
+    dirty_ = true;
+    const double t = medianReplayUs(stream, replays);
+    const bool keep = t < best * (1.0 - kMargin);
+    lines.push_back(fmt::format("{}: {} {:.1f} us per step, {} {:.1f} us: {}", site.what,
+                                site.own ? "own kernel" : "cuBLASLt", best, site.own ? "cuBLASLt" : "own kernel", t,
+                                keep ? "switched" : "kept"));
+    if (keep) best = t;
+    else own_gemm_in_step_[key] = site.own;
+  }
+  dirty_ = true;
+  return lines;
 }
 
 }  // namespace fxfuse::runtime

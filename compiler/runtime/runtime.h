@@ -127,6 +127,17 @@ class Session {
   // Per matmul step of the last prepare: "step 3 (node): M=64 N=6144 K=4096 ...: tuned ...".
   const std::vector<std::string>& matmulAlgorithms() const { return matmul_algorithms_; }
 
+  // Chooses between fxfuse's own small-M GEMM and cuBLASLt, per GEMM shape where both run and
+  // agree, by timing the whole plan captured in a CUDA graph with each choice (one shape at a
+  // time; a switch is kept when the median replay is faster by more than 0.3 %). Timed alone, a
+  // kernel's programmatic overlap with its neighbours does not show (docs/runtime.md "Matmul
+  // algorithms"). It replays the plan on the bound inputs, so it is for callers that replay
+  // anyway (`fxfuse bench`); it needs GEMM tuning on and leaves the session to re-prepare on the
+  // next run or capture. Returns one line per shape tried.
+  std::vector<std::string> chooseOwnGemmsInStep(cudaStream_t stream, int replays = 15);
+  // Whether callers should (unless $FXFUSE_GEMM_IN_STEP=0).
+  static bool gemmInStepChoice();
+
   DeviceTensor output(size_t i) const;
   DeviceTensor tensor(int id) const;
   int64_t arenaBytes() const { return arena_bytes_; }
@@ -205,6 +216,13 @@ class Session {
   void* cublas_ = nullptr;
   std::vector<std::unique_ptr<Prepared>> steps_;
   std::vector<PreparedPrefetch> prefetches_;  // by fork step
+  struct OwnGemmSite {
+    bool own = false;  // the kernel the last prepare chose
+    std::string what;  // "M=8 N=4096 K=4096"
+  };
+  std::map<std::string, OwnGemmSite> own_gemm_sites_;  // GEMM key -> site, where either kernel may run
+  std::map<std::string, bool> own_gemm_in_step_;       // GEMM key -> own kernel, chosen in the step
+  double medianReplayUs(cudaStream_t stream, int replays);
   std::vector<std::string> prefetch_lines_;
   cudaStream_t prefetch_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;

@@ -681,6 +681,10 @@ void registerBench(CLI::App& app, int& exit_code) {
     cudaCheck(cudaStreamCreate(&stream), "creating a stream");
     for (int i = 0; i < warmup; ++i) s.run(stream);
     cudaCheck(cudaStreamSynchronize(stream), "warm-up");
+    // The own-kernel/cuBLASLt choice timed in the captured step (one rank: the ranks' choices
+    // could differ by noise).
+    std::vector<std::string> in_step;
+    if (!no_graph && !comm && s.gemmTuning() && rt::Session::gemmInStepChoice()) in_step = s.chooseOwnGemmsInStep(stream);
     size_t graph_kernels = 0;
     if (!no_graph) {
       s.capture(stream);
@@ -715,6 +719,10 @@ void registerBench(CLI::App& app, int& exit_code) {
                 rt::Session::programmaticLaunch() ? "on" : "off");
     if (batch) std::printf("serving batch: %s\n", batch->describe().c_str());
     if (mg.rank <= 0) printMatmulAlgorithms(s);
+    if (!in_step.empty()) {
+      std::printf("own GEMM or cuBLASLt, timed in the step (FXFUSE_GEMM_IN_STEP=0: alone only):\n");
+      for (const auto& line : in_step) std::printf("  %s\n", line.c_str());
+    }
     if (mg.rank <= 0) printWeightPrefetches(s);
     std::string profile_json = "[]";
     if (profile > 0) profile_json = printStepProfile(l.plan, s.profileSteps(stream, profile), med * 1000.0);
