@@ -159,6 +159,7 @@ bool Lowerer::deferRotaryToPagedAttention(Node& n, const RotaryWriteback& wb, in
   Value* pos = valArg(n, "positions");
   Value* table = valArg(n, "cos_sin_cache");
   Value* query = valArg(n, "query");
+  if (!pos->isTensor() || !table->isTensor() || !query->isTensor()) return false;
   const DType dt = wb.base->type.dtype, table_dt = table->type.dtype;
   if (!isD16(dt) || pos->type.dtype != DType::I64 || pos->type.rank() != 1) return false;
   if (!isD16(table_dt) && table_dt != DType::F32) return false;
