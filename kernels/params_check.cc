@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/internal/launch_config.h"
+#include "kernels/internal/semantics.h"
 #include "kernels/quant_fp8.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_quant_fp8.h"
@@ -223,6 +224,10 @@ Status RmsNormQuantFp8Params::Check() const {
   FXFUSE_KERNELS_RETURN_IF_ERROR(
       CheckScaleSpec(op, scale, num_tokens, hidden_size, /*allow_dynamic_per_tensor=*/false));
   return CheckTuning(op, tuning);
+}
+
+bool SiluAndMulScaleDivides(const SiluAndMulParams& p) {
+  return internal::ScaleDivides(p.scale_application, Fp8ScaleKind::kStaticPerTensor);
 }
 
 Status SiluAndMulParams::Check() const {

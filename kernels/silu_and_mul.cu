@@ -24,9 +24,6 @@ struct SiluAndMulArgs {
   bool persistent = false;  // vectorized: walk rows with a stride of gridDim.x, next row prefetched
 };
 
-// silu(g) = g / (1 + expf(-g)) in fp32 (IEEE division, as vLLM's kernel).
-__device__ __forceinline__ float Silu(float g) { return __fdiv_rn(g, 1.0f + expf(-g)); }
-
 // h = round16(round16(silu(g)) * u).
 template <typename T>
 __device__ __forceinline__ float SiluMul(float g, float u) {
@@ -78,20 +75,7 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
     for (int i = 0; i < kVecs; ++i) {
       const int c = i * blockDim.x + threadIdx.x;
       if (c >= num_vecs) continue;
-      float g[8];
-      Unpack8<T>(g_raw[i], g);
-      const uint32_t u_words[4] = {u_raw[i].x, u_raw[i].y, u_raw[i].z, u_raw[i].w};
-      uint32_t h_words[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        // round16(silu) per element, then round16(. * u) as one D16 pair multiply (exact product).
-        const typename D16<T>::Pair m = D16<T>::Float2ToPair(Silu(g[2 * k]), Silu(g[2 * k + 1]));
-        typename D16<T>::Pair up;
-        __builtin_memcpy(&up, &u_words[k], 4);
-        const typename D16<T>::Pair h = D16<T>::Mul2(m, up);
-        __builtin_memcpy(&h_words[k], &h, 4);
-      }
-      const uint4 h_packed = make_uint4(h_words[0], h_words[1], h_words[2], h_words[3]);
+      const uint4 h_packed = SiluMulPacked8<T>(g_raw[i], u_raw[i]);
       if constexpr (kFp8) {
         reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride)[c] =
             QuantizePackedToFp8x8<T>(h_packed, op);
@@ -188,7 +172,7 @@ Status SiluAndMul(const SiluAndMulParams& p, cudaStream_t stream) {
   a.output = p.output;
   a.output_stride = internal::ResolveStride(p.output_row_stride, d);
   a.scale = p.scale;
-  a.divide = internal::ScaleDivides(p.scale_application, Fp8ScaleKind::kStaticPerTensor);
+  a.divide = SiluAndMulScaleDivides(p);
   const bool vectorizable = d % 8 == 0 && device::RowsVectorizable(a.input, a.input_stride, 2) &&
                             device::RowsVectorizable(a.output, a.output_stride, fp8 ? 1 : 2);
   int sm_count = 0;

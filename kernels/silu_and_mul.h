@@ -35,6 +35,10 @@ struct SiluAndMulParams {
 
 Status SiluAndMul(const SiluAndMulParams& params, cudaStream_t stream);
 
+// Whether the FP8 form quantizes with h / scale (true) or h * (1/scale), kDefault resolved as
+// the kernel resolves it.
+bool SiluAndMulScaleDivides(const SiluAndMulParams& params);
+
 }  // namespace fxfuse::kernels
 
 #endif  // FXFUSE_KERNELS_SILU_AND_MUL_H_

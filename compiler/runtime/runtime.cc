@@ -263,14 +263,6 @@ void Program::compileKernels(const LoadOptions& opts) {
 
 // ------------------------------------------------------------------------------ Session
 
-struct Session::Prepared {
-  std::function<void(cudaStream_t)> run;
-  std::vector<std::function<void()>> cleanup;
-  ~Prepared() {
-    for (auto& c : cleanup) c();
-  }
-};
-
 struct Session::PreparedPrefetch {
   size_t fork_step = 0;
   const void* data = nullptr;
@@ -421,10 +413,11 @@ void Session::prepare(cudaStream_t stream) {
     const pb::Step& st = plan_.steps(si);
     std::string where = fmt::format("step {} ({})", si, st.nodes_size() ? st.nodes(0) : st.comment());
     auto p = std::make_unique<Prepared>();
+    p->where = where;
     if (st.has_kernel()) {
-      p->run = prepareKernel(st.kernel(), where, &p->cleanup);
+      p->run = prepareKernel(st.kernel(), p.get());
     } else if (st.has_matmul()) {
-      p->run = prepareMatmul(st.matmul(), stream, where, &p->cleanup);
+      p->run = prepareMatmul(st.matmul(), stream, p.get());
     } else if (st.has_copy()) {
       p->run = prepareCopy(st.copy(), where);
     } else if (st.has_memset()) {
@@ -436,6 +429,7 @@ void Session::prepare(cudaStream_t stream) {
     }
     steps_.push_back(std::move(p));
   }
+  fuseGemmPrologues();
   prepareWeightPrefetches();
   dirty_ = false;
 }
@@ -539,17 +533,17 @@ struct Session::KernelArgs {
 // One KernelLaunch step: a generated kernel ("gen.*"), a kernel-library call ("lib.*"), the
 // runtime's attention ("rt.attention") or its paged KV-cache steps ("rt.reshape_and_cache",
 // "rt.paged_attention"), by the kernel's name.
-std::function<void(cudaStream_t)> Session::prepareKernel(const pb::KernelLaunch& kl, const std::string& where,
-                                                         std::vector<std::function<void()>>* cleanup) {
+std::function<void(cudaStream_t)> Session::prepareKernel(const pb::KernelLaunch& kl, Prepared* step) {
+  const std::string& where = step->where;
   const KernelArgs args(*this, kl, where);
   const std::string& name = kl.kernel();
   launches_++;
   if (name.rfind("gen.", 0) == 0) return prepareGeneratedKernel(kl, where);
   if (name == "lib.rms_norm") return prepareRmsNorm(args);
   if (name == "lib.quant_fp8") return prepareQuantFp8(args);
-  if (name == "lib.rms_norm_quant_fp8") return prepareRmsNormQuantFp8(args);
-  if (name == "lib.silu_and_mul") return prepareSiluAndMul(args);
-  if (name == "rt.attention") return prepareAttention(args, cleanup);
+  if (name == "lib.rms_norm_quant_fp8") return prepareRmsNormQuantFp8(args, step);
+  if (name == "lib.silu_and_mul") return prepareSiluAndMul(args, step);
+  if (name == "rt.attention") return prepareAttention(args, &step->cleanup);
   if (name == "rt.reshape_and_cache" || name == "rt.paged_attention") return preparePagedKernel(name, args);
   fail("{}: unknown kernel '{}'", where, name);
 }
@@ -642,8 +636,9 @@ std::function<void(cudaStream_t)> Session::prepareQuantFp8(const KernelArgs& arg
   return checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::QuantFp8(p, s); }, where);
 }
 
-// lib.rms_norm_quant_fp8: RMSNorm of rows (optionally after adding a residual) quantized to FP8.
-std::function<void(cudaStream_t)> Session::prepareRmsNormQuantFp8(const KernelArgs& args) {
+// lib.rms_norm_quant_fp8: RMSNorm of rows (optionally after adding a residual) quantized to FP8;
+// `step` learns whether a small-M GEMM after it could take it in.
+std::function<void(cudaStream_t)> Session::prepareRmsNormQuantFp8(const KernelArgs& args, Prepared* step) {
   const std::string& where = args.where;
   const k::Fp8ScaleSpec sc = args.fp8Scale();
   k::RmsNormQuantFp8Params q;
@@ -665,11 +660,14 @@ std::function<void(cudaStream_t)> Session::prepareRmsNormQuantFp8(const KernelAr
   q.output = args.tensor("output").data;
   q.output_row_stride = args.integer("output_row_stride");
   q.scale = sc;
-  return checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::RmsNormQuantFp8(p, s); }, where);
+  auto launch = checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::RmsNormQuantFp8(p, s); }, where);
+  step->prologue_source = NormPrologueSource(q, args.args.at("output")->tensor());
+  return launch;
 }
 
-// lib.silu_and_mul: SiLU(gate) * up of rows, optionally scaled into an FP8 output.
-std::function<void(cudaStream_t)> Session::prepareSiluAndMul(const KernelArgs& args) {
+// lib.silu_and_mul: SiLU(gate) * up of rows, optionally scaled into an FP8 output; `step`
+// learns whether a small-M GEMM after it could take it in.
+std::function<void(cudaStream_t)> Session::prepareSiluAndMul(const KernelArgs& args, Prepared* step) {
   const std::string& where = args.where;
   k::SiluAndMulParams q;
   q.num_tokens = args.integer("num_tokens");
@@ -684,7 +682,9 @@ std::function<void(cudaStream_t)> Session::prepareSiluAndMul(const KernelArgs& a
   q.scale_application = args.str("scale_application", "multiply_by_reciprocal") == "divide"
                             ? k::ScaleApplication::kDivide
                             : k::ScaleApplication::kMultiplyByReciprocal;
-  return checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::SiluAndMul(p, s); }, where);
+  auto launch = checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::SiluAndMul(p, s); }, where);
+  step->prologue_source = SiluPrologueSource(q, args.args.at("output")->tensor());
+  return launch;
 }
 
 // rt.attention: scaled dot-product attention of 4-D [batch, heads, seq, head_size] operands,
@@ -782,10 +782,9 @@ struct Session::MatmulOperands {
 };
 
 // One Matmul step: a cuBLASLt matmul with the step's scales and epilogue, its algorithm chosen
-// (tuned on `stream` when tuning is on) now. `cleanup` receives what frees the descriptors.
-std::function<void(cudaStream_t)> Session::prepareMatmul(const pb::Matmul& mm, cudaStream_t stream,
-                                                         const std::string& where,
-                                                         std::vector<std::function<void()>>* cleanup) {
+// (tuned on `stream` when tuning is on) now. `step` gets the cleanup that frees the descriptors.
+std::function<void(cudaStream_t)> Session::prepareMatmul(const pb::Matmul& mm, cudaStream_t stream, Prepared* step) {
+  const std::string& where = step->where;
   launches_++;
   ensureCublasLt();
   const MatmulOperands o = matmulOperands(mm, where);
@@ -802,7 +801,7 @@ std::function<void(cudaStream_t)> Session::prepareMatmul(const pb::Matmul& mm, c
   void* wsp = workspace_;
   size_t wsb = static_cast<size_t>(workspace_bytes_);
   void* handle = cublas_;
-  cleanup->push_back([m] {
+  step->cleanup.push_back([m] {
     const CublasLtApi& l = cublasLt();
     l.cublasLtMatrixLayoutDestroy(m->lx);
     l.cublasLtMatrixLayoutDestroy(m->ly);
@@ -810,6 +809,7 @@ std::function<void(cudaStream_t)> Session::prepareMatmul(const pb::Matmul& mm, c
     l.cublasLtMatrixLayoutDestroy(m->ld);
     l.cublasLtMatmulDescDestroy(m->desc);
   });
+  step->own_gemm = m->small_m;
   if (m->small_m)
     return [p = *m->small_m, where](cudaStream_t s) { check(LaunchSmallMFp8Gemm(p, s), where); };
   return [m, wsp, wsb, handle, where](cudaStream_t s) {

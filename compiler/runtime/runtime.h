@@ -24,6 +24,7 @@
 
 #include "compiler/runtime/communicator.h"
 #include "compiler/runtime/embedded.h"
+#include "compiler/runtime/gemm_prologue.h"
 #include "kernels/all_reduce_rms_norm.h"
 #include "kernels/runtime/small_m_fp8_gemm.h"
 #include "proto/dtype.h"
@@ -143,14 +144,33 @@ class Session {
   int64_t arenaBytes() const { return arena_bytes_; }
   // Kernel launches one run() enqueues (kernels, matmuls, collectives; copies excluded).
   int launchesPerRun() const { return launches_; }
+  // Per producer step the last prepare fused into the small-M GEMM after it
+  // (compiler/runtime/gemm_prologue.h): "step 6 (node) into step 7 (node): RMSNorm + quant".
+  const std::vector<std::string>& gemmPrologues() const { return prologue_lines_; }
   // Per weight prefetch of the last prepare (compiler/runtime/weight_prefetch.h):
   // "step 5 -> step 7 (node): 16777216 of 16777216 bytes".
   const std::vector<std::string>& weightPrefetches() const { return prefetch_lines_; }
 
  private:
-  struct Prepared;
+  // One prepared step: the closure that enqueues it, what frees its resources, and what the
+  // prologue fusion needs to know of it.
+  struct Prepared {
+    std::string where;  // "step 3 (node)"
+    std::function<void(cudaStream_t)> run;
+    std::vector<std::function<void()>> cleanup;
+    std::optional<GemmPrologueSource> prologue_source;  // a producer a small-M GEMM may take in
+    std::optional<SmallMFp8GemmParams> own_gemm;        // the matmul runs fxfuse's small-M kernel
+    Prepared() = default;
+    Prepared(const Prepared&) = delete;
+    Prepared& operator=(const Prepared&) = delete;
+    ~Prepared() {
+      for (auto& c : cleanup) c();
+    }
+  };
   struct PreparedPrefetch;  // one weight's L2 prefetch: its fork step and byte range
   void prepare(cudaStream_t stream);
+  // Fuses producer steps into the small-M GEMMs after them (gemm_prologue.h), in steps_.
+  void fuseGemmPrologues();
   void prepareCollectives();
   void prepareWeightPrefetches();
   // Enqueues every step on `stream`, forking the weight prefetches onto prefetch_stream_ and
@@ -158,20 +178,19 @@ class Session {
   void enqueueSteps(cudaStream_t stream);
 
   // Preparing one step (prepare()): each prepare* function checks a step and returns the
-  // closure that enqueues it. `where` names the step in errors; `cleanup` receives what frees
-  // the step's resources when the step is dropped.
+  // closure that enqueues it. `where` (or the step's) names the step in errors; `cleanup` (or
+  // the step's) receives what frees the step's resources when the step is dropped.
   struct KernelArgs;         // the named arguments of a KernelLaunch step
   struct MatmulLaunch;       // a Matmul step's cuBLASLt descriptors, algorithm and call operands
   struct MatmulOperands;     // a Matmul step's operands as cuBLASLt reads them
   struct FusedNormOperands;  // a FusedAllReduceNorm step's operands
-  std::function<void(cudaStream_t)> prepareKernel(const fxfuse::plan::v1::KernelLaunch& kl, const std::string& where,
-                                                  std::vector<std::function<void()>>* cleanup);
+  std::function<void(cudaStream_t)> prepareKernel(const fxfuse::plan::v1::KernelLaunch& kl, Prepared* step);
   std::function<void(cudaStream_t)> prepareGeneratedKernel(const fxfuse::plan::v1::KernelLaunch& kl,
                                                            const std::string& where);
   static std::function<void(cudaStream_t)> prepareRmsNorm(const KernelArgs& args);
   static std::function<void(cudaStream_t)> prepareQuantFp8(const KernelArgs& args);
-  static std::function<void(cudaStream_t)> prepareRmsNormQuantFp8(const KernelArgs& args);
-  static std::function<void(cudaStream_t)> prepareSiluAndMul(const KernelArgs& args);
+  static std::function<void(cudaStream_t)> prepareRmsNormQuantFp8(const KernelArgs& args, Prepared* step);
+  static std::function<void(cudaStream_t)> prepareSiluAndMul(const KernelArgs& args, Prepared* step);
   static std::function<void(cudaStream_t)> prepareAttention(const KernelArgs& args,
                                                             std::vector<std::function<void()>>* cleanup);
   std::function<void(cudaStream_t)> preparePagedKernel(const std::string& name, const KernelArgs& args);
@@ -179,8 +198,7 @@ class Session {
   std::function<void(cudaStream_t)> prepareMemset(const fxfuse::plan::v1::Memset& m, const std::string& where) const;
   std::function<void(cudaStream_t)> prepareCollective(const fxfuse::plan::v1::Collective& c, const std::string& where);
   std::function<void(cudaStream_t)> prepareMatmul(const fxfuse::plan::v1::Matmul& mm, cudaStream_t stream,
-                                                  const std::string& where,
-                                                  std::vector<std::function<void()>>* cleanup);
+                                                  Prepared* step);
   // The parts of prepareMatmul.
   void ensureCublasLt();
   MatmulOperands matmulOperands(const fxfuse::plan::v1::Matmul& mm, const std::string& where) const;
@@ -224,6 +242,7 @@ class Session {
   std::map<std::string, bool> own_gemm_in_step_;       // GEMM key -> own kernel, chosen in the step
   double medianReplayUs(cudaStream_t stream, int replays);
   std::vector<std::string> prefetch_lines_;
+  std::vector<std::string> prologue_lines_;
   cudaStream_t prefetch_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   bool prefetch_evict_last_ = false;

@@ -173,6 +173,28 @@ __device__ __forceinline__ uint4 NormalizeUnweighted8(const float (&s)[8], float
   return Pack8<T>(scaled);
 }
 
+// silu(g) = g / (1 + expf(-g)) in fp32 (IEEE division, as vLLM's kernel).
+__device__ __forceinline__ float Silu(float g) { return __fdiv_rn(g, 1.0f + expf(-g)); }
+
+// h = round16(round16(silu(g)) * u) for 8 packed gate and up values, packed: one RN conversion
+// per pair for round16(silu), one D16 pair multiply (exact product, one rounding) for the second.
+template <typename T>
+__device__ __forceinline__ uint4 SiluMulPacked8(const uint4& gate, const uint4& up) {
+  float g[8];
+  Unpack8<T>(gate, g);
+  const uint32_t u_words[4] = {up.x, up.y, up.z, up.w};
+  uint32_t h_words[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const typename D16<T>::Pair m = D16<T>::Float2ToPair(Silu(g[2 * k]), Silu(g[2 * k + 1]));
+    typename D16<T>::Pair u;
+    __builtin_memcpy(&u, &u_words[k], 4);
+    const typename D16<T>::Pair h = D16<T>::Mul2(m, u);
+    __builtin_memcpy(&h_words[k], &h, 4);
+  }
+  return make_uint4(h_words[0], h_words[1], h_words[2], h_words[3]);
+}
+
 // Scale of a dynamic quantization from the absolute maximum a of its values:
 // s = max(max(a, min_abs) / 448, min_scale) (fp32 division; see Fp8ScaleSpec).
 __device__ __forceinline__ float DynamicScaleFromAbsMax(float absmax, float min_abs, float min_scale) {

@@ -23,7 +23,10 @@
 // The block lets the next kernel launch only after its K loop, not at its start: an early
 // trigger lets the kernel after next launch too and take slots of this one's wave.
 //
-// The epilogue rounds as fxfuse's interpreter does (small_m_fp8_epilogue.cuh).
+// The epilogue rounds as fxfuse's interpreter does (small_m_fp8_epilogue.cuh). With a prologue
+// (at most 8 rows) the activations are not read but computed by the GEMM from its producer's
+// operands (small_m_fp8_prologue.cuh): the norm's rows into shared memory before the K loop,
+// the SiLU's per step in registers.
 #include <cstdint>
 
 #include "kernels/device/cp_async.cuh"
@@ -31,6 +34,7 @@
 #include "kernels/device/pdl.cuh"
 #include "kernels/runtime/small_m_fp8_epilogue.cuh"
 #include "kernels/runtime/small_m_fp8_gemm.h"
+#include "kernels/runtime/small_m_fp8_prologue.cuh"
 
 namespace fxfuse::runtime {
 namespace {
@@ -51,6 +55,11 @@ template <int kTiles>
 constexpr int smemBytes() {
   return kRingBytes + kWarps * kTiles * 4 * 32 * static_cast<int>(sizeof(float));
 }
+// The norm prologue's activation rows follow the partial sums.
+constexpr int kActivationsOffset = smemBytes<1>();
+int64_t normActivationBytes(int64_t K) { return kTokensPerTile * small_m::normActivationStride(K); }
+constexpr int64_t kMaxNormPrologueSmemBytes =
+    kActivationsOffset + kTokensPerTile * small_m::normActivationStride(kSmallMFp8NormPrologueMaxK);
 
 struct Launch {
   SmallMFp8GemmParams p;
@@ -95,25 +104,62 @@ __device__ __forceinline__ void copyStep(const SmallMFp8GemmParams& p, uint32_t 
   }
 }
 
-// The activations of K step `step` for lane (g, t): token tile a's token g at K offsets t*16
-// and 64 + t*16.
+// A K step's FP8 activations for lane (g, t): token tile a's token g, the 16 bytes at K offsets
+// t*16 (v[a][0]) and 64 + t*16 (v[a][1]).
 template <int kTiles>
-__device__ __forceinline__ void loadStepActivations(const SmallMFp8GemmParams& p, int64_t step, uint4 (&x)[kTiles][2]) {
-  const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
-  const uint8_t* base = static_cast<const uint8_t*>(p.x);
-  const int64_t k = step * kStepBytes + t * 16;
+struct StepX {
+  uint4 v[kTiles][2];
+};
+
+// Where the activations come from: read as FP8 (kNone: global memory, L1-cached, every tile
+// reads the same ones; kRmsNormQuant: the prologue's rows in shared memory) or computed per
+// step (kSiluAndMulQuant). load() issues the reads of a step, toFp8() gives its activations
+// (the loop loads the next step before it computes this one).
+template <int kTiles, SmallMFp8Prologue kPro, typename T>
+struct StepActivations {
+  using InFlight = StepX<kTiles>;
+  const uint8_t* base;
+  int64_t row_stride;
+  __device__ StepActivations(const SmallMFp8GemmParams& p, const uint8_t* shared_rows)
+      : base(kPro == SmallMFp8Prologue::kNone ? static_cast<const uint8_t*>(p.x) : shared_rows),
+        row_stride(kPro == SmallMFp8Prologue::kNone ? p.x_row_stride : small_m::normActivationStride(p.K)) {}
+  __device__ __forceinline__ void load(const SmallMFp8GemmParams& p, int64_t step, InFlight& x) const {
+    const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
+    const int64_t k = step * kStepBytes + t * 16;
 #pragma unroll
-  for (int a = 0; a < kTiles; ++a) {
-    const int64_t token = a * kTokensPerTile + g;
-    const uint8_t* row = base + token * p.x_row_stride + k;
-    x[a][0] = loadActivations(row, token < p.M && k < p.K);
-    x[a][1] = loadActivations(row + 64, token < p.M && k + 64 < p.K);
+    for (int a = 0; a < kTiles; ++a) {
+      const int64_t token = a * kTokensPerTile + g;
+      const uint8_t* row = base + token * row_stride + k;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool valid = token < p.M && k + h * 64 < p.K;
+        if (kPro == SmallMFp8Prologue::kNone)
+          x.v[a][h] = loadActivations(row + h * 64, valid);
+        else
+          x.v[a][h] = valid ? *reinterpret_cast<const uint4*>(row + h * 64) : make_uint4(0, 0, 0, 0);
+      }
+    }
   }
-}
+  __device__ __forceinline__ void toFp8(const InFlight& in, StepX<kTiles>& x) const { x = in; }
+};
+
+template <typename T>
+struct StepActivations<1, SmallMFp8Prologue::kSiluAndMulQuant, T> {
+  using InFlight = small_m::SiluStepOperands;
+  kernels::device::ScaleOp op;
+  __device__ StepActivations(const SmallMFp8GemmParams& p, const uint8_t*)
+      : op(kernels::device::ScaleOp::Make(*p.prologue.scale, p.prologue.divide)) {}
+  __device__ __forceinline__ void load(const SmallMFp8GemmParams& p, int64_t step, InFlight& o) const {
+    small_m::loadSiluStep<T>(p, step, kStepBytes, o);
+  }
+  __device__ __forceinline__ void toFp8(const InFlight& o, StepX<1>& x) const {
+    small_m::siluStepToFp8<T>(o, op, x.v[0]);
+  }
+};
 
 // One step: the weight fragments of rows g and g+8 from the stage, four mma per token tile.
 template <int kTiles>
-__device__ __forceinline__ void computeStep(const uint8_t* stage, const uint4 (&x)[kTiles][2], float (&acc)[kTiles][4]) {
+__device__ __forceinline__ void computeStep(const uint8_t* stage, const StepX<kTiles>& x, float (&acc)[kTiles][4]) {
   const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -121,8 +167,8 @@ __device__ __forceinline__ void computeStep(const uint8_t* stage, const uint4 (&
     const uint4 hi = *reinterpret_cast<const uint4*>(stage + stageOffset(g + 8, h * 64 + t * 16));
 #pragma unroll
     for (int a = 0; a < kTiles; ++a) {
-      mmaE4m3(acc[a], lo.x, hi.x, lo.y, hi.y, x[a][h].x, x[a][h].y);
-      mmaE4m3(acc[a], lo.z, hi.z, lo.w, hi.w, x[a][h].z, x[a][h].w);
+      mmaE4m3(acc[a], lo.x, hi.x, lo.y, hi.y, x.v[a][h].x, x.v[a][h].y);
+      mmaE4m3(acc[a], lo.z, hi.z, lo.w, hi.w, x.v[a][h].z, x.v[a][h].w);
     }
   }
 }
@@ -153,8 +199,12 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
   }
 }
 
-template <int kTiles>
-__global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8GemmKernel(const Launch l) {
+// Blocks per SM the registers must allow: the prologues hold more in flight per step.
+template <int kTiles, SmallMFp8Prologue kPro>
+constexpr int kMinBlocks = kTiles == 1 && kPro == SmallMFp8Prologue::kNone ? 3 : 2;
+
+template <int kTiles, SmallMFp8Prologue kPro, typename T>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTiles, kPro>) smallMFp8GemmKernel(const Launch l) {
   extern __shared__ __align__(128) uint8_t smem[];
   const SmallMFp8GemmParams& p = l.p;
   const int warp = threadIdx.x / 32;
@@ -170,14 +220,20 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
     kernels::cpAsyncCommit();
   }
   kernels::waitForPrecedingGrid();
+  if constexpr (kPro == SmallMFp8Prologue::kRmsNormQuant) {
+    __shared__ float partials[32];
+    small_m::normalizeRowsIntoShared<T>(p.prologue, p.M, p.K, smem + kActivationsOffset,
+                                        small_m::normActivationStride(p.K), partials);
+    if (p.prologue.residual) small_m::arriveAndUpdateResidual<T>(p.prologue, p.M, p.K);
+  }
+  const StepActivations<kTiles, kPro, T> source(p, smem + kActivationsOffset);
   float acc[kTiles][4] = {};
-  uint4 next[kTiles][2];
-  if (steps > 0) loadStepActivations<kTiles>(p, first, next);
+  typename StepActivations<kTiles, kPro, T>::InFlight next;
+  if (steps > 0) source.load(p, first, next);
   for (int64_t i = 0; i < steps; ++i) {
-    uint4 x[kTiles][2];
-#pragma unroll
-    for (int a = 0; a < kTiles; ++a) x[a][0] = next[a][0], x[a][1] = next[a][1];
-    if (i + 1 < steps) loadStepActivations<kTiles>(p, first + i + 1, next);
+    StepX<kTiles> x;
+    source.toFp8(next, x);
+    if (i + 1 < steps) source.load(p, first + i + 1, next);
     kernels::cpAsyncWait<kStages - 1>();  // this step's stage has landed (one group per step)
     __syncwarp();
     const int s = static_cast<int>(i % kStages);
@@ -191,15 +247,17 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   reduceAndStore<kTiles>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
 }
 
-template <int kTiles>
+template <int kTiles, SmallMFp8Prologue kPro = SmallMFp8Prologue::kNone, typename T = __nv_bfloat16>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  constexpr int kBytes = smemBytes<kTiles>();
-  cudaError_t e = dev::ensureSmemLimit<smallMFp8GemmKernel<kTiles>>(kBytes);
+  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kPro, T>;
+  const bool rows_in_smem = kPro == SmallMFp8Prologue::kRmsNormQuant;
+  const int bytes = smemBytes<kTiles>() + (rows_in_smem ? static_cast<int>(normActivationBytes(p.K)) : 0);
+  // One limit per kernel and device (set once): the largest this kernel is launched with.
+  cudaError_t e = dev::ensureSmemLimit<kernel>(rows_in_smem ? static_cast<int>(kMaxNormPrologueSmemBytes) : bytes);
   int device = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e == cudaSuccess)
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallMFp8GemmKernel<kTiles>, kWarps * 32, kBytes);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, bytes);
   if (e != cudaSuccess) return e;
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
@@ -208,7 +266,14 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
   const int64_t per = kWarps / l.splits;
   const dim3 grid(static_cast<unsigned>((tiles + per - 1) / per));
-  return kernels::LaunchProgrammatic(smallMFp8GemmKernel<kTiles>, grid, dim3(kWarps * 32), kBytes, stream, l);
+  return kernels::LaunchProgrammatic(kernel, grid, dim3(kWarps * 32), bytes, stream, l);
+}
+
+// The prologue kernels of `p` by the dtype of their operands.
+template <SmallMFp8Prologue kPro>
+cudaError_t launchPrologue(const SmallMFp8GemmParams& p, cudaStream_t stream) {
+  return p.prologue.dtype == DType::BF16 ? launchTiles<1, kPro, __nv_bfloat16>(p, stream)
+                                         : launchTiles<1, kPro, __half>(p, stream);
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -236,13 +301,46 @@ int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots) {
   return best;
 }
 
+namespace {
+
+// Why the prologue of `p` cannot run (small_m_fp8_gemm.h), or nullptr.
+const char* prologueUnsupported(const SmallMFp8GemmParams& p) {
+  const SmallMFp8PrologueParams& q = p.prologue;
+  const bool norm = q.kind == SmallMFp8Prologue::kRmsNormQuant;
+  if (p.M > kSmallMFp8PrologueMaxRows) return "a prologue takes at most 8 rows";
+  if (q.dtype != DType::BF16 && q.dtype != DType::F16) return "the prologue's operands must be BF16 or F16";
+  if (!q.input || !q.scale) return "the prologue needs its input and scale";
+  // rows of 16-byte vectors (elements: 2 bytes)
+  const auto rows16 = [](const void* ptr, int64_t stride) { return aligned16(ptr) && stride % 8 == 0; };
+  if (!rows16(q.input, q.input_row_stride) || q.input_row_stride < (norm ? p.K : 2 * p.K))
+    return "the prologue's input rows must be 16-byte aligned and cover its width";
+  if (!norm) return nullptr;
+  if (p.K > kSmallMFp8NormPrologueMaxK) return "a norm prologue takes K up to 16384";
+  if (q.weight && !aligned16(q.weight)) return "the norm weight must be 16-byte aligned";
+  if (q.residual && (!rows16(q.residual, q.residual_row_stride) || q.residual_row_stride < p.K || !q.arrivals))
+    return "the residual rows must be 16-byte aligned and cover K, with an arrival counter";
+  const int64_t threads = q.norm_threads, vecs = q.norm_vecs_per_thread;
+  if (threads < 32 || threads > 1024 || threads % 32 != 0 || (vecs != 1 && vecs != 2 && vecs != 4 && vecs != 8) ||
+      threads * vecs * 8 < p.K)
+    return "the norm partition must be 32..1024 threads (a multiple of 32) of 1, 2, 4 or 8 vectors covering K";
+  return nullptr;
+}
+
+}  // namespace
+
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
+  const bool computed_x = p.prologue.kind != SmallMFp8Prologue::kNone;
   if (p.M < 1 || p.M > kSmallMFp8MaxRows) return "M must be 1..64";
   if (p.N < 1 || p.K < 16 || p.K % 16 != 0) return "N must be positive and K a positive multiple of 16";
-  if (!p.x || !p.w || !p.out || !p.scale_x || !p.scale_w) return "x, w, out and both scales are required";
-  if (!aligned16(p.x) || !aligned16(p.w)) return "x and w must be 16-byte aligned";
-  if (p.x_row_stride < p.K || p.x_row_stride % 16 != 0 || p.w_row_stride < p.K || p.w_row_stride % 16 != 0)
-    return "the x and w row strides must cover K and be multiples of 16 bytes";
+  if ((!computed_x && !p.x) || !p.w || !p.out || !p.scale_x || !p.scale_w)
+    return "x (unless a prologue computes it), w, out and both scales are required";
+  if (computed_x) {
+    if (const char* why = prologueUnsupported(p)) return why;
+  } else if (!aligned16(p.x) || p.x_row_stride < p.K || p.x_row_stride % 16 != 0) {
+    return "the x rows must be 16-byte aligned and cover K";
+  }
+  if (!aligned16(p.w) || p.w_row_stride < p.K || p.w_row_stride % 16 != 0)
+    return "the w rows must be 16-byte aligned and cover K";
   if (p.out_row_stride < p.N) return "the output row stride must cover N";
   if (!floatOutput(p.out_dtype) || (p.bias && !floatOutput(p.bias_dtype))) return "out and bias must be BF16, F16 or F32";
   if (p.N > 0x7fffffff || p.K > 0x7fffffff) return "N and K must be below 2^31 (tensor-map coordinates)";
@@ -251,6 +349,9 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
 
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
+  if (p.prologue.kind == SmallMFp8Prologue::kRmsNormQuant) return launchPrologue<SmallMFp8Prologue::kRmsNormQuant>(p, stream);
+  if (p.prologue.kind == SmallMFp8Prologue::kSiluAndMulQuant)
+    return launchPrologue<SmallMFp8Prologue::kSiluAndMulQuant>(p, stream);
   if (p.M > kSmallMFp8MmaSyncMaxRows) return LaunchSmallMFp8GemmWgmma(p, stream);
   return p.M <= kTokensPerTile ? launchTiles<1>(p, stream) : launchTiles<2>(p, stream);
 }
