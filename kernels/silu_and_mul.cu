@@ -24,12 +24,6 @@ struct SiluAndMulArgs {
   bool persistent = false;  // vectorized: walk rows with a stride of gridDim.x, next row prefetched
 };
 
-// h = round16(round16(silu(g)) * u).
-template <typename T>
-__device__ __forceinline__ float SiluMul(float g, float u) {
-  return Round16<T>(Round16<T>(Silu(g)) * u);
-}
-
 template <typename T, int kVecs>
 __device__ __forceinline__ void LoadGateUp(const SiluAndMulArgs& a, int64_t row, int num_vecs, uint4 (&g)[kVecs],
                                            uint4 (&u)[kVecs]) {

@@ -24,7 +24,7 @@
 
 #include "compiler/runtime/communicator.h"
 #include "compiler/runtime/embedded.h"
-#include "compiler/runtime/gemm_prologue.h"
+#include "compiler/runtime/gemm_epilogue.h"
 #include "kernels/all_reduce_rms_norm.h"
 #include "kernels/runtime/small_m_fp8_gemm.h"
 #include "proto/dtype.h"
@@ -144,22 +144,22 @@ class Session {
   int64_t arenaBytes() const { return arena_bytes_; }
   // Kernel launches one run() enqueues (kernels, matmuls, collectives; copies excluded).
   int launchesPerRun() const { return launches_; }
-  // Per producer step the last prepare fused into the small-M GEMM after it
-  // (compiler/runtime/gemm_prologue.h): "step 6 (node) into step 7 (node): RMSNorm + quant".
-  const std::vector<std::string>& gemmPrologues() const { return prologue_lines_; }
+  // Per step the last prepare fused into the small-M GEMM before it as its epilogue
+  // (compiler/runtime/gemm_epilogue.h): "step 8 (silu_and_mul_quant) into step 7 (_scaled_mm_2)".
+  const std::vector<std::string>& gemmEpilogues() const { return epilogue_lines_; }
   // Per weight prefetch of the last prepare (compiler/runtime/weight_prefetch.h):
   // "step 5 -> step 7 (node): 16777216 of 16777216 bytes".
   const std::vector<std::string>& weightPrefetches() const { return prefetch_lines_; }
 
  private:
   // One prepared step: the closure that enqueues it, what frees its resources, and what the
-  // prologue fusion needs to know of it.
+  // epilogue fusion needs to know of it.
   struct Prepared {
     std::string where;  // "step 3 (node)"
     std::function<void(cudaStream_t)> run;
     std::vector<std::function<void()>> cleanup;
-    std::optional<GemmPrologueSource> prologue_source;  // a producer a small-M GEMM may take in
-    std::optional<SmallMFp8GemmParams> own_gemm;        // the matmul runs fxfuse's small-M kernel
+    std::optional<GatedSiluStep> gated_silu;      // a SiLU step a gate/up GEMM may take in
+    std::optional<SmallMFp8GemmParams> own_gemm;  // the matmul runs fxfuse's small-M kernel
     Prepared() = default;
     Prepared(const Prepared&) = delete;
     Prepared& operator=(const Prepared&) = delete;
@@ -169,8 +169,8 @@ class Session {
   };
   struct PreparedPrefetch;  // one weight's L2 prefetch: its fork step and byte range
   void prepare(cudaStream_t stream);
-  // Fuses producer steps into the small-M GEMMs after them (gemm_prologue.h), in steps_.
-  void fuseGemmPrologues();
+  // Fuses gated-SiLU steps into the small-M GEMMs before them (gemm_epilogue.h), in steps_.
+  void fuseGemmEpilogues();
   void prepareCollectives();
   void prepareWeightPrefetches();
   // Enqueues every step on `stream`, forking the weight prefetches onto prefetch_stream_ and
@@ -189,7 +189,7 @@ class Session {
                                                            const std::string& where);
   static std::function<void(cudaStream_t)> prepareRmsNorm(const KernelArgs& args);
   static std::function<void(cudaStream_t)> prepareQuantFp8(const KernelArgs& args);
-  static std::function<void(cudaStream_t)> prepareRmsNormQuantFp8(const KernelArgs& args, Prepared* step);
+  static std::function<void(cudaStream_t)> prepareRmsNormQuantFp8(const KernelArgs& args);
   static std::function<void(cudaStream_t)> prepareSiluAndMul(const KernelArgs& args, Prepared* step);
   static std::function<void(cudaStream_t)> prepareAttention(const KernelArgs& args,
                                                             std::vector<std::function<void()>>* cleanup);
@@ -242,7 +242,7 @@ class Session {
   std::map<std::string, bool> own_gemm_in_step_;       // GEMM key -> own kernel, chosen in the step
   double medianReplayUs(cudaStream_t stream, int replays);
   std::vector<std::string> prefetch_lines_;
-  std::vector<std::string> prologue_lines_;
+  std::vector<std::string> epilogue_lines_;
   cudaStream_t prefetch_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   bool prefetch_evict_last_ = false;

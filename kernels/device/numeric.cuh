@@ -176,6 +176,13 @@ __device__ __forceinline__ uint4 NormalizeUnweighted8(const float (&s)[8], float
 // silu(g) = g / (1 + expf(-g)) in fp32 (IEEE division, as vLLM's kernel).
 __device__ __forceinline__ float Silu(float g) { return __fdiv_rn(g, 1.0f + expf(-g)); }
 
+// h = round16(round16(silu(g)) * u) of one gate and up value (exactly what the packed form
+// below gives for each element).
+template <typename T>
+__device__ __forceinline__ float SiluMul(float g, float u) {
+  return Round16<T>(Round16<T>(Silu(g)) * u);
+}
+
 // h = round16(round16(silu(g)) * u) for 8 packed gate and up values, packed: one RN conversion
 // per pair for round16(silu), one D16 pair multiply (exact product, one rounding) for the second.
 template <typename T>

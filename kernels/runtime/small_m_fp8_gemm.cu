@@ -23,10 +23,10 @@
 // The block lets the next kernel launch only after its K loop, not at its start: an early
 // trigger lets the kernel after next launch too and take slots of this one's wave.
 //
-// The epilogue rounds as fxfuse's interpreter does (small_m_fp8_epilogue.cuh). With a prologue
-// (at most 8 rows) the activations are not read but computed by the GEMM from its producer's
-// operands (small_m_fp8_prologue.cuh): the norm's rows into shared memory before the K loop,
-// the SiLU's per step in registers.
+// The epilogue rounds as fxfuse's interpreter does (small_m_fp8_epilogue.cuh). With the
+// gated-SiLU epilogue a block's tiles are pairs: its first half are gate tiles (weight rows
+// < N/2), its second half the matching up tiles, so each gate/up pair of outputs meets in the
+// block's shared memory and becomes one FP8 value of silu_and_mul_quant.
 #include <cstdint>
 
 #include "kernels/device/cp_async.cuh"
@@ -34,7 +34,6 @@
 #include "kernels/device/pdl.cuh"
 #include "kernels/runtime/small_m_fp8_epilogue.cuh"
 #include "kernels/runtime/small_m_fp8_gemm.h"
-#include "kernels/runtime/small_m_fp8_prologue.cuh"
 
 namespace fxfuse::runtime {
 namespace {
@@ -51,21 +50,29 @@ constexpr int kStepBytes = 128;    // K bytes of a row per step
 constexpr int kStageBytes = kRowsPerTile * kStepBytes;
 // Shared memory of a block: the warps' rings, then their partial sums [warp][acc][lane].
 constexpr int kRingBytes = kWarps * kStages * kStageBytes;
-template <int kTiles>
+// The gated-SiLU epilogue's sums of a block's tiles follow: [tile][acc][lane].
+template <int kTiles, bool kGated = false>
 constexpr int smemBytes() {
-  return kRingBytes + kWarps * kTiles * 4 * 32 * static_cast<int>(sizeof(float));
+  return kRingBytes + (kGated ? 2 : 1) * kWarps * kTiles * 4 * 32 * static_cast<int>(sizeof(float));
 }
-// The norm prologue's activation rows follow the partial sums.
-constexpr int kActivationsOffset = smemBytes<1>();
-int64_t normActivationBytes(int64_t K) { return kTokensPerTile * small_m::normActivationStride(K); }
-constexpr int64_t kMaxNormPrologueSmemBytes =
-    kActivationsOffset + kTokensPerTile * small_m::normActivationStride(kSmallMFp8NormPrologueMaxK);
 
 struct Launch {
   SmallMFp8GemmParams p;
-  int splits;           // warps per tile: 1, 2, 4 or 8
+  int splits;           // warps per tile: 1, 2, 4 or 8 (gated: at most 4)
   int steps_per_split;  // K steps of one warp (the last split may have fewer)
+  int64_t gate_tiles;   // gated: tiles of N / 2 rows (the up tiles follow)
 };
+
+// The weight tile of the block's tile `tile_in_block`: consecutive tiles, or (gated) gate tile
+// pair and its up tile gate_tiles + pair, pair = blockIdx.x * (tiles per block / 2) + i.
+template <bool kGated>
+__device__ __forceinline__ int64_t tileOf(const Launch& l, int tile_in_block) {
+  const int per_block = kWarps / l.splits;
+  if (!kGated) return static_cast<int64_t>(blockIdx.x) * per_block + tile_in_block;
+  const int half = per_block / 2;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * half + tile_in_block % half;
+  return tile_in_block < half ? pair : l.gate_tiles + pair;
+}
 
 // c += A (16 x 32, rows of weights) * B (32 x 8, columns of tokens), e4m3 in, f32 accumulate.
 __device__ __forceinline__ void mmaE4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -104,62 +111,25 @@ __device__ __forceinline__ void copyStep(const SmallMFp8GemmParams& p, uint32_t 
   }
 }
 
-// A K step's FP8 activations for lane (g, t): token tile a's token g, the 16 bytes at K offsets
-// t*16 (v[a][0]) and 64 + t*16 (v[a][1]).
+// The activations of K step `step` for lane (g, t): token tile a's token g at K offsets t*16
+// and 64 + t*16.
 template <int kTiles>
-struct StepX {
-  uint4 v[kTiles][2];
-};
-
-// Where the activations come from: read as FP8 (kNone: global memory, L1-cached, every tile
-// reads the same ones; kRmsNormQuant: the prologue's rows in shared memory) or computed per
-// step (kSiluAndMulQuant). load() issues the reads of a step, toFp8() gives its activations
-// (the loop loads the next step before it computes this one).
-template <int kTiles, SmallMFp8Prologue kPro, typename T>
-struct StepActivations {
-  using InFlight = StepX<kTiles>;
-  const uint8_t* base;
-  int64_t row_stride;
-  __device__ StepActivations(const SmallMFp8GemmParams& p, const uint8_t* shared_rows)
-      : base(kPro == SmallMFp8Prologue::kNone ? static_cast<const uint8_t*>(p.x) : shared_rows),
-        row_stride(kPro == SmallMFp8Prologue::kNone ? p.x_row_stride : small_m::normActivationStride(p.K)) {}
-  __device__ __forceinline__ void load(const SmallMFp8GemmParams& p, int64_t step, InFlight& x) const {
-    const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
-    const int64_t k = step * kStepBytes + t * 16;
+__device__ __forceinline__ void loadStepActivations(const SmallMFp8GemmParams& p, int64_t step, uint4 (&x)[kTiles][2]) {
+  const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
+  const uint8_t* base = static_cast<const uint8_t*>(p.x);
+  const int64_t k = step * kStepBytes + t * 16;
 #pragma unroll
-    for (int a = 0; a < kTiles; ++a) {
-      const int64_t token = a * kTokensPerTile + g;
-      const uint8_t* row = base + token * row_stride + k;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool valid = token < p.M && k + h * 64 < p.K;
-        if (kPro == SmallMFp8Prologue::kNone)
-          x.v[a][h] = loadActivations(row + h * 64, valid);
-        else
-          x.v[a][h] = valid ? *reinterpret_cast<const uint4*>(row + h * 64) : make_uint4(0, 0, 0, 0);
-      }
-    }
+  for (int a = 0; a < kTiles; ++a) {
+    const int64_t token = a * kTokensPerTile + g;
+    const uint8_t* row = base + token * p.x_row_stride + k;
+    x[a][0] = loadActivations(row, token < p.M && k < p.K);
+    x[a][1] = loadActivations(row + 64, token < p.M && k + 64 < p.K);
   }
-  __device__ __forceinline__ void toFp8(const InFlight& in, StepX<kTiles>& x) const { x = in; }
-};
-
-template <typename T>
-struct StepActivations<1, SmallMFp8Prologue::kSiluAndMulQuant, T> {
-  using InFlight = small_m::SiluStepOperands;
-  kernels::device::ScaleOp op;
-  __device__ StepActivations(const SmallMFp8GemmParams& p, const uint8_t*)
-      : op(kernels::device::ScaleOp::Make(*p.prologue.scale, p.prologue.divide)) {}
-  __device__ __forceinline__ void load(const SmallMFp8GemmParams& p, int64_t step, InFlight& o) const {
-    small_m::loadSiluStep<T>(p, step, kStepBytes, o);
-  }
-  __device__ __forceinline__ void toFp8(const InFlight& o, StepX<1>& x) const {
-    small_m::siluStepToFp8<T>(o, op, x.v[0]);
-  }
-};
+}
 
 // One step: the weight fragments of rows g and g+8 from the stage, four mma per token tile.
 template <int kTiles>
-__device__ __forceinline__ void computeStep(const uint8_t* stage, const StepX<kTiles>& x, float (&acc)[kTiles][4]) {
+__device__ __forceinline__ void computeStep(const uint8_t* stage, const uint4 (&x)[kTiles][2], float (&acc)[kTiles][4]) {
   const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -167,17 +137,23 @@ __device__ __forceinline__ void computeStep(const uint8_t* stage, const StepX<kT
     const uint4 hi = *reinterpret_cast<const uint4*>(stage + stageOffset(g + 8, h * 64 + t * 16));
 #pragma unroll
     for (int a = 0; a < kTiles; ++a) {
-      mmaE4m3(acc[a], lo.x, hi.x, lo.y, hi.y, x.v[a][h].x, x.v[a][h].y);
-      mmaE4m3(acc[a], lo.z, hi.z, lo.w, hi.w, x.v[a][h].z, x.v[a][h].w);
+      mmaE4m3(acc[a], lo.x, hi.x, lo.y, hi.y, x[a][h].x, x[a][h].y);
+      mmaE4m3(acc[a], lo.z, hi.z, lo.w, hi.w, x[a][h].z, x[a][h].w);
     }
   }
 }
 
-// The block's tiles: the splits' partial sums added in split order, scaled, biased, rounded.
-template <int kTiles>
+// Accumulator j of lane el of token tile a: token (el % 4) * 2 + j % 2, row el / 4 (+ 8 for j >= 2).
+__device__ __forceinline__ int64_t tokenOf(int a, int j, int el) { return a * kTokensPerTile + (el % 4) * 2 + (j & 1); }
+__device__ __forceinline__ int rowOf(int j, int el) { return el / 4 + (j >= 2 ? 8 : 0); }
+
+// The block's tiles: the splits' partial sums added in split order, scaled, biased, rounded;
+// gated, each gate/up pair of sums becomes one FP8 output (gatedSiluOutput) instead.
+template <int kTiles, bool kGated>
 __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], float* partial) {
   const SmallMFp8GemmParams& p = l.p;
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  constexpr int kTileElems = kTiles * 4 * 32;
 #pragma unroll
   for (int a = 0; a < kTiles; ++a)
 #pragma unroll
@@ -185,30 +161,40 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
   __syncthreads();
   const float scale = small_m::scaleProduct(p);
   const int tiles_per_block = kWarps / l.splits;
-  for (int e = threadIdx.x; e < tiles_per_block * kTiles * 4 * 32; e += kWarps * 32) {
-    const int tile_in_block = e / (kTiles * 4 * 32), elem = e / 32 % (kTiles * 4), el = e % 32;
+  float* sums = partial + kWarps * kTileElems;  // gated: [tile_in_block][elem][lane]
+  for (int e = threadIdx.x; e < tiles_per_block * kTileElems; e += kWarps * 32) {
+    const int tile_in_block = e / kTileElems, elem = e / 32 % (kTiles * 4), el = e % 32;
     float sum = 0.f;
     for (int s = 0; s < l.splits; ++s) sum += partial[((tile_in_block * l.splits + s) * kTiles * 4 + elem) * 32 + el];
-    // Accumulator j of lane el: token (el % 4) * 2 + j % 2 of the token tile, row el / 4 (+ 8 for j >= 2).
-    const int a = elem / 4, j = elem % 4;
-    const int64_t token = a * kTokensPerTile + (el % 4) * 2 + (j & 1);
-    const int64_t n = (static_cast<int64_t>(blockIdx.x) * tiles_per_block + tile_in_block) * kRowsPerTile + el / 4 +
-                      (j >= 2 ? 8 : 0);
+    if (kGated) {
+      sums[e] = sum;
+      continue;
+    }
+    const int64_t token = tokenOf(elem / 4, elem % 4, el);
+    const int64_t n = tileOf<false>(l, tile_in_block) * kRowsPerTile + rowOf(elem % 4, el);
     if (token >= p.M || n >= p.N) continue;
     small_m::storeOutput(p, token, n, sum, scale);
   }
+  if (!kGated) return;
+  __syncthreads();
+  const int half = tiles_per_block / 2;
+  uint8_t* out = static_cast<uint8_t*>(p.gated_silu.out);
+  for (int e = threadIdx.x; e < half * kTileElems; e += kWarps * 32) {
+    const int tile_in_block = e / kTileElems, elem = e / 32 % (kTiles * 4), el = e % 32;
+    const int64_t token = tokenOf(elem / 4, elem % 4, el);
+    const int64_t n = tileOf<true>(l, tile_in_block) * kRowsPerTile + rowOf(elem % 4, el);
+    if (token >= p.M || n >= p.N / 2) continue;
+    out[token * p.gated_silu.out_row_stride + n] =
+        small_m::gatedSiluOutput(p, n, sums[e], sums[e + half * kTileElems], scale);
+  }
 }
 
-// Blocks per SM the registers must allow: the prologues hold more in flight per step.
-template <int kTiles, SmallMFp8Prologue kPro>
-constexpr int kMinBlocks = kTiles == 1 && kPro == SmallMFp8Prologue::kNone ? 3 : 2;
-
-template <int kTiles, SmallMFp8Prologue kPro, typename T>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTiles, kPro>) smallMFp8GemmKernel(const Launch l) {
+template <int kTiles, bool kGated>
+__global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8GemmKernel(const Launch l) {
   extern __shared__ __align__(128) uint8_t smem[];
   const SmallMFp8GemmParams& p = l.p;
   const int warp = threadIdx.x / 32;
-  const int64_t tile = static_cast<int64_t>(blockIdx.x) * (kWarps / l.splits) + warp / l.splits;
+  const int64_t tile = tileOf<kGated>(l, warp / l.splits);
   const int64_t first = static_cast<int64_t>(warp % l.splits) * l.steps_per_split;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
   const int64_t steps = first < k_steps ? (k_steps - first < l.steps_per_split ? k_steps - first : l.steps_per_split) : 0;
@@ -220,20 +206,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTiles, kPro>) smallMF
     kernels::cpAsyncCommit();
   }
   kernels::waitForPrecedingGrid();
-  if constexpr (kPro == SmallMFp8Prologue::kRmsNormQuant) {
-    __shared__ float partials[32];
-    small_m::normalizeRowsIntoShared<T>(p.prologue, p.M, p.K, smem + kActivationsOffset,
-                                        small_m::normActivationStride(p.K), partials);
-    if (p.prologue.residual) small_m::arriveAndUpdateResidual<T>(p.prologue, p.M, p.K);
-  }
-  const StepActivations<kTiles, kPro, T> source(p, smem + kActivationsOffset);
   float acc[kTiles][4] = {};
-  typename StepActivations<kTiles, kPro, T>::InFlight next;
-  if (steps > 0) source.load(p, first, next);
+  uint4 next[kTiles][2];
+  if (steps > 0) loadStepActivations<kTiles>(p, first, next);
   for (int64_t i = 0; i < steps; ++i) {
-    StepX<kTiles> x;
-    source.toFp8(next, x);
-    if (i + 1 < steps) source.load(p, first + i + 1, next);
+    uint4 x[kTiles][2];
+#pragma unroll
+    for (int a = 0; a < kTiles; ++a) x[a][0] = next[a][0], x[a][1] = next[a][1];
+    if (i + 1 < steps) loadStepActivations<kTiles>(p, first + i + 1, next);
     kernels::cpAsyncWait<kStages - 1>();  // this step's stage has landed (one group per step)
     __syncwarp();
     const int s = static_cast<int>(i % kStages);
@@ -244,36 +224,33 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTiles, kPro>) smallMF
   }
   kernels::cpAsyncWait<0>();
   kernels::allowDependentGrids();
-  reduceAndStore<kTiles>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
+  reduceAndStore<kTiles, kGated>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
 }
 
-template <int kTiles, SmallMFp8Prologue kPro = SmallMFp8Prologue::kNone, typename T = __nv_bfloat16>
+template <int kTiles, bool kGated>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kPro, T>;
-  const bool rows_in_smem = kPro == SmallMFp8Prologue::kRmsNormQuant;
-  const int bytes = smemBytes<kTiles>() + (rows_in_smem ? static_cast<int>(normActivationBytes(p.K)) : 0);
-  // One limit per kernel and device (set once): the largest this kernel is launched with.
-  cudaError_t e = dev::ensureSmemLimit<kernel>(rows_in_smem ? static_cast<int>(kMaxNormPrologueSmemBytes) : bytes);
+  constexpr int kBytes = smemBytes<kTiles, kGated>();
+  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kGated>;
+  cudaError_t e = dev::ensureSmemLimit<kernel>(kBytes);
   int device = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, bytes);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, kBytes);
   if (e != cudaSuccess) return e;
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
-  Launch l{p, 1, 0};
+  Launch l{p, 1, 0, tiles / 2};
   l.splits = SmallMFp8GemmSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
+  if (kGated && l.splits > kWarps / 2) l.splits = kWarps / 2;  // at least one gate/up pair per block
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
   const int64_t per = kWarps / l.splits;
-  const dim3 grid(static_cast<unsigned>((tiles + per - 1) / per));
-  return kernels::LaunchProgrammatic(kernel, grid, dim3(kWarps * 32), bytes, stream, l);
+  const dim3 grid(static_cast<unsigned>(kGated ? (l.gate_tiles + per / 2 - 1) / (per / 2) : (tiles + per - 1) / per));
+  return kernels::LaunchProgrammatic(kernel, grid, dim3(kWarps * 32), kBytes, stream, l);
 }
 
-// The prologue kernels of `p` by the dtype of their operands.
-template <SmallMFp8Prologue kPro>
-cudaError_t launchPrologue(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  return p.prologue.dtype == DType::BF16 ? launchTiles<1, kPro, __nv_bfloat16>(p, stream)
-                                         : launchTiles<1, kPro, __half>(p, stream);
+template <int kTiles>
+cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
+  return p.gated_silu.out ? launchTiles<kTiles, true>(p, stream) : launchTiles<kTiles, false>(p, stream);
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -301,57 +278,29 @@ int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots) {
   return best;
 }
 
-namespace {
-
-// Why the prologue of `p` cannot run (small_m_fp8_gemm.h), or nullptr.
-const char* prologueUnsupported(const SmallMFp8GemmParams& p) {
-  const SmallMFp8PrologueParams& q = p.prologue;
-  const bool norm = q.kind == SmallMFp8Prologue::kRmsNormQuant;
-  if (p.M > kSmallMFp8PrologueMaxRows) return "a prologue takes at most 8 rows";
-  if (q.dtype != DType::BF16 && q.dtype != DType::F16) return "the prologue's operands must be BF16 or F16";
-  if (!q.input || !q.scale) return "the prologue needs its input and scale";
-  // rows of 16-byte vectors (elements: 2 bytes)
-  const auto rows16 = [](const void* ptr, int64_t stride) { return aligned16(ptr) && stride % 8 == 0; };
-  if (!rows16(q.input, q.input_row_stride) || q.input_row_stride < (norm ? p.K : 2 * p.K))
-    return "the prologue's input rows must be 16-byte aligned and cover its width";
-  if (!norm) return nullptr;
-  if (p.K > kSmallMFp8NormPrologueMaxK) return "a norm prologue takes K up to 16384";
-  if (q.weight && !aligned16(q.weight)) return "the norm weight must be 16-byte aligned";
-  if (q.residual && (!rows16(q.residual, q.residual_row_stride) || q.residual_row_stride < p.K || !q.arrivals))
-    return "the residual rows must be 16-byte aligned and cover K, with an arrival counter";
-  const int64_t threads = q.norm_threads, vecs = q.norm_vecs_per_thread;
-  if (threads < 32 || threads > 1024 || threads % 32 != 0 || (vecs != 1 && vecs != 2 && vecs != 4 && vecs != 8) ||
-      threads * vecs * 8 < p.K)
-    return "the norm partition must be 32..1024 threads (a multiple of 32) of 1, 2, 4 or 8 vectors covering K";
-  return nullptr;
-}
-
-}  // namespace
-
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
-  const bool computed_x = p.prologue.kind != SmallMFp8Prologue::kNone;
   if (p.M < 1 || p.M > kSmallMFp8MaxRows) return "M must be 1..64";
   if (p.N < 1 || p.K < 16 || p.K % 16 != 0) return "N must be positive and K a positive multiple of 16";
-  if ((!computed_x && !p.x) || !p.w || !p.out || !p.scale_x || !p.scale_w)
-    return "x (unless a prologue computes it), w, out and both scales are required";
-  if (computed_x) {
-    if (const char* why = prologueUnsupported(p)) return why;
-  } else if (!aligned16(p.x) || p.x_row_stride < p.K || p.x_row_stride % 16 != 0) {
-    return "the x rows must be 16-byte aligned and cover K";
-  }
-  if (!aligned16(p.w) || p.w_row_stride < p.K || p.w_row_stride % 16 != 0)
-    return "the w rows must be 16-byte aligned and cover K";
+  if (!p.x || !p.w || (!p.out && !p.gated_silu.out) || !p.scale_x || !p.scale_w)
+    return "x, w, out (or the gated-SiLU output) and both scales are required";
+  if (!aligned16(p.x) || !aligned16(p.w)) return "x and w must be 16-byte aligned";
+  if (p.x_row_stride < p.K || p.x_row_stride % 16 != 0 || p.w_row_stride < p.K || p.w_row_stride % 16 != 0)
+    return "the x and w row strides must cover K and be multiples of 16 bytes";
   if (p.out_row_stride < p.N) return "the output row stride must cover N";
   if (!floatOutput(p.out_dtype) || (p.bias && !floatOutput(p.bias_dtype))) return "out and bias must be BF16, F16 or F32";
   if (p.N > 0x7fffffff || p.K > 0x7fffffff) return "N and K must be below 2^31 (tensor-map coordinates)";
+  const SmallMFp8GatedSilu& g = p.gated_silu;
+  if (g.out) {
+    if (p.M > kSmallMFp8MmaSyncMaxRows) return "the gated-SiLU epilogue takes at most 16 rows";
+    if (p.N % (2 * kRowsPerTile) != 0) return "the gated-SiLU epilogue needs N = 2d with d a multiple of 16";
+    if (p.out_dtype == DType::F32 || p.bias) return "the gated-SiLU epilogue rounds to BF16 or F16, without bias";
+    if (!g.scale || g.out_row_stride < p.N / 2) return "the gated-SiLU epilogue needs its scale and rows covering N/2";
+  }
   return nullptr;
 }
 
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
-  if (p.prologue.kind == SmallMFp8Prologue::kRmsNormQuant) return launchPrologue<SmallMFp8Prologue::kRmsNormQuant>(p, stream);
-  if (p.prologue.kind == SmallMFp8Prologue::kSiluAndMulQuant)
-    return launchPrologue<SmallMFp8Prologue::kSiluAndMulQuant>(p, stream);
   if (p.M > kSmallMFp8MmaSyncMaxRows) return LaunchSmallMFp8GemmWgmma(p, stream);
   return p.M <= kTokensPerTile ? launchTiles<1>(p, stream) : launchTiles<2>(p, stream);
 }

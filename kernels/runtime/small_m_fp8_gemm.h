@@ -26,37 +26,19 @@ using ::fxfuse::DType;
 // tiles of 8 tokens per warp); 17..64 rows run on the wgmma kernel (small_m_fp8_gemm_wgmma.cu).
 inline constexpr int64_t kSmallMFp8MaxRows = 64;
 inline constexpr int64_t kSmallMFp8MmaSyncMaxRows = 16;
-// The most rows a prologue takes (one mma tile of tokens), and the largest K of a norm prologue
-// (its 8 rows of FP8 activations are kept in shared memory).
-inline constexpr int64_t kSmallMFp8PrologueMaxRows = 8;
-inline constexpr int64_t kSmallMFp8NormPrologueMaxK = 16384;
 
-// What the mma.sync kernel computes its FP8 activations from when they are not given: the
-// step that would have written them runs inside the GEMM (a fused producer), with the same
-// rounding bit for bit (small_m_fp8_prologue.cuh says how):
-//   kRmsNormQuant:     x = fp8(RMSNorm(input (+ residual)) op scale), vLLM's (fused_add_)
-//                      rms_norm_static_fp8_quant; the residual is updated in place;
-//   kSiluAndMulQuant:  x = fp8(round16(round16(silu(gate)) * up) op scale), silu_and_mul_quant.
-enum class SmallMFp8Prologue { kNone, kRmsNormQuant, kSiluAndMulQuant };
-
-struct SmallMFp8PrologueParams {
-  SmallMFp8Prologue kind = SmallMFp8Prologue::kNone;
-  DType dtype = DType::BF16;     // input, residual and weight: BF16 or F16
-  const void* input = nullptr;   // norm: [M, K]; SiLU: [M, 2K], gate then up; 16-byte aligned rows
-  int64_t input_row_stride = 0;  // elements
-  void* residual = nullptr;      // norm, optional: [M, K], overwritten with round16(input + residual)
-  int64_t residual_row_stride = 0;
-  bool residual_unrounded = false;  // norm: the variance of the fp32 sum (vLLM's native spelling)
-  const void* weight = nullptr;     // norm, optional: [K]
-  float epsilon = 0.f;
-  const float* scale = nullptr;  // [1] fp32 static FP8 scale of x
-  bool divide = false;           // x = fp8(v / scale) instead of fp8(v * (1 / scale))
-  // norm: the row kernel's partition (RmsNormQuantFp8RowPartition), so the sum of squares adds
-  // in its order
-  int norm_threads = 0, norm_vecs_per_thread = 0;
-  // norm with a residual: a device counter, zero before the launch and left zero after it (the
-  // last CTA to have read the residual writes it)
-  unsigned int* arrivals = nullptr;
+// The gated-SiLU epilogue of the mma.sync kernel (at most 16 rows): the step after a
+// gate/up projection, vLLM's silu_and_mul_quant, done by the GEMM on its own output. With N =
+// 2d, output columns n < d are the gates and d + n the ups; the GEMM's outputs are rounded to
+// out_dtype (BF16 or F16) as the unfused GEMM would write them, then
+//   silu[token, n] = fp8(round16(round16(silu(gate)) * up) op scale)
+// as silu_and_mul_quant computes it (kernels/device/numeric.cuh), and `out` is not written. A
+// CTA holds matching gate and up tiles, so nothing is computed twice.
+struct SmallMFp8GatedSilu {
+  void* out = nullptr;         // F8E4M3FN [M, d]; null: no epilogue
+  int64_t out_row_stride = 0;  // bytes, >= d
+  const float* scale = nullptr;  // [1] fp32
+  bool divide = false;           // fp8(h / scale) instead of fp8(h * (1 / scale))
 };
 
 struct SmallMFp8GemmParams {
@@ -72,13 +54,13 @@ struct SmallMFp8GemmParams {
   void* out = nullptr;             // [M, N] of out_dtype, row stride out_row_stride elements
   int64_t out_row_stride = 0;
   DType out_dtype = DType::BF16;   // BF16, F16 or F32
-  SmallMFp8PrologueParams prologue;  // kind != kNone: x is computed (at most 8 rows), not read
+  SmallMFp8GatedSilu gated_silu;   // set: the epilogue above (out_dtype BF16 or F16, no bias)
 };
 
 // Why the kernel cannot take `p` (sizes, dtypes, alignment: K, the row strides and the x/w
-// pointers must be multiples of 16 bytes; a prologue takes at most 8 rows, 16-byte aligned
-// rows of its D16 operands, a K the norm partition covers and whose 8 activation rows fit in
-// shared memory), or nullptr when it can. Host-only; no GPU needed.
+// pointers must be multiples of 16 bytes; the gated-SiLU epilogue takes at most 16 rows, an N
+// of two halves of whole 16-row tiles, a D16 output and no bias), or nullptr when it can.
+// Host-only; no GPU needed.
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p);
 
 // Warps per tile of 16 weight rows (each takes one slice of K) for an N x K weight when

@@ -56,57 +56,32 @@ TEST_CASE("small-M FP8 GEMM refuses what it cannot compute", "[gemm]") {
   CHECK(LaunchSmallMFp8Gemm(p, nullptr) == cudaErrorInvalidValue);  // refused before any CUDA call
 }
 
-SmallMFp8GemmParams withPrologue(SmallMFp8Prologue kind, int64_t M, int64_t K) {
-  static unsigned int arrivals = 0;
-  SmallMFp8GemmParams p = decode(M, 64, K);
-  p.x = nullptr;  // computed
-  p.prologue.kind = kind;
-  p.prologue.input = storage, p.prologue.input_row_stride = kind == SmallMFp8Prologue::kRmsNormQuant ? K : 2 * K;
-  p.prologue.scale = &scale;
-  if (kind == SmallMFp8Prologue::kRmsNormQuant) {
-    p.prologue.residual = storage, p.prologue.residual_row_stride = K, p.prologue.arrivals = &arrivals;
-    p.prologue.weight = storage;
-    p.prologue.norm_threads = static_cast<int>((K / 8 + 31) / 32 * 32), p.prologue.norm_vecs_per_thread = 1;
-  }
+SmallMFp8GemmParams gatedSilu(int64_t M, int64_t d, int64_t K) {
+  SmallMFp8GemmParams p = decode(M, 2 * d, K);
+  p.out = nullptr;  // the epilogue writes its own output only
+  p.gated_silu.out = storage, p.gated_silu.out_row_stride = d, p.gated_silu.scale = &scale;
   return p;
 }
 
-TEST_CASE("small-M FP8 GEMM prologues: what they take and refuse", "[gemm]") {
-  using P = SmallMFp8Prologue;
-  CHECK(SmallMFp8GemmUnsupported(withPrologue(P::kRmsNormQuant, 8, 4096)) == nullptr);
-  CHECK(SmallMFp8GemmUnsupported(withPrologue(P::kSiluAndMulQuant, 1, 14336)) == nullptr);
-  CHECK(SmallMFp8GemmUnsupported(withPrologue(P::kSiluAndMulQuant, 9, 4096)) != nullptr);  // one token tile
-  CHECK(SmallMFp8GemmUnsupported(withPrologue(P::kRmsNormQuant, 4, 16400)) != nullptr);   // rows past shared memory
-  SmallMFp8GemmParams p = withPrologue(P::kRmsNormQuant, 4, 4096);
-  p.prologue.norm_threads = 256;  // 256 threads x 1 vector cover 2048 of 4096
+TEST_CASE("small-M FP8 GEMM gated-SiLU epilogue: what it takes and refuses", "[gemm]") {
+  CHECK(SmallMFp8GemmUnsupported(gatedSilu(1, 14336, 4096)) == nullptr);  // Llama-3.1-8B gate/up
+  CHECK(SmallMFp8GemmUnsupported(gatedSilu(16, 28672, 8192)) == nullptr);
+  CHECK(SmallMFp8GemmUnsupported(gatedSilu(17, 14336, 4096)) != nullptr);  // the wgmma kernel's rows
+  CHECK(SmallMFp8GemmUnsupported(gatedSilu(4, 24, 256)) != nullptr);       // d not whole 16-row tiles
+  SmallMFp8GemmParams p = gatedSilu(4, 64, 256);
+  p.out_dtype = DType::F32;  // the chain's GEMM output is what SiLU reads: BF16 or F16
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p.prologue.norm_vecs_per_thread = 2;
-  CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
-  p.prologue.norm_vecs_per_thread = 3;
+  p = gatedSilu(4, 64, 256);
+  p.bias = storage;
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p = withPrologue(P::kRmsNormQuant, 4, 4096);
-  p.prologue.arrivals = nullptr;  // a residual needs its counter
+  p = gatedSilu(4, 64, 256);
+  p.gated_silu.scale = nullptr;
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p.prologue.residual = nullptr;
-  CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
-  p = withPrologue(P::kRmsNormQuant, 4, 4096);
-  p.prologue.residual_row_stride = 4100;  // rows not 16-byte aligned
+  p = gatedSilu(4, 64, 256);
+  p.gated_silu.out_row_stride = 63;
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p = withPrologue(P::kSiluAndMulQuant, 4, 4096);
-  p.prologue.input_row_stride = 4096;  // narrower than gate and up
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p = withPrologue(P::kSiluAndMulQuant, 4, 4096);
-  p.prologue.dtype = DType::F32;
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p = withPrologue(P::kSiluAndMulQuant, 4, 4096);
-  p.prologue.input = storage + 2;
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p = withPrologue(P::kSiluAndMulQuant, 4, 4096);
-  p.prologue.scale = nullptr;
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  CHECK(SmallMFp8GemmUnsupported(decode(4, 64, 4096)) == nullptr);
-  p = decode(4, 64, 4096);
-  p.x = nullptr;  // no prologue: x is read
+  p = gatedSilu(4, 64, 256);
+  p.gated_silu.out = nullptr;  // no epilogue, and no output either
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
 }
 

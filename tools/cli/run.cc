@@ -265,16 +265,14 @@ void printWeightPrefetches(const rt::Session& s) {
               lines.front().c_str());
 }
 
-// One line on the producer steps the last prepare fused into the small-M GEMMs after them
-// (docs/runtime.md "GEMM prologues").
-void printGemmPrologues(const rt::Session& s) {
-  const auto& lines = s.gemmPrologues();
+// One line on the steps the last prepare fused into the small-M GEMMs before them (docs/runtime.md
+// "GEMM epilogues").
+void printGemmEpilogues(const rt::Session& s) {
+  const auto& lines = s.gemmEpilogues();
   if (lines.empty()) return;
-  size_t norms = 0;
-  for (const auto& l : lines) norms += l.find("RMSNorm") != std::string::npos ? 1 : 0;
-  std::printf("GEMM prologues (FXFUSE_GEMM_PROLOGUE=0: off): %zu steps fused into the small-M GEMM after them "
-              "(%zu RMSNorm + quant, %zu SiLU-and-mul + quant; first: %s)\n",
-              lines.size(), norms, lines.size() - norms, lines.front().c_str());
+  std::printf("GEMM epilogues (FXFUSE_GEMM_EPILOGUE=0: off): %zu SiLU-and-mul + quant steps done by the gate/up GEMM "
+              "before them (first: %s)\n",
+              lines.size(), lines.front().c_str());
 }
 
 // What --describe says about matmul steps: the algorithm is chosen when a session prepares.
@@ -736,19 +734,19 @@ void registerBench(CLI::App& app, int& exit_code) {
       for (const auto& line : in_step) std::printf("  %s\n", line.c_str());
     }
     if (mg.rank <= 0) printWeightPrefetches(s);
-    if (mg.rank <= 0) printGemmPrologues(s);
+    if (mg.rank <= 0) printGemmEpilogues(s);
     std::string profile_json = "[]";
     if (profile > 0) profile_json = printStepProfile(l.plan, s.profileSteps(stream, profile), med * 1000.0);
     if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers
       ir::writeOutputFile(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
                                             "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
                                             "\"arena_bytes\": {}, \"gemm_tune\": {}, \"programmatic_launch\": {}, "
-                                            "\"gemm_prologues\": {}, \"kv_batch\": \"{}\", \"profile\": {}}}\n",
+                                            "\"gemm_epilogues\": {}, \"kv_batch\": \"{}\", \"profile\": {}}}\n",
                                             input, binds_s, med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
                                             no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes(),
                                             s.gemmTuning() ? "true" : "false",
                                             rt::Session::programmaticLaunch() ? "true" : "false",
-                                            s.gemmPrologues().size(), batch ? batch->describe() : "", profile_json));
+                                            s.gemmEpilogues().size(), batch ? batch->describe() : "", profile_json));
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     cudaStreamDestroy(stream);

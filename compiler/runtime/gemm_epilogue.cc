@@ -1,0 +1,76 @@
+// The gated-SiLU steps a small-M gate/up GEMM can take in as its epilogue (gemm_epilogue.h),
+// and the session's pass that fuses them once every step is prepared.
+#include "compiler/runtime/gemm_epilogue.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "compiler/runtime/runtime.h"
+#include "ir/status.h"
+
+namespace fxfuse::runtime {
+
+namespace k = ::fxfuse::kernels;
+namespace pb = ::fxfuse::plan::v1;
+
+std::optional<GatedSiluStep> GatedSiluOf(const k::SiluAndMulParams& q, int input_tensor, int output_tensor) {
+  if (q.output_dtype != DType::F8E4M3FN || !q.scale) return std::nullopt;
+  GatedSiluStep s;
+  s.epilogue.out = q.output;
+  s.epilogue.out_row_stride = q.output_row_stride ? q.output_row_stride : q.hidden_size;
+  s.epilogue.scale = q.scale;
+  s.epilogue.divide = k::SiluAndMulScaleDivides(q);
+  s.input = q.input;
+  s.input_row_stride = q.input_row_stride ? q.input_row_stride : 2 * q.hidden_size;
+  s.num_tokens = q.num_tokens, s.d = q.hidden_size, s.dtype = q.dtype;
+  s.input_tensor = input_tensor, s.output_tensor = output_tensor;
+  return s;
+}
+
+bool GemmEpilogueFromEnv() {
+  const char* v = std::getenv("FXFUSE_GEMM_EPILOGUE");
+  return !(v && std::string(v) == "0");
+}
+
+namespace {
+
+// Whether the GEMM output `gemm_out` of step `writer` is the SiLU step's input, read by that
+// step (writer + 1) only and no other operand of it: then it need not be written at all.
+bool onlyTheSiluReads(const pb::Plan& plan, int writer, int gemm_out, const GatedSiluStep& silu) {
+  if (silu.input_tensor != gemm_out) return false;
+  const int buffer = plan.tensors(gemm_out).buffer();
+  const pb::Buffer& b = plan.buffers(buffer);
+  return b.kind() == pb::ARENA && b.last_step() == writer + 1 && plan.tensors(silu.output_tensor).buffer() != buffer;
+}
+
+}  // namespace
+
+void Session::fuseGemmEpilogues() {
+  epilogue_lines_.clear();
+  if (!GemmEpilogueFromEnv()) return;
+  for (size_t si = 0; si + 1 < steps_.size(); ++si) {
+    Prepared& gemm = *steps_[si];
+    Prepared& silu = *steps_[si + 1];
+    if (!gemm.own_gemm || !silu.gated_silu) continue;
+    const GatedSiluStep& g = *silu.gated_silu;
+    SmallMFp8GemmParams p = *gemm.own_gemm;
+    const pb::Step& st = plan_.steps(static_cast<int>(si));
+    if (g.input != p.out || g.input_row_stride != p.out_row_stride || g.num_tokens != p.M || 2 * g.d != p.N ||
+        g.dtype != p.out_dtype || !onlyTheSiluReads(plan_, static_cast<int>(si), st.matmul().d(), g))
+      continue;
+    p.gated_silu = g.epilogue;
+    if (SmallMFp8GemmUnsupported(p)) continue;
+    gemm.run = [p, where = gemm.where](cudaStream_t s) {
+      if (const cudaError_t e = LaunchSmallMFp8Gemm(p, s); e != cudaSuccess)
+        fail("CUDA error in {}: {} ({})", where, cudaGetErrorString(e), cudaGetErrorName(e));
+    };
+    silu.run = [](cudaStream_t) {};
+    launches_--;
+    epilogue_lines_.push_back(fmt::format("{} into {}", silu.where, gemm.where));
+  }
+}
+
+}  // namespace fxfuse::runtime

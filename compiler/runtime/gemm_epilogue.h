@@ -1,0 +1,39 @@
+// Fusing the step after a gate/up projection into the GEMM (the small-M FP8 kernel's
+// gated-SiLU epilogue, kernels/runtime/small_m_fp8_gemm.h). The runtime does it when it
+// prepares a plan, after each matmul step has chosen its kernel: it applies only where the
+// GEMM runs fxfuse's own kernel with at most 16 rows, which depends on the bound batch and on
+// measurement, so it is not the lowering's to decide.
+//
+//   step i:   gate/up matmul (own small-M kernel) ─► y [M, 2d] BF16/F16, read by step i+1 only
+//   step i+1: lib.silu_and_mul, FP8 output        ─► x [M, d] FP8
+//   becomes   step i: the GEMM writing x itself (same bytes);  step i+1: nothing
+//
+// docs/runtime.md "GEMM epilogues" says what it measured, and why the other direction (the
+// producer recomputed in the consumer GEMM's prologue) was dropped.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "kernels/runtime/small_m_fp8_gemm.h"
+#include "kernels/silu_and_mul.h"
+
+namespace fxfuse::runtime {
+
+// What a lib.silu_and_mul step would let the gate/up GEMM before it do instead.
+struct GatedSiluStep {
+  SmallMFp8GatedSilu epilogue;   // its FP8 output, scale and scale application
+  const void* input = nullptr;   // the [M, 2d] gate/up rows it reads
+  int64_t input_row_stride = 0;  // elements
+  int64_t num_tokens = 0, d = 0;
+  DType dtype = DType::BF16;
+  int input_tensor = -1, output_tensor = -1;  // plan tensors
+};
+
+// The step's epilogue form, or nullopt when it has none (a D16 output).
+std::optional<GatedSiluStep> GatedSiluOf(const kernels::SiluAndMulParams& q, int input_tensor, int output_tensor);
+
+// Whether sessions fuse epilogues (unless $FXFUSE_GEMM_EPILOGUE=0).
+bool GemmEpilogueFromEnv();
+
+}  // namespace fxfuse::runtime
