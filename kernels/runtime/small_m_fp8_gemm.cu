@@ -28,8 +28,6 @@
 // < N/2), its second half the matching up tiles, so each gate/up pair of outputs meets in the
 // block's shared memory and becomes one FP8 value of silu_and_mul_quant.
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "kernels/device/cp_async.cuh"
 #include "kernels/device/mbarrier.cuh"
@@ -229,20 +227,6 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   reduceAndStore<kTiles, kGated>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
 }
 
-// The split count: SmallMFp8GemmSplits, or as $FXFUSE_SMALL_M_SPLITS says for measurements
-// ("balanced": SmallMFp8GemmBalancedSplits; 1, 2, 4 or 8: that many, at most one per K step).
-int splitsFor(const SmallMFp8GemmParams& p, int sms, int per_sm) {
-  static const std::string forced = [] {
-    const char* v = std::getenv("FXFUSE_SMALL_M_SPLITS");
-    return std::string(v ? v : "");
-  }();
-  const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
-  if (forced == "balanced") return SmallMFp8GemmBalancedSplits(p.N, p.K, sms);
-  for (int s = kWarps; s >= 1; s /= 2)
-    if (forced == std::to_string(s)) return static_cast<int>(s <= k_steps ? s : 1);
-  return SmallMFp8GemmSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
-}
-
 template <int kTiles, bool kGated>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   constexpr int kBytes = smemBytes<kTiles, kGated>();
@@ -256,7 +240,7 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
   Launch l{p, 1, 0, tiles / 2};
-  l.splits = splitsFor(p, sms, per_sm);
+  l.splits = SmallMFp8GemmSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
   if (kGated && l.splits > kWarps / 2) l.splits = kWarps / 2;  // at least one gate/up pair per block
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
   const int64_t per = kWarps / l.splits;
@@ -290,20 +274,6 @@ int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots) {
     }
     const double fill = static_cast<double>(blocks) / static_cast<double>(waves * slots);
     if (best_fill <= 1 && fill >= best_fill) best = s, best_fill = fill;
-  }
-  return best;
-}
-
-int SmallMFp8GemmBalancedSplits(int64_t N, int64_t K, int64_t sms) {
-  const int64_t tiles = (N + kRowsPerTile - 1) / kRowsPerTile, k_steps = (K + kStepBytes - 1) / kStepBytes;
-  const int64_t processors = sms > 0 ? sms : 1;
-  int best = 1;
-  int64_t best_load = -1;
-  for (int s = 1; s <= kWarps; s *= 2) {
-    if (s > 1 && k_steps < s) break;
-    const int64_t per = kWarps / s, blocks = (tiles + per - 1) / per;
-    const int64_t load = (blocks + processors - 1) / processors * (per < tiles ? per : tiles);  // busiest one's tiles
-    if (best_load < 0 || load < best_load) best = s, best_load = load;
   }
   return best;
 }

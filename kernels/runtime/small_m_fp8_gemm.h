@@ -69,12 +69,6 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p);
 // from start to end), else the one whose last wave is fullest (ties: more). Host-only.
 int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots);
 
-// The same choice by the balance of the weight bytes across `sms` multiprocessors: blocks are
-// spread breadth-first, so the busiest multiprocessor streams ceil(blocks / sms) blocks' tiles;
-// the split count (1, 2, 4, 8, at most one per 128-byte K step) whose busiest multiprocessor
-// streams the fewest tiles (ties: fewer splits). Host-only.
-int SmallMFp8GemmBalancedSplits(int64_t N, int64_t K, int64_t sms);
-
 // CTAs per tile of 64 weight rows for the wgmma kernel (each takes one slice of K; a tile's
 // CTAs form a cluster) when `cta_slots` CTAs fit on the GPU at once: the most of 1, 2 and 4
 // whose CTAs all fit in one wave with at least two 128-byte K steps each, else 1. Host-only.

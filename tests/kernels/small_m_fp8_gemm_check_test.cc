@@ -103,17 +103,6 @@ TEST_CASE("small-M FP8 GEMM splits K to fill one wave of blocks", "[gemm]") {
   CHECK(SmallMFp8GemmSplits(16, 4096, 0) == 8);
 }
 
-TEST_CASE("small-M FP8 GEMM: the balanced split count", "[gemm]") {
-  // Llama-3.1-8B gate/up: 1792 tiles in 224 blocks of 8 leave 92 of 132 multiprocessors with
-  // two blocks (16 tiles against 13.6 on average); 4 slices: 896 blocks of 2 tiles, at most 14.
-  CHECK(SmallMFp8GemmBalancedSplits(28672, 4096, 132) == 4);
-  CHECK(SmallMFp8GemmBalancedSplits(6144, 4096, 132) == 8);   // qkv: 384 blocks of one tile
-  CHECK(SmallMFp8GemmBalancedSplits(4096, 14336, 132) == 4);  // down: 128 blocks of 2 tiles (8: 256 of 1, a tie)
-  CHECK(SmallMFp8GemmBalancedSplits(57344, 8192, 132) == 2);  // 70B gate/up: 896 blocks of 4
-  CHECK(SmallMFp8GemmBalancedSplits(16, 256, 132) == 1);      // one tile: every split count is one block
-  CHECK(SmallMFp8GemmBalancedSplits(16, 16, 132) == 1);
-}
-
 TEST_CASE("small-M FP8 GEMM (wgmma) splits K across a cluster to fill one wave", "[gemm]") {
   const int64_t h200 = 132 * 3;  // multiprocessors x CTAs per multiprocessor (64-token CTAs)
   // Llama-3.1-8B, tiles of 64 weight rows: qkv (96 tiles), o and down (64) fit one wave with 4
