@@ -13,10 +13,9 @@ using device::RowOutput;
 using device::RowsVectorizable;
 using internal::ResolveStride;
 
-namespace {
-
-// The row kernel's arguments for `p` and its launch shape on the current device.
-Status PlanRowLaunch(const RmsNormQuantFp8Params& p, RowKernelArgs* out, internal::RowLaunchConfig* config) {
+Status RmsNormQuantFp8(const RmsNormQuantFp8Params& p, cudaStream_t stream) {
+  FXFUSE_KERNELS_RETURN_IF_ERROR(p.Check());
+  if (p.num_tokens == 0) return Status::Ok();
   const int64_t h = p.hidden_size;
   const bool has_residual = p.residual != nullptr;
   RowKernelArgs a;
@@ -38,33 +37,10 @@ Status PlanRowLaunch(const RmsNormQuantFp8Params& p, RowKernelArgs* out, interna
   if (has_residual) vectorizable = vectorizable && RowsVectorizable(a.residual, a.residual_stride, 2);
   int sm_count = 0;
   FXFUSE_KERNELS_RETURN_IF_ERROR(internal::CurrentDeviceSmCount(&sm_count));
-  *out = a;
-  return internal::ChooseRowLaunchConfig(p.num_tokens, h, vectorizable, sm_count, p.tuning, config,
-                                         internal::NormRowWork(has_residual));
-}
-
-}  // namespace
-
-Status RmsNormQuantFp8RowPartition(const RmsNormQuantFp8Params& p, RmsNormRowPartition* partition) {
-  FXFUSE_KERNELS_RETURN_IF_ERROR(p.Check());
-  RowKernelArgs a;
   internal::RowLaunchConfig config;
-  FXFUSE_KERNELS_RETURN_IF_ERROR(PlanRowLaunch(p, &a, &config));
-  if (!config.vectorized) return Status::InvalidArgument("RmsNormQuantFp8: these rows take the scalar path");
-  partition->threads = config.threads;
-  partition->vecs_per_thread = config.vecs_per_thread;
-  partition->residual_unrounded = a.residual_unrounded;
-  partition->divide = a.divide;
-  return Status::Ok();
-}
-
-Status RmsNormQuantFp8(const RmsNormQuantFp8Params& p, cudaStream_t stream) {
-  FXFUSE_KERNELS_RETURN_IF_ERROR(p.Check());
-  if (p.num_tokens == 0) return Status::Ok();
-  const bool has_residual = p.residual != nullptr;
-  RowKernelArgs a;
-  internal::RowLaunchConfig config;
-  FXFUSE_KERNELS_RETURN_IF_ERROR(PlanRowLaunch(p, &a, &config));
+  FXFUSE_KERNELS_RETURN_IF_ERROR(
+      internal::ChooseRowLaunchConfig(p.num_tokens, h, vectorizable, sm_count, p.tuning, &config,
+                                      internal::NormRowWork(has_residual)));
   const int64_t t = p.num_tokens;
   switch (p.scale.kind) {
     case Fp8ScaleKind::kStaticPerTensor:

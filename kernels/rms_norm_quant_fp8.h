@@ -45,20 +45,6 @@ struct RmsNormQuantFp8Params {
 
 Status RmsNormQuantFp8(const RmsNormQuantFp8Params& params, cudaStream_t stream);
 
-// How the 16-byte row kernel splits one row of `params` on the current device: `threads`
-// threads, thread t holding the 8-element vectors t + i * threads (i < vecs_per_thread); the
-// sum of squares adds each thread's vectors in order, then reduces across the block
-// (kernels/device/reduce.cuh). A kernel that recomputes the normalization with this partition
-// (the small-M FP8 GEMM's row-norm epilogue) gets the same bits. The rounding and scale options are
-// resolved as the kernel resolves them. InvalidArgument when the rows take the scalar path.
-struct RmsNormRowPartition {
-  int threads = 0;
-  int vecs_per_thread = 0;
-  bool residual_unrounded = false;  // the variance of the unrounded fp32 sum x + r
-  bool divide = false;              // quantize with n / s instead of n * (1/s)
-};
-Status RmsNormQuantFp8RowPartition(const RmsNormQuantFp8Params& params, RmsNormRowPartition* partition);
-
 }  // namespace fxfuse::kernels
 
 #endif  // FXFUSE_KERNELS_RMS_NORM_QUANT_FP8_H_

@@ -30,28 +30,6 @@ std::optional<GatedSiluStep> GatedSiluOf(const k::SiluAndMulParams& q, int input
   return s;
 }
 
-std::optional<RowNormStep> RowNormOf(const k::RmsNormQuantFp8Params& q) {
-  if (q.scale.kind != k::Fp8ScaleKind::kStaticPerTensor || !q.scale.scale) return std::nullopt;
-  if (q.weight && q.weight_dtype != q.dtype) return std::nullopt;
-  k::RmsNormRowPartition part;
-  if (!k::RmsNormQuantFp8RowPartition(q, &part).ok()) return std::nullopt;
-  RowNormStep s;
-  SmallMFp8RowNorm& e = s.epilogue;
-  e.out = q.output;
-  e.out_row_stride = q.output_row_stride ? q.output_row_stride : q.hidden_size;
-  e.residual = q.residual;
-  e.residual_row_stride = q.residual_row_stride ? q.residual_row_stride : q.hidden_size;
-  e.residual_unrounded = part.residual_unrounded;
-  e.weight = q.weight;
-  e.epsilon = q.epsilon;
-  e.scale = q.scale.scale, e.divide = part.divide;
-  e.norm_threads = part.threads, e.norm_vecs_per_thread = part.vecs_per_thread;
-  s.input = q.input;
-  s.input_row_stride = q.input_row_stride ? q.input_row_stride : q.hidden_size;
-  s.num_tokens = q.num_tokens, s.hidden = q.hidden_size, s.dtype = q.dtype;
-  return s;
-}
-
 bool GemmEpilogueFromEnv() {
   const char* v = std::getenv("FXFUSE_GEMM_EPILOGUE");
   return !(v && std::string(v) == "0");
@@ -68,26 +46,6 @@ bool onlyTheSiluReads(const pb::Plan& plan, int writer, int gemm_out, const Gate
   return b.kind() == pb::ARENA && b.last_step() == writer + 1 && plan.tensors(silu.output_tensor).buffer() != buffer;
 }
 
-// The GEMM of `gemm` with the gated-SiLU step `g` as its epilogue, or nullopt when it cannot.
-std::optional<SmallMFp8GemmParams> withGatedSilu(const pb::Plan& plan, int si, SmallMFp8GemmParams p,
-                                                 const GatedSiluStep& g) {
-  if (g.input != p.out || g.input_row_stride != p.out_row_stride || g.num_tokens != p.M || 2 * g.d != p.N ||
-      g.dtype != p.out_dtype || !onlyTheSiluReads(plan, si, plan.steps(si).matmul().d(), g))
-    return std::nullopt;
-  p.gated_silu = g.epilogue;
-  return p;
-}
-
-// The GEMM with the row-norm step `n` as its epilogue (its output y is still written: the last
-// CTA reads it, and so may later steps), or nullopt when it cannot.
-std::optional<SmallMFp8GemmParams> withRowNorm(SmallMFp8GemmParams p, const RowNormStep& n) {
-  if (n.input != p.out || n.input_row_stride != p.out_row_stride || n.num_tokens != p.M || n.hidden != p.N ||
-      n.dtype != p.out_dtype)
-    return std::nullopt;
-  p.row_norm = n.epilogue;
-  return p;
-}
-
 }  // namespace
 
 void Session::fuseGemmEpilogues() {
@@ -95,30 +53,23 @@ void Session::fuseGemmEpilogues() {
   if (!GemmEpilogueFromEnv()) return;
   for (size_t si = 0; si + 1 < steps_.size(); ++si) {
     Prepared& gemm = *steps_[si];
-    Prepared& next = *steps_[si + 1];
-    if (!gemm.own_gemm) continue;
-    std::optional<SmallMFp8GemmParams> fused;
-    if (next.gated_silu) fused = withGatedSilu(plan_, static_cast<int>(si), *gemm.own_gemm, *next.gated_silu);
-    if (next.row_norm) fused = withRowNorm(*gemm.own_gemm, *next.row_norm);
-    if (!fused) continue;
-    SmallMFp8GemmParams p = *fused;
-    if (p.row_norm.out) {
-      void* arrivals = nullptr;
-      cudaError_t e = cudaMalloc(&arrivals, sizeof(unsigned int));
-      if (e == cudaSuccess) gemm.cleanup.push_back([arrivals] { cudaFree(arrivals); });
-      if (e == cudaSuccess) e = cudaMemset(arrivals, 0, sizeof(unsigned int));
-      if (e != cudaSuccess) fail("CUDA error in {}: {} (the row-norm epilogue's counter)", gemm.where, cudaGetErrorString(e));
-      p.row_norm.arrivals = static_cast<unsigned int*>(arrivals);
-    }
+    Prepared& silu = *steps_[si + 1];
+    if (!gemm.own_gemm || !silu.gated_silu) continue;
+    const GatedSiluStep& g = *silu.gated_silu;
+    SmallMFp8GemmParams p = *gemm.own_gemm;
+    const pb::Step& st = plan_.steps(static_cast<int>(si));
+    if (g.input != p.out || g.input_row_stride != p.out_row_stride || g.num_tokens != p.M || 2 * g.d != p.N ||
+        g.dtype != p.out_dtype || !onlyTheSiluReads(plan_, static_cast<int>(si), st.matmul().d(), g))
+      continue;
+    p.gated_silu = g.epilogue;
     if (SmallMFp8GemmUnsupported(p)) continue;
     gemm.run = [p, where = gemm.where](cudaStream_t s) {
       if (const cudaError_t e = LaunchSmallMFp8Gemm(p, s); e != cudaSuccess)
         fail("CUDA error in {}: {} ({})", where, cudaGetErrorString(e), cudaGetErrorName(e));
     };
-    next.run = [](cudaStream_t) {};
+    silu.run = [](cudaStream_t) {};
     launches_--;
-    epilogue_lines_.push_back(
-        fmt::format("{} into {} ({})", next.where, gemm.where, p.row_norm.out ? "row norm" : "gated SiLU"));
+    epilogue_lines_.push_back(fmt::format("{} into {}", silu.where, gemm.where));
   }
 }
 

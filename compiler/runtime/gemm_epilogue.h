@@ -1,18 +1,12 @@
-// Fusing the step after a GEMM into it (the small-M FP8 kernel's epilogues,
-// kernels/runtime/small_m_fp8_gemm.h). The runtime does it when it prepares a plan, after each
-// matmul step has chosen its kernel: it applies only where the GEMM runs fxfuse's own kernel
-// with at most 16 rows, which depends on the bound batch and on measurement, so it is not the
-// lowering's to decide.
+// Fusing the step after a gate/up projection into the GEMM (the small-M FP8 kernel's
+// gated-SiLU epilogue, kernels/runtime/small_m_fp8_gemm.h). The runtime does it when it
+// prepares a plan, after each matmul step has chosen its kernel: it applies only where the
+// GEMM runs fxfuse's own kernel with at most 16 rows, which depends on the bound batch and on
+// measurement, so it is not the lowering's to decide.
 //
-//   gated SiLU:
 //   step i:   gate/up matmul (own small-M kernel) ─► y [M, 2d] BF16/F16, read by step i+1 only
 //   step i+1: lib.silu_and_mul, FP8 output        ─► x [M, d] FP8
 //   becomes   step i: the GEMM writing x itself (same bytes);  step i+1: nothing
-//
-//   row norm:
-//   step i:   o/down matmul (own small-M kernel)  ─► y [M, N] BF16/F16
-//   step i+1: lib.rms_norm_quant_fp8 (static)     ─► residual += y, x = fp8(RMSNorm)
-//   becomes   step i: the GEMM, whose last CTA does step i+1 (same bytes);  step i+1: nothing
 //
 // docs/runtime.md "GEMM epilogues" says what it measured, and why the other direction (the
 // producer recomputed in the consumer GEMM's prologue) was dropped.
@@ -21,7 +15,6 @@
 #include <cstdint>
 #include <optional>
 
-#include "kernels/rms_norm_quant_fp8.h"
 #include "kernels/runtime/small_m_fp8_gemm.h"
 #include "kernels/silu_and_mul.h"
 
@@ -39,19 +32,6 @@ struct GatedSiluStep {
 
 // The step's epilogue form, or nullopt when it has none (a D16 output).
 std::optional<GatedSiluStep> GatedSiluOf(const kernels::SiluAndMulParams& q, int input_tensor, int output_tensor);
-
-// What a lib.rms_norm_quant_fp8 step would let the GEMM before it do instead.
-struct RowNormStep {
-  SmallMFp8RowNorm epilogue;     // its FP8 output, residual, weight, options (no counter)
-  const void* input = nullptr;   // the [M, N] rows it normalizes
-  int64_t input_row_stride = 0;  // elements
-  int64_t num_tokens = 0, hidden = 0;
-  DType dtype = DType::BF16;
-};
-
-// The step's epilogue form, or nullopt when it has none (a dynamic scale, rows the library
-// kernel runs on its scalar path). Needs the device (the partition depends on it).
-std::optional<RowNormStep> RowNormOf(const kernels::RmsNormQuantFp8Params& q);
 
 // Whether sessions fuse epilogues (unless $FXFUSE_GEMM_EPILOGUE=0).
 bool GemmEpilogueFromEnv();

@@ -541,7 +541,7 @@ std::function<void(cudaStream_t)> Session::prepareKernel(const pb::KernelLaunch&
   if (name.rfind("gen.", 0) == 0) return prepareGeneratedKernel(kl, where);
   if (name == "lib.rms_norm") return prepareRmsNorm(args);
   if (name == "lib.quant_fp8") return prepareQuantFp8(args);
-  if (name == "lib.rms_norm_quant_fp8") return prepareRmsNormQuantFp8(args, step);
+  if (name == "lib.rms_norm_quant_fp8") return prepareRmsNormQuantFp8(args);
   if (name == "lib.silu_and_mul") return prepareSiluAndMul(args, step);
   if (name == "rt.attention") return prepareAttention(args, &step->cleanup);
   if (name == "rt.reshape_and_cache" || name == "rt.paged_attention") return preparePagedKernel(name, args);
@@ -636,9 +636,8 @@ std::function<void(cudaStream_t)> Session::prepareQuantFp8(const KernelArgs& arg
   return checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::QuantFp8(p, s); }, where);
 }
 
-// lib.rms_norm_quant_fp8: RMSNorm of rows (optionally after adding a residual) quantized to FP8;
-// `step` learns whether the small-M GEMM before it could do it as its epilogue.
-std::function<void(cudaStream_t)> Session::prepareRmsNormQuantFp8(const KernelArgs& args, Prepared* step) {
+// lib.rms_norm_quant_fp8: RMSNorm of rows (optionally after adding a residual) quantized to FP8.
+std::function<void(cudaStream_t)> Session::prepareRmsNormQuantFp8(const KernelArgs& args) {
   const std::string& where = args.where;
   const k::Fp8ScaleSpec sc = args.fp8Scale();
   k::RmsNormQuantFp8Params q;
@@ -660,9 +659,7 @@ std::function<void(cudaStream_t)> Session::prepareRmsNormQuantFp8(const KernelAr
   q.output = args.tensor("output").data;
   q.output_row_stride = args.integer("output_row_stride");
   q.scale = sc;
-  auto launch = checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::RmsNormQuantFp8(p, s); }, where);
-  step->row_norm = RowNormOf(q);
-  return launch;
+  return checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::RmsNormQuantFp8(p, s); }, where);
 }
 
 // lib.silu_and_mul: SiLU(gate) * up of rows, optionally scaled into an FP8 output; `step`

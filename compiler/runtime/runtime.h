@@ -145,8 +145,7 @@ class Session {
   // Kernel launches one run() enqueues (kernels, matmuls, collectives; copies excluded).
   int launchesPerRun() const { return launches_; }
   // Per step the last prepare fused into the small-M GEMM before it as its epilogue
-  // (compiler/runtime/gemm_epilogue.h): "step 8 (silu_and_mul_quant) into step 7 (_scaled_mm_2)
-  // (gated SiLU)".
+  // (compiler/runtime/gemm_epilogue.h): "step 8 (silu_and_mul_quant) into step 7 (_scaled_mm_2)".
   const std::vector<std::string>& gemmEpilogues() const { return epilogue_lines_; }
   // Per weight prefetch of the last prepare (compiler/runtime/weight_prefetch.h):
   // "step 5 -> step 7 (node): 16777216 of 16777216 bytes".
@@ -160,7 +159,6 @@ class Session {
     std::function<void(cudaStream_t)> run;
     std::vector<std::function<void()>> cleanup;
     std::optional<GatedSiluStep> gated_silu;      // a SiLU step a gate/up GEMM may take in
-    std::optional<RowNormStep> row_norm;          // a norm step an o/down GEMM may take in
     std::optional<SmallMFp8GemmParams> own_gemm;  // the matmul runs fxfuse's small-M kernel
     Prepared() = default;
     Prepared(const Prepared&) = delete;
@@ -171,7 +169,7 @@ class Session {
   };
   struct PreparedPrefetch;  // one weight's L2 prefetch: its fork step and byte range
   void prepare(cudaStream_t stream);
-  // Fuses gated-SiLU and row-norm steps into the small-M GEMMs before them (gemm_epilogue.h).
+  // Fuses gated-SiLU steps into the small-M GEMMs before them (gemm_epilogue.h), in steps_.
   void fuseGemmEpilogues();
   void prepareCollectives();
   void prepareWeightPrefetches();
@@ -191,7 +189,7 @@ class Session {
                                                            const std::string& where);
   static std::function<void(cudaStream_t)> prepareRmsNorm(const KernelArgs& args);
   static std::function<void(cudaStream_t)> prepareQuantFp8(const KernelArgs& args);
-  static std::function<void(cudaStream_t)> prepareRmsNormQuantFp8(const KernelArgs& args, Prepared* step);
+  static std::function<void(cudaStream_t)> prepareRmsNormQuantFp8(const KernelArgs& args);
   static std::function<void(cudaStream_t)> prepareSiluAndMul(const KernelArgs& args, Prepared* step);
   static std::function<void(cudaStream_t)> prepareAttention(const KernelArgs& args,
                                                             std::vector<std::function<void()>>* cleanup);

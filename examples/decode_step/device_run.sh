@@ -10,7 +10,7 @@
 # budget), B70_BUDGET=150 (70B at batch 1, 8 x 1k, fxfuse and torch.compile default),
 # the A/B runs of AB_VARIANTS (below), B8FP8_BUDGET=60 (8B with an FP8 KV cache, fxfuse only;
 # its table is in summary.txt). A budget of 0 leaves that part out; SKIP_GEMM_TESTS=1 the
-# small-M GEMM tests (and its epilogues'), SKIP_ATTENTION_TEST=1 the sm90 attention kernel test.
+# small-M GEMM tests (and its gated-SiLU epilogue's), SKIP_ATTENTION_TEST=1 the sm90 attention kernel test.
 # TORCH_MODES_8B (default "eager,default"), B8_BATCHES (1,8,32,64), B8_CONTEXTS (1024,4096). PROFILE (default 10): per-step profile runs of each 8B point. At most 8 files come back: summary.txt (the
 # tables and the check lines), kv.txt, decode_*.json and decode_*.md of both models, logs.tgz.
 set -uo pipefail
@@ -19,7 +19,7 @@ OUT=${OUT:-/tmp/decode_out}
 mkdir -p "$OUT"
 D=/tmp/fxrt
 mkdir -p "$D" && tar -C "$D" -xJf .device_rt/bundle.tar.xz || { echo "no bundle: run tests/runtime/stage_device.sh" | tee "$OUT/summary.txt"; exit 2; }
-for b in fxfuse paged_attention_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_epilogue_gpu_test rotary_cache_write_gpu_test \
+for b in fxfuse paged_attention_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_gated_silu_gpu_test rotary_cache_write_gpu_test \
   attention_gpu_test; do
   [[ -e $D/$b ]] || continue
   mv "$D/$b" "$D/$b.bin"
@@ -43,8 +43,8 @@ fi
 if [[ ${SKIP_GEMM_TESTS:-0} != 1 ]]; then
   timeout 300 "$D/small_m_fp8_gemm_gpu_test" > "$LOGS/small_m_fp8_gemm.txt" 2>&1
   echo "small-M FP8 GEMM test (rc $?): $(tail -2 "$LOGS/small_m_fp8_gemm.txt" | tr '\n' ' ')" >> "$OUT/summary.txt"
-  timeout 300 "$D/small_m_fp8_epilogue_gpu_test" > "$LOGS/small_m_fp8_epilogue.txt" 2>&1
-  echo "small-M FP8 GEMM epilogue test (rc $?): $(tail -2 "$LOGS/small_m_fp8_epilogue.txt" | tr '\n' ' ')" >> "$OUT/summary.txt"
+  timeout 300 "$D/small_m_fp8_gated_silu_gpu_test" > "$LOGS/small_m_fp8_gated_silu.txt" 2>&1
+  echo "small-M FP8 GEMM gated-SiLU test (rc $?): $(tail -2 "$LOGS/small_m_fp8_gated_silu.txt" | tr '\n' ' ')" >> "$OUT/summary.txt"
 fi
 if [[ ${SKIP_ATTENTION_TEST:-0} != 1 && -e $D/attention_gpu_test ]]; then
   timeout 300 "$D/attention_gpu_test" > "$LOGS/attention_gpu_test.txt" 2>&1

@@ -26,9 +26,7 @@
 // The epilogue rounds as fxfuse's interpreter does (small_m_fp8_epilogue.cuh). With the
 // gated-SiLU epilogue a block's tiles are pairs: its first half are gate tiles (weight rows
 // < N/2), its second half the matching up tiles, so each gate/up pair of outputs meets in the
-// block's shared memory and becomes one FP8 value of silu_and_mul_quant. With the row-norm
-// epilogue the last block to finish normalizes the rows every block stored
-// (small_m_fp8_row_norm.cuh).
+// block's shared memory and becomes one FP8 value of silu_and_mul_quant.
 #include <cstdint>
 
 #include "kernels/device/cp_async.cuh"
@@ -36,7 +34,6 @@
 #include "kernels/device/pdl.cuh"
 #include "kernels/runtime/small_m_fp8_epilogue.cuh"
 #include "kernels/runtime/small_m_fp8_gemm.h"
-#include "kernels/runtime/small_m_fp8_row_norm.cuh"
 
 namespace fxfuse::runtime {
 namespace {
@@ -53,9 +50,6 @@ constexpr int kStepBytes = 128;    // K bytes of a row per step
 constexpr int kStageBytes = kRowsPerTile * kStepBytes;
 // Shared memory of a block: the warps' rings, then their partial sums [warp][acc][lane].
 constexpr int kRingBytes = kWarps * kStages * kStageBytes;
-// What the kernel does with its sums (small_m_fp8_gemm.h): store them, or one of the epilogues.
-enum class Epilogue { kStore, kGatedSilu, kRowNorm };
-
 // The gated-SiLU epilogue's sums of a block's tiles follow: [tile][acc][lane].
 template <int kTiles, bool kGated = false>
 constexpr int smemBytes() {
@@ -195,9 +189,8 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
   }
 }
 
-template <int kTiles, Epilogue kEpi>
+template <int kTiles, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8GemmKernel(const Launch l) {
-  constexpr bool kGated = kEpi == Epilogue::kGatedSilu;
   extern __shared__ __align__(128) uint8_t smem[];
   const SmallMFp8GemmParams& p = l.p;
   const int warp = threadIdx.x / 32;
@@ -232,15 +225,12 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   kernels::cpAsyncWait<0>();
   kernels::allowDependentGrids();
   reduceAndStore<kTiles, kGated>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
-  // The rings are drained: the last block's norm uses them as scratch.
-  if constexpr (kEpi == Epilogue::kRowNorm) small_m::rowNormByLastCta(p, reinterpret_cast<float*>(smem));
 }
 
-template <int kTiles, Epilogue kEpi>
+template <int kTiles, bool kGated>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  constexpr bool kGated = kEpi == Epilogue::kGatedSilu;
   constexpr int kBytes = smemBytes<kTiles, kGated>();
-  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kEpi>;
+  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kGated>;
   cudaError_t e = dev::ensureSmemLimit<kernel>(kBytes);
   int device = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&device);
@@ -260,9 +250,7 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
 
 template <int kTiles>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  if (p.gated_silu.out) return launchTiles<kTiles, Epilogue::kGatedSilu>(p, stream);
-  if (p.row_norm.out) return launchTiles<kTiles, Epilogue::kRowNorm>(p, stream);
-  return launchTiles<kTiles, Epilogue::kStore>(p, stream);
+  return p.gated_silu.out ? launchTiles<kTiles, true>(p, stream) : launchTiles<kTiles, false>(p, stream);
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -290,29 +278,6 @@ int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots) {
   return best;
 }
 
-namespace {
-
-// Why the row-norm epilogue of `p` cannot run (small_m_fp8_gemm.h), or nullptr.
-const char* rowNormUnsupported(const SmallMFp8GemmParams& p) {
-  const SmallMFp8RowNorm& q = p.row_norm;
-  if (p.gated_silu.out) return "a GEMM takes one epilogue";
-  if (p.M > kSmallMFp8MmaSyncMaxRows) return "the row-norm epilogue takes at most 16 rows";
-  if (p.out_dtype == DType::F32) return "the row-norm epilogue normalizes BF16 or F16 rows";
-  const auto rows16 = [](const void* ptr, int64_t stride) { return aligned16(ptr) && stride % 8 == 0; };
-  if (p.N % 8 != 0 || !rows16(p.out, p.out_row_stride) || (q.residual && !rows16(q.residual, q.residual_row_stride)) ||
-      (q.weight && !aligned16(q.weight)) || !aligned16(q.out) || q.out_row_stride % 8 != 0)
-    return "the row-norm epilogue reads and writes rows of 16-byte vectors";
-  if (q.out_row_stride < p.N || (q.residual && q.residual_row_stride < p.N)) return "the row-norm rows must cover N";
-  if (!q.scale || !q.arrivals) return "the row-norm epilogue needs its scale and arrival counter";
-  const int64_t threads = q.norm_threads, vecs = q.norm_vecs_per_thread;
-  if (threads < 32 || threads > 1024 || threads % 32 != 0 || (vecs != 1 && vecs != 2 && vecs != 4 && vecs != 8) ||
-      threads * vecs * 8 < p.N)
-    return "the norm partition must be 32..1024 threads (a multiple of 32) of 1, 2, 4 or 8 vectors covering N";
-  return nullptr;
-}
-
-}  // namespace
-
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
   if (p.M < 1 || p.M > kSmallMFp8MaxRows) return "M must be 1..64";
   if (p.N < 1 || p.K < 16 || p.K % 16 != 0) return "N must be positive and K a positive multiple of 16";
@@ -331,7 +296,6 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
     if (p.out_dtype == DType::F32 || p.bias) return "the gated-SiLU epilogue rounds to BF16 or F16, without bias";
     if (!g.scale || g.out_row_stride < p.N / 2) return "the gated-SiLU epilogue needs its scale and rows covering N/2";
   }
-  if (p.row_norm.out) return rowNormUnsupported(p);
   return nullptr;
 }
 

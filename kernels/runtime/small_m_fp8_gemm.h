@@ -41,26 +41,6 @@ struct SmallMFp8GatedSilu {
   bool divide = false;           // fp8(h / scale) instead of fp8(h * (1 / scale))
 };
 
-// The row-norm epilogue of the mma.sync kernel (at most 16 rows): the step after an o/down
-// projection, vLLM's fused_add_rms_norm_static_fp8_quant (rms_norm_static_fp8_quant without a
-// residual), done by the GEMM's last CTA to finish on the output rows y all CTAs wrote:
-//   residual <- round16(y + residual);  norm_out = fp8(RMSNorm(y + residual) op scale)
-// with the library row kernel's rounding points and its partition of the sum of squares
-// (kernels/rms_norm_quant_fp8.h RmsNormQuantFp8RowPartition), so the bits are the chain's.
-struct SmallMFp8RowNorm {
-  void* out = nullptr;              // F8E4M3FN [M, N]; null: no epilogue
-  int64_t out_row_stride = 0;       // bytes, >= N
-  void* residual = nullptr;         // optional [M, N] of out_dtype, updated in place
-  int64_t residual_row_stride = 0;  // elements
-  bool residual_unrounded = false;  // the variance of the fp32 sum (vLLM's native spelling)
-  const void* weight = nullptr;     // optional [N] of out_dtype
-  float epsilon = 0.f;
-  const float* scale = nullptr;     // [1] fp32 static scale
-  bool divide = false;              // fp8(n / scale) instead of fp8(n * (1 / scale))
-  int norm_threads = 0, norm_vecs_per_thread = 0;  // the row kernel's partition
-  unsigned int* arrivals = nullptr;  // device counter, zero before a launch and left zero after it
-};
-
 struct SmallMFp8GemmParams {
   int64_t M = 0, N = 0, K = 0;
   const void* x = nullptr;  // F8E4M3FN [M, K], row stride x_row_stride elements (bytes)
@@ -75,14 +55,11 @@ struct SmallMFp8GemmParams {
   int64_t out_row_stride = 0;
   DType out_dtype = DType::BF16;   // BF16, F16 or F32
   SmallMFp8GatedSilu gated_silu;   // set: the epilogue above (out_dtype BF16 or F16, no bias)
-  SmallMFp8RowNorm row_norm;       // set: the epilogue above (out_dtype BF16 or F16)
 };
 
 // Why the kernel cannot take `p` (sizes, dtypes, alignment: K, the row strides and the x/w
 // pointers must be multiples of 16 bytes; the gated-SiLU epilogue takes at most 16 rows, an N
-// of two halves of whole 16-row tiles, a D16 output and no bias; the row-norm epilogue at most
-// 16 rows, D16 output rows of 16-byte vectors, a partition covering N and its counter; not
-// both), or nullptr when it can.
+// of two halves of whole 16-row tiles, a D16 output and no bias), or nullptr when it can.
 // Host-only; no GPU needed.
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p);
 

@@ -85,43 +85,6 @@ TEST_CASE("small-M FP8 GEMM gated-SiLU epilogue: what it takes and refuses", "[g
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
 }
 
-SmallMFp8GemmParams rowNorm(int64_t M, int64_t N, int64_t K) {
-  static unsigned int arrivals = 0;
-  SmallMFp8GemmParams p = decode(M, N, K);
-  SmallMFp8RowNorm& e = p.row_norm;
-  e.out = storage, e.out_row_stride = N;
-  e.residual = storage, e.residual_row_stride = N;
-  e.weight = storage, e.scale = &scale, e.arrivals = &arrivals;
-  e.norm_threads = static_cast<int>((N / 8 + 31) / 32 * 32), e.norm_vecs_per_thread = 1;
-  return p;
-}
-
-TEST_CASE("small-M FP8 GEMM row-norm epilogue: what it takes and refuses", "[gemm]") {
-  CHECK(SmallMFp8GemmUnsupported(rowNorm(1, 4096, 4096)) == nullptr);  // Llama-3.1-8B o
-  CHECK(SmallMFp8GemmUnsupported(rowNorm(16, 4096, 14336)) == nullptr);
-  CHECK(SmallMFp8GemmUnsupported(rowNorm(17, 4096, 4096)) != nullptr);  // the wgmma kernel's rows
-  SmallMFp8GemmParams p = rowNorm(4, 4096, 4096);
-  p.row_norm.norm_threads = 256;  // 256 threads x 1 vector cover 2048 of 4096
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p.row_norm.norm_vecs_per_thread = 2;
-  CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
-  p = rowNorm(4, 4096, 4096);
-  p.row_norm.arrivals = nullptr;
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p = rowNorm(4, 4096, 4096);
-  p.out_row_stride = 4100;  // rows of y not 16-byte vectors
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p = rowNorm(4, 4096, 4096);
-  p.row_norm.residual_row_stride = 4000;  // narrower than N
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p = rowNorm(4, 4096, 4096);
-  p.out_dtype = DType::F32;
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p = rowNorm(4, 4096, 4096);
-  p.gated_silu.out = storage, p.gated_silu.out_row_stride = 2048, p.gated_silu.scale = &scale;  // one epilogue at most
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-}
-
 TEST_CASE("small-M FP8 GEMM splits K to fill one wave of blocks", "[gemm]") {
   const int64_t h200 = 132 * 3;  // multiprocessors x blocks of the kernel per multiprocessor
   // Llama-3.1-8B: qkv, o and down fit one wave with 8 slices; gate/up (1792 tiles) only with 1.

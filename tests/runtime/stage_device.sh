@@ -1,6 +1,6 @@
 #!/bin/bash
 # Builds fxfuse, the build-time example and the GPU tests of the runtime's kernels (paged
-# attention, rotary cache write, small-M GEMM and its epilogues, attention) for sm_90a here and
+# attention, rotary cache write, small-M GEMM and its gated-SiLU epilogue, attention) for sm_90a here and
 # packs them, with the shared libraries they need that a bare CUDA image may lack (OpenBLAS,
 # libzip, simdjson and their dependencies), into .device_rt/bundle.tar.xz (git-ignored via .git/info/exclude), which the
 # device tool carries (`carry: [".device_rt"]`). tests/runtime/device_final.sh unpacks it there.
@@ -10,13 +10,13 @@ set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.device_rt/' .git/info/exclude 2>/dev/null || echo '/.device_rt/' >> .git/info/exclude
 bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:paged_attention_gpu_test \
-  //tests/kernels:small_m_fp8_gemm_gpu_test //tests/kernels:small_m_fp8_epilogue_gpu_test \
+  //tests/kernels:small_m_fp8_gemm_gpu_test //tests/kernels:small_m_fp8_gated_silu_gpu_test \
   //tests/kernels:rotary_cache_write_gpu_test \
   //tests/kernels/attention:attention_gpu_test
 bin=$(bazel info bazel-bin)
 stage=$(mktemp -d)
 mkdir -p "$stage/lib"
-tests=(paged_attention_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_epilogue_gpu_test rotary_cache_write_gpu_test
+tests=(paged_attention_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_gated_silu_gpu_test rotary_cache_write_gpu_test
   attention/attention_gpu_test)
 bins=(fxfuse)
 [[ ${SLIM:-0} == 1 ]] || bins+=(decoder_example)

@@ -270,11 +270,9 @@ void printWeightPrefetches(const rt::Session& s) {
 void printGemmEpilogues(const rt::Session& s) {
   const auto& lines = s.gemmEpilogues();
   if (lines.empty()) return;
-  size_t norms = 0;
-  for (const auto& l : lines) norms += l.find("(row norm)") != std::string::npos ? 1 : 0;
-  std::printf("GEMM epilogues (FXFUSE_GEMM_EPILOGUE=0: off): %zu steps done by the small-M GEMM before them: %zu "
-              "RMSNorm + quant, %zu SiLU-and-mul + quant (first: %s)\n",
-              lines.size(), norms, lines.size() - norms, lines.front().c_str());
+  std::printf("GEMM epilogues (FXFUSE_GEMM_EPILOGUE=0: off): %zu SiLU-and-mul + quant steps done by the gate/up GEMM "
+              "before them (first: %s)\n",
+              lines.size(), lines.front().c_str());
 }
 
 // What --describe says about matmul steps: the algorithm is chosen when a session prepares.

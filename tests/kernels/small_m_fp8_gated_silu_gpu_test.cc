@@ -1,7 +1,5 @@
-// GPU test of the small-M FP8 GEMM's epilogues (kernels/runtime/small_m_fp8_gemm.h) against the
-// unfused chains they replace.
-//
-// Gated SiLU: the gate/up GEMM that applies silu_and_mul_quant to its own output must give the bytes of
+// GPU test of the small-M FP8 GEMM's gated-SiLU epilogue (kernels/runtime/small_m_fp8_gemm.h):
+// the gate/up GEMM that applies silu_and_mul_quant to its own output must give the bytes of
 // the unfused chain (the GEMM writing [M, 2d] in BF16/F16, then the library's
 // silu_and_mul_quant) wherever both GEMMs split K the same way (K <= 512: at most four slices,
 // which the epilogue keeps; the Llama-3.1-8B gate/up shape: one slice), for both output dtypes,
@@ -10,14 +8,6 @@
 // slices than the plain GEMM (Llama-3.1-70B's gate/up: 8 → 4) the GEMM sums in another order,
 // so there the outputs may differ by one FP8 step in a few elements and no more. A swapped gate
 // and up, a misplaced pair or a lost rounding step changes most bytes.
-//
-// Row norm: the o/down GEMM whose last CTA does fused_add_rms_norm_static_fp8_quant must give
-// the chain's bytes (the GEMM, then the library's RmsNormQuantFp8) in its output rows, the FP8
-// rows and the updated residual, with and without residual and weight, both variances, both
-// scale applications, both D16 dtypes, every token-tile count, a width whose norm partition
-// has idle threads, and the Llama widths; each fused case runs twice on the same inputs (the
-// arrival counter must re-arm itself). A CTA normalizing before the others stored, a row of
-// another token or a sum in another order changes bytes here.
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
@@ -28,7 +18,6 @@
 #include <random>
 #include <vector>
 
-#include "kernels/rms_norm_quant_fp8.h"
 #include "kernels/runtime/small_m_fp8_gemm.h"
 #include "kernels/silu_and_mul.h"
 #include "tests/kernels/gpu_test_util.h"
@@ -38,7 +27,6 @@ namespace {
 
 using kernels::testing::DeviceBuffer;
 using kernels::testing::NextSeed;
-using kernels::testing::RandomD16;
 
 struct Case {
   int64_t M, d, K;
@@ -148,103 +136,6 @@ TEST_CASE("gated-SiLU epilogue: Llama-3.1-8B and 70B gate/up", "[gpu][gemm]") {
   runCase({16, 14336, 4096});
   runCase({1, 28672, 8192, DType::BF16, false, 0, false});  // 70B: 8 slices plain, 4 gated
   runCase({8, 28672, 8192, DType::BF16, false, 0, false});
-}
-
-struct NormCase {
-  int64_t M, N, K;
-  DType dtype = DType::BF16;
-  bool residual = true, weight = true, unrounded = false, divide = false;
-};
-
-void runNorm(const NormCase& c) {
-  const uint64_t seed = NextSeed();
-  std::mt19937_64 rng(seed);
-  INFO("M " << c.M << " N " << c.N << " K " << c.K << " " << kernels::DTypeName(c.dtype) << " residual "
-            << c.residual << " weight " << c.weight << " unrounded " << c.unrounded << " divide " << c.divide
-            << " seed " << seed);
-  const size_t rows = static_cast<size_t>(c.M * c.N);
-  DeviceBuffer dx(static_cast<size_t>(c.M * c.K)), dw(static_cast<size_t>(c.N * c.K)), dsx(4), dsw(4), dsq(4);
-  DeviceBuffer dy_chain(rows * 2), dy_fused(rows * 2), dres_chain(rows * 2), dres_fused(rows * 2), dgamma(c.N * 2);
-  DeviceBuffer dq_chain(rows), dq_fused(rows), arrivals(4);
-  dx.Upload(randomFp8(static_cast<size_t>(c.M * c.K), rng, 9));
-  dw.Upload(randomFp8(static_cast<size_t>(c.N * c.K), rng, 7));
-  dsx.Upload(std::vector<float>{2.0f / std::sqrt(static_cast<float>(c.K))});
-  dsw.Upload(std::vector<float>{1.0f});
-  dsq.Upload(std::vector<float>{0.0137f});
-  const std::vector<uint16_t> residual = RandomD16(rows, c.dtype, 4.0f, rng);
-  dres_chain.Upload(residual);
-  dgamma.Upload(RandomD16(static_cast<size_t>(c.N), c.dtype, 0.5f, rng));
-  FXFUSE_CUDA_REQUIRE(cudaMemset(arrivals.get(), 0, 4));
-  const float* scale = static_cast<const float*>(dsq.get());
-
-  SmallMFp8GemmParams p;
-  p.M = c.M, p.N = c.N, p.K = c.K;
-  p.x = dx.get(), p.x_row_stride = c.K;
-  p.w = dw.get(), p.w_row_stride = c.K;
-  p.scale_x = static_cast<const float*>(dsx.get()), p.scale_w = static_cast<const float*>(dsw.get());
-  p.out = dy_chain.get(), p.out_row_stride = c.N, p.out_dtype = c.dtype;
-  REQUIRE(SmallMFp8GemmUnsupported(p) == nullptr);
-  FXFUSE_CUDA_REQUIRE(LaunchSmallMFp8Gemm(p, nullptr));
-  kernels::RmsNormQuantFp8Params norm;
-  norm.num_tokens = c.M, norm.hidden_size = c.N, norm.dtype = norm.weight_dtype = c.dtype;
-  norm.input = dy_chain.get(), norm.input_row_stride = c.N;
-  if (c.weight) norm.weight = dgamma.get();
-  if (c.residual) norm.residual = dres_chain.get(), norm.residual_row_stride = c.N;
-  norm.residual_variance = c.unrounded ? kernels::ResidualVariance::kUnroundedSum : kernels::ResidualVariance::kRoundedSum;
-  norm.output = dq_chain.get(), norm.output_row_stride = c.N;
-  norm.scale.scale = const_cast<float*>(scale);
-  norm.scale.application = c.divide ? kernels::ScaleApplication::kDivide : kernels::ScaleApplication::kMultiplyByReciprocal;
-  kernels::RmsNormRowPartition part;
-  REQUIRE(kernels::RmsNormQuantFp8RowPartition(norm, &part).ok());
-  REQUIRE(kernels::RmsNormQuantFp8(norm, nullptr).ok());
-
-  SmallMFp8GemmParams q = p;
-  q.out = dy_fused.get();
-  SmallMFp8RowNorm& e = q.row_norm;
-  e.out = dq_fused.get(), e.out_row_stride = c.N;
-  if (c.residual) e.residual = dres_fused.get(), e.residual_row_stride = c.N;
-  e.residual_unrounded = part.residual_unrounded;
-  if (c.weight) e.weight = dgamma.get();
-  e.epsilon = norm.epsilon, e.scale = scale, e.divide = part.divide;
-  e.norm_threads = part.threads, e.norm_vecs_per_thread = part.vecs_per_thread;
-  e.arrivals = static_cast<unsigned int*>(arrivals.get());
-  const char* why = SmallMFp8GemmUnsupported(q);
-  INFO((why ? why : "accepted"));
-  REQUIRE(why == nullptr);
-  for (int run = 0; run < 2; ++run) {
-    INFO("run " << run);
-    dres_fused.Upload(residual);
-    dq_fused.Poison();
-    FXFUSE_CUDA_REQUIRE(LaunchSmallMFp8Gemm(q, nullptr));
-    FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
-    CHECK(dy_chain.Download<uint8_t>(rows * 2) == dy_fused.Download<uint8_t>(rows * 2));
-    CHECK(dq_chain.Download<uint8_t>(rows) == dq_fused.Download<uint8_t>(rows));
-    if (c.residual) CHECK(dres_chain.Download<uint8_t>(rows * 2) == dres_fused.Download<uint8_t>(rows * 2));
-    CHECK(arrivals.Download<uint32_t>(1)[0] == 0u);
-  }
-  // The data reach the FP8 range: most outputs are neither zero nor saturated.
-  const std::vector<uint8_t> fp8 = dq_chain.Download<uint8_t>(rows);
-  int64_t mid = 0;
-  for (uint8_t b : fp8) mid += (b & 0x7f) != 0 && (b & 0x7f) != 0x7e;
-  CHECK(mid * 2 > static_cast<int64_t>(rows));
-}
-
-TEST_CASE("row-norm epilogue: the chain's bytes at every token-tile count and option", "[gpu][gemm]") {
-  for (int64_t M : {1, 3, 8, 9, 16}) runNorm({M, 1040, 256});  // 130 vectors: 160 threads, 30 idle
-  for (DType t : {DType::BF16, DType::F16}) {
-    runNorm({4, 1040, 256, t, false});
-    runNorm({4, 1040, 256, t, true, false});
-    runNorm({4, 1040, 256, t, true, true, true});
-    runNorm({4, 1040, 256, t, true, true, false, true});
-  }
-}
-
-TEST_CASE("row-norm epilogue: Llama-3.1-8B and 70B o/down", "[gpu][gemm]") {
-  runNorm({1, 4096, 4096});    // 8B o
-  runNorm({8, 4096, 14336});   // 8B down
-  runNorm({16, 4096, 4096});
-  runNorm({1, 8192, 8192});    // 70B o: a partition of 1024 threads
-  runNorm({8, 8192, 28672});   // 70B down
 }
 
 }  // namespace
