@@ -451,6 +451,7 @@ void registerRun(CLI::App& app, int& exit_code) {
       std::printf("fused all-reduce steps (world size %d): %s\n", world, algos.c_str());
     }
     printMatmulAlgorithms(s);
+    printGemmEpilogues(s);
     std::vector<interp::RValue> ref;
     if (compare) ref = world > 1 ? lockstepReference(*ref_module, io, world, seed).at(static_cast<size_t>(mg.rank))
                                  : in.run(host_inputs);
