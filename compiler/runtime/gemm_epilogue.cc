@@ -37,13 +37,15 @@ bool GemmEpilogueFromEnv() {
 
 namespace {
 
-// Whether the GEMM output `gemm_out` of step `writer` is the SiLU step's input, read by that
-// step (writer + 1) only and no other operand of it: then it need not be written at all.
+// Whether the GEMM output `gemm_out` of step `writer` is the SiLU step's input, in a buffer
+// that step `writer` fills and step writer + 1 alone reads (not as its output): then it need
+// not be written at all.
 bool onlyTheSiluReads(const pb::Plan& plan, int writer, int gemm_out, const GatedSiluStep& silu) {
   if (silu.input_tensor != gemm_out) return false;
   const int buffer = plan.tensors(gemm_out).buffer();
   const pb::Buffer& b = plan.buffers(buffer);
-  return b.kind() == pb::ARENA && b.last_step() == writer + 1 && plan.tensors(silu.output_tensor).buffer() != buffer;
+  return b.kind() == pb::ARENA && b.first_step() == writer && b.last_step() == writer + 1 &&
+         plan.tensors(silu.output_tensor).buffer() != buffer;
 }
 
 }  // namespace

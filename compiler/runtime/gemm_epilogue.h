@@ -6,7 +6,11 @@
 //
 //   step i:   gate/up matmul (own small-M kernel) ─► y [M, 2d] BF16/F16, read by step i+1 only
 //   step i+1: lib.silu_and_mul, FP8 output        ─► x [M, d] FP8
-//   becomes   step i: the GEMM writing x itself (same bytes);  step i+1: nothing
+//   becomes   step i: the GEMM writing x itself;  step i+1: nothing
+//
+// x is the chain's bytes wherever the fused GEMM splits K as the plain one would (it takes at
+// most 4 slices so a block holds a gate/up pair; where the plain one takes 8, e.g. Llama-3.1-70B
+// gate/up, the sums add in another order, within the FP8 GEMM's accumulation bound).
 //
 // docs/runtime.md "GEMM epilogues" says what it measured, and why the other direction (the
 // producer recomputed in the consumer GEMM's prologue) was dropped.
