@@ -195,7 +195,33 @@ void checkNoExtraArgs(const Node& n, const OpSchema& s, const std::string& file)
   }
 }
 
+// A split-family node whose declared pieces do not have the rank the op gives them (every
+// consumer reads a piece's shape by the input's dims).
+void checkSplitPieces(const Node& n, const std::string& file) {
+  const Attr* self = n.arg("self", 0);
+  if (!self || self->kind != Attr::Kind::Value || !self->value || self->value->kind != ValueKind::Tensor) return;
+  // A 0-D input has no dim to split (the op's dim check refuses it); an untyped value (a text
+  // dump without metadata) has no rank to compare.
+  const size_t input_rank = self->value->type.rank();
+  if (input_rank == 0 || self->value->type.dtype == DType::DTYPE_UNSPECIFIED) return;
+  const std::optional<size_t> want = splitPieceRank(n.target, input_rank);
+  if (!want) return;
+  for (size_t q = 0; q < n.numOutputs(); ++q) {
+    const Value* o = n.output(q);
+    if (o && o->kind == ValueKind::Tensor && o->type.dtype != DType::DTYPE_UNSPECIFIED && o->type.rank() != *want)
+      fail("{}: node '{}' ({}): output {} is {}-D, but the pieces of a {}-D input are {}-D", file, n.name, n.target,
+           q, o->type.rank(), input_rank, *want);
+  }
+}
+
 }  // namespace
+
+std::optional<size_t> splitPieceRank(std::string_view target, size_t input_rank) {
+  if (target == "aten.unbind.int") return input_rank > 0 ? input_rank - 1 : 0;
+  if (target == "aten.split.Tensor" || target == "aten.split_with_sizes.default" || target == "aten.chunk.default")
+    return input_rank;
+  return std::nullopt;
+}
 
 void validateNodesAgainstSchemas(const Module& m, const std::string& file) {
   std::map<std::string, OpSchema, std::less<>> cache;
@@ -219,6 +245,7 @@ void validateNodesAgainstSchemas(const Module& m, const std::string& file) {
           fail("{}: node '{}' ({}): argument '{}' {}", file, n.name, n.target, sa.name, problem);
       }
       checkNoExtraArgs(n, *s, file);
+      checkSplitPieces(n, file);
       if (n.kind == NodeKind::Fxfuse) checkFxfuseNodeShape(n, *s, file);
     }
   }

@@ -12,10 +12,15 @@
 // bench, lowering):
 //   * every op node has a schema (built-in, or carried in the file); unknown ops are refused;
 //   * every required argument is present, every tensor argument is a tensor value (or None
-//     where the schema allows it), no string/op/graph where a number goes.
+//     where the schema allows it), no string/op/graph where a number goes;
+//   * the pieces of a split (split, split_with_sizes, chunk, unbind) have the rank the op
+//     gives them (splitPieceRank).
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "ir/graph.h"
 
@@ -23,5 +28,9 @@ namespace fxfuse::ir {
 
 void validateModule(const Module& m, const std::string& file);
 void validateNodesAgainstSchemas(const Module& m, const std::string& file);
+
+// The rank of each piece of a split-family op whose input has rank `input_rank`: the input's
+// (split, split_with_sizes, chunk), one less (unbind); nullopt for any other op.
+std::optional<size_t> splitPieceRank(std::string_view target, size_t input_rank);
 
 }  // namespace fxfuse::ir

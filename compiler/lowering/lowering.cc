@@ -16,6 +16,7 @@
 #include "kernels/types.h"
 #include "ir/proto_io.h"
 #include "ir/status.h"
+#include "ir/validate.h"
 
 namespace fxfuse::lowering {
 
@@ -308,7 +309,7 @@ bool Lowerer::aliasSplit(Node& n, const TRef& src, Value*) {
   SymExpr start = I(0);
   for (size_t q = 0; q < n.numOutputs(); ++q) {
     Value* o = n.output(q);
-    if (o && o->type.rank() != (t == "aten.unbind.int" ? r - 1 : r))
+    if (o && o->type.rank() != ir::splitPieceRank(t, r))
       unsupported(n, fmt::format("output {} is {}-D, the split input {}-D", q, o->type.rank(), r));
     SymExpr len;
     if (t == "aten.unbind.int") {

@@ -43,6 +43,12 @@ w("string_operand.fxg", small.replace("aten.neg.default(self=%1)", 'aten.neg.def
 w("extra_positional.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(%1, %1)"))
 w("unknown_keyword.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(self=%1, alpha=2)"))
 w("positional_and_keyword.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(%1, self=%1)"))
+# A split whose pieces are declared with another rank than the op gives them (a 2-D input
+# split into 1-D pieces; an unbind whose pieces keep the dim).
+w("split_rank.fxg", small.replace("%2: f32[s0, 64] = aten.neg.default(self=%1)  // neg",
+    "%2: f32[32], %3: f32[32] = aten.split.Tensor(self=%1, split_size=32, dim=1)  // split"))
+w("unbind_rank.fxg", small.replace("%2: f32[s0, 64] = aten.neg.default(self=%1)  // neg",
+    "%2: f32[1, 64] = aten.unbind.int(self=%1, dim=0)  // unbind"))
 w("unknown_op.fxg", small.replace("aten.neg.default(self=%1)", "aten.frobnicate.default(self=%1)"))
 w("graph_ref.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(self=%1, extra=graph(5))"))
 depth = 30000
@@ -154,6 +160,12 @@ run_case unknown_keyword_plan 2 -- compile "$T/unknown_keyword.fxg" --emit=plan-
 expect_msg unknown_keyword_plan "node 'neg' (aten.neg.default): no argument 'alpha' in its schema"
 run_case positional_and_keyword_run 2 -- run "$T/positional_and_keyword.fxg" --cpu-only
 expect_msg positional_and_keyword_run "argument 'self' is given by position and by keyword"
+# Split pieces of the wrong rank: refused at import, before any pass reads their shapes.
+run_case split_rank_compile 2 -- compile "$T/split_rank.fxg" -o "$T/p.pb"
+expect_msg split_rank_compile "node 'split' (aten.split.Tensor): output 0 is 1-D, but the pieces of a 2-D input are 2-D"
+run_case split_rank_run 2 -- run "$T/split_rank.fxg" --cpu-only
+run_case unbind_rank_verify 2 -- verify "$T/unbind_rank.fxg"
+expect_msg unbind_rank_verify "node 'unbind' (aten.unbind.int): output 0 is 2-D, but the pieces of a 2-D input are 1-D"
 run_case string_operand_plan 2 -- compile "$T/string_operand.fxg" --emit=plan -o "$T/p.pb"
 expect_msg string_operand_plan "must be a tensor, got a string"
 run_case string_operand_verify 2 -- verify "$T/string_operand.fxg"
