@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "ir/decimal.h"
 #include "ir/status.h"
 
 namespace fxfuse::ir {
@@ -492,7 +493,10 @@ class LineParser {
         ++pos_;
       std::string tok(s_.substr(start, pos_ - start));
       try {
-        if (tok.find_first_of(".eE") != std::string::npos) return Attr::ofFloat(std::stod(tok));
+        if (tok.find_first_of(".eE") != std::string::npos) {
+          if (std::optional<double> v = parseDecimal(tok)) return Attr::ofFloat(*v);
+          error("bad number '" + tok + "'");
+        }
         return Attr::ofInt(std::stoll(tok));
       } catch (const std::exception&) {
         error("bad number '" + tok + "'");

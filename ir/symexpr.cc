@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ir/checked_math.h"
+#include "ir/decimal.h"
 #include "ir/status.h"
 
 namespace fxfuse::ir {
@@ -785,7 +786,10 @@ class ExprParser {
       }
       std::string tok(s_.substr(start, pos_ - start));
       try {
-        if (is_float) return SymExpr::real(std::stod(tok));
+        if (is_float) {
+          if (std::optional<double> v = parseDecimal(tok)) return SymExpr::real(*v);
+          error("bad number '" + tok + "'");
+        }
         return SymExpr::integer(std::stoll(tok));
       } catch (const std::exception&) {
         error("bad number '" + tok + "'");
@@ -825,7 +829,8 @@ class ExprParser {
       double v = 0;
       if (peek("'") || peek("\"")) {
         std::string t = parseQuoted();
-        try { v = std::stod(t); } catch (const std::exception&) { error("bad Float"); }
+        if (std::optional<double> d = parseDecimal(t)) v = *d;
+        else error("bad Float");
         while (eat(",")) skipKeyword();
         if (!eat(")")) error("expected ')'");
       } else {

@@ -53,6 +53,26 @@ TEST_CASE("fxg survives the protobuf round trip", "[fxg][proto]") {
   CHECK(printFxg(*viaJson) == kGraph);
 }
 
+TEST_CASE("fxg numbers: subnormal doubles read back, overflow and trailing junk do not", "[fxg]") {
+  // The printer writes any finite double; one that underflows into the subnormal range
+  // (here 1.897e-321, a fuzz finding) must parse back to the same value.
+  std::string text = kGraph;
+  const std::string from = "other=1e-06", to = "other=1.897e-321";
+  text.replace(text.find(from), from.size(), to);
+  auto m = parseFxg(text, "t.fxg");
+  CHECK(printFxg(*m) == text);
+  CHECK(printFxg(*parseFxg(printFxg(*m), "t2.fxg")) == text);
+  std::string min_sub = kGraph;
+  min_sub.replace(min_sub.find(from), from.size(), "other=5e-324");
+  CHECK(printFxg(*parseFxg(min_sub, "t.fxg")) == min_sub);
+  for (const char* bad : {"other=1e999", "other=1.5e", "other=1.2.3"}) {
+    std::string b = kGraph;
+    b.replace(b.find(from), from.size(), bad);
+    INFO(bad);
+    CHECK_THROWS_WITH(parseFxg(b, "t.fxg"), Catch::Contains("bad number"));
+  }
+}
+
 TEST_CASE("def-use links are built while parsing", "[fxg]") {
   auto m = parseFxg(kGraph, "t.fxg");
   Graph& g = m->entry();
