@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 #include "proto/fxfuse_plan.pb.h"
@@ -57,6 +58,11 @@ bool isPlanFile(const std::string& path);
 fxfuse::plan::v1::Plan parsePlan(const std::string& bytes, bool text, const std::string& source);
 std::string planToText(const fxfuse::plan::v1::Plan& p);
 std::string planToBinary(const fxfuse::plan::v1::Plan& p);
+
+// Every TensorRef id step `s` names, as any operand (its required operands even when they are
+// out of range; its optional ones unless -1, "none"): the one list of a step's tensors that the
+// plan's structural checks and the runtime's step-order analyses read. Empty for an empty step.
+std::vector<int> StepTensors(const fxfuse::plan::v1::Step& s);
 
 // What one step does, in a few words ("matmul m=s0 n=4096 k=4096 fp8", a kernel's name).
 std::string describeStep(const fxfuse::plan::v1::Step& s);

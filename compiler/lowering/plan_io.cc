@@ -110,41 +110,49 @@ pb::Plan parsePlan(const std::string& bytes, bool text, const std::string& sourc
   for (int i = 0; i < p.steps_size(); ++i) {
     const auto& s = p.steps(i);
     std::string where = fmt::format("{}: step {}", source, i);
+    if (s.kind_case() == pb::Step::KIND_NOT_SET) fail("{}: empty step", where);
+    for (int t : StepTensors(s))
+      if (!tensorOk(t)) fail("{}: {} names tensor {}, which the plan does not have", where, describeStep(s), t);
     if (s.has_kernel()) {
-      for (const auto& a : s.kernel().args()) {
-        if (a.v_case() == pb::KernelArg::kTensor && !tensorOk(a.tensor())) fail("{}: bad tensor argument", where);
+      for (const auto& a : s.kernel().args())
         if (a.v_case() == pb::KernelArg::kScalarInput &&
             (a.scalar_input() < 0 || a.scalar_input() >= p.inputs_size() || !p.inputs(a.scalar_input()).is_scalar()))
           fail("{}: argument '{}' names input {}, which is not a lifted scalar", where, a.name(), a.scalar_input());
-      }
       if (s.kernel().kernel().rfind("gen.", 0) == 0 &&
           (s.kernel().generated() < 0 || s.kernel().generated() >= p.kernels_size()))
         fail("{}: generated kernel index out of range", where);
-    } else if (s.has_matmul()) {
-      const auto& m = s.matmul();
-      for (int t : {m.a(), m.b(), m.d()})
-        if (!tensorOk(t)) fail("{}: bad matmul operand", where);
-      for (int t : {m.c(), m.bias(), m.scale_a(), m.scale_b()})
-        if (t != -1 && !tensorOk(t)) fail("{}: bad matmul operand", where);
-    } else if (s.has_copy()) {
-      if (!tensorOk(s.copy().src()) || !tensorOk(s.copy().dst())) fail("{}: bad copy operand", where);
-    } else if (s.has_memset()) {
-      if (!tensorOk(s.memset().dst())) fail("{}: bad memset operand", where);
-    } else if (s.has_collective()) {
-      if (!tensorOk(s.collective().input()) || !tensorOk(s.collective().output()))
-        fail("{}: bad collective operand", where);
-    } else if (s.has_fused_all_reduce_norm()) {
-      const auto& f = s.fused_all_reduce_norm();
-      for (int t : {f.input(), f.residual(), f.weight(), f.allreduce_out(), f.norm_out(), f.quant_out(), f.scale()})
-        if (t != -1 && !tensorOk(t)) fail("{}: bad fused all-reduce operand {}", where, t);
-      if (!tensorOk(f.input())) fail("{}: fused all-reduce without an input", where);
-    } else {
-      fail("{}: empty step", where);
     }
   }
   for (const auto& o : p.outputs())
     if (!o.is_symint() && !tensorOk(o.tensor())) fail("{}: output '{}' has no tensor", source, o.name());
   return p;
+}
+
+std::vector<int> StepTensors(const pb::Step& s) {
+  std::vector<int> ids;
+  auto optional = [&](std::initializer_list<int> ts) {
+    for (int t : ts)
+      if (t != -1) ids.push_back(t);
+  };
+  if (s.has_kernel()) {
+    for (const auto& a : s.kernel().args())
+      if (a.v_case() == pb::KernelArg::kTensor) ids.push_back(a.tensor());
+  } else if (s.has_matmul()) {
+    const auto& m = s.matmul();
+    ids = {m.a(), m.b(), m.d()};
+    optional({m.c(), m.bias(), m.scale_a(), m.scale_b(), m.scale_d()});
+  } else if (s.has_copy()) {
+    ids = {s.copy().src(), s.copy().dst()};
+  } else if (s.has_memset()) {
+    ids = {s.memset().dst()};
+  } else if (s.has_collective()) {
+    ids = {s.collective().input(), s.collective().output()};
+  } else if (s.has_fused_all_reduce_norm()) {
+    const auto& f = s.fused_all_reduce_norm();
+    ids = {f.input()};
+    optional({f.residual(), f.weight(), f.allreduce_out(), f.norm_out(), f.quant_out(), f.scale()});
+  }
+  return ids;
 }
 
 pb::Plan loadPlan(const std::string& path) {

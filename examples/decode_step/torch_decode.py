@@ -210,8 +210,9 @@ def layer_for(mode):
     return torch.compile(decoder_layer, mode=None if mode == "default" else mode)
 
 
-def time_graph(step, iters, warmup=3):
-    """The step captured once in a CUDA graph: median of `iters` replays (CUDA events), in µs."""
+def capture_graph(step, warmup=3):
+    """The step captured once in a CUDA graph (after `warmup` eager runs on a side stream) and
+    replayed three times."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -224,6 +225,12 @@ def time_graph(step, iters, warmup=3):
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def time_graph(step, iters, warmup=3):
+    """The step captured once in a CUDA graph: median of `iters` replays (CUDA events), in µs."""
+    graph = capture_graph(step, warmup)
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ms = []
     for _ in range(iters):

@@ -32,16 +32,20 @@ __device__ __forceinline__ float roundTo(float x, DType t) {
 }
 
 // The sequence whose queries hold token t: the last b with qsl[b] <= t, or -1 when t is a
-// padding token (t >= qsl[num_seqs]).
-__device__ int64_t sequenceOf(const int32_t* qsl, int64_t num_seqs, int64_t t) {
-  if (num_seqs <= 0 || t < qsl[0] || t >= qsl[num_seqs]) return -1;
-  int64_t lo = 0, hi = num_seqs - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (qsl[mid] <= t) lo = mid;
-    else hi = mid - 1;
+// padding token (t >= qsl[num_seqs]). Called by a whole warp with the same t in every lane: the
+// lanes compare 32 sequences' starts per round of independent loads (a binary search would chain
+// log2(num_seqs) dependent loads before the warp's first key load). With qsl not ascending (bad
+// metadata) the result is some b in [0, num_seqs), never out of bounds.
+__device__ int64_t sequenceOf(const int32_t* qsl, int64_t num_seqs, int64_t t, int lane) {
+  if (num_seqs <= 0) return -1;
+  const bool padding = t >= qsl[num_seqs];
+  int64_t at_or_before = 0;  // sequences b with qsl[b] <= t
+#pragma unroll 2
+  for (int64_t b0 = 0; b0 < num_seqs; b0 += 32) {
+    const int64_t b = b0 + lane;
+    at_or_before += __popc(__ballot_sync(0xffffffffu, b < num_seqs && qsl[b] <= t));
   }
-  return lo;
+  return padding ? -1 : at_or_before - 1;
 }
 
 // Output element e of a row: o in D, or FP8 as attention_quant (round to D, times 1/s, clamp).
@@ -284,9 +288,12 @@ __host__ __device__ constexpr bool StagedRows(int64_t head_size, int64_t elem_by
 // stage), one key group at a time into consume(stage, valid): the copies of the next
 // kStages - 1 groups are in flight while a group is computed, without registers to hold them.
 // Copies of keys past `hi` or with an invalid block id are zero-filled and their mask bit clear.
-template <typename Ring, typename Consume>
+// ready() runs once, before the first consume(), after the copies of the first groups whose keys
+// all lie below `settled` (keys no kernel of this step writes; `lo` when the caller reads
+// nothing early).
+template <typename Ring, typename Ready, typename Consume>
 __device__ void streamKeys(const PagedAttentionParams& p, const int32_t* blocks, int64_t hk, int64_t lo, int64_t hi,
-                           int lane, uint8_t* ring, unsigned* masks, Consume&& consume) {
+                           int64_t settled, int lane, uint8_t* ring, unsigned* masks, Ready&& ready, Consume&& consume) {
   // Keys are counted from lo in 32 bits (a chunk is shorter than 2^31 keys, a block than 2^31
   // slots: LaunchPagedAttention checks): key lo + r is at offset (first_offset + r) % bs of the
   // block table's entry first_block + (first_offset + r) / bs.
@@ -337,8 +344,17 @@ __device__ void streamKeys(const PagedAttentionParams& p, const int32_t* blocks,
       kernels::cpAsync16(dst + kKeyGroup * Ring::kRowPitch, static_cast<const uint8_t*>(p.value_cache) + src, ok_row);
     }
   };
-#pragma unroll
-  for (int s = 0; s < Ring::kStages - 1; ++s) {
+  // The first groups whose keys all lie below `settled` go out before ready() (the caller's
+  // wait for the preceding grid, where it reads the context early), the rest after it.
+  int s = 0;
+  for (; s < Ring::kStages - 1 && s < groups; ++s) {
+    const int64_t end = lo + static_cast<int64_t>(s + 1) * kKeyGroup;
+    if ((end < hi ? end : hi) > settled) break;
+    issue(s);
+    kernels::cpAsyncCommit();
+  }
+  ready();
+  for (; s < Ring::kStages - 1; ++s) {
     if (s < groups) issue(s);
     kernels::cpAsyncCommit();  // empty groups keep the wait counts uniform
   }
@@ -358,7 +374,7 @@ __device__ void attendKeysStaged(const PagedAttentionParams& p, const float (&q)
                                  int64_t hk, int64_t lo, int64_t hi, float vs, int lane, float* scores,
                                  uint8_t* ring, unsigned* masks, Softmax<NE, HPW>& st) {
   using Ring = StagedRing<NE, F>;
-  streamKeys<Ring>(p, blocks, hk, lo, hi, lane, ring, masks, [&](const uint8_t* keys, unsigned valid) {
+  streamKeys<Ring>(p, blocks, hk, lo, hi, lo, lane, ring, masks, [] {}, [&](const uint8_t* keys, unsigned valid) {
     LaneBits<NE, F> kb[kKeyGroup], vb[kKeyGroup];
 #pragma unroll
     for (int g = 0; g < kKeyGroup; ++g) {
@@ -578,17 +594,24 @@ __device__ float loadQueryFragments(const PagedAttentionParams& p, int64_t t, in
 
 // Keys [lo, hi) for the warp's HPW query heads (h0 ..) of token t through the ring (`smem`: the
 // warp's MmaWarpSmem) with tensor cores; returns the state of row g = lane / 4 (rows g >= HPW:
-// no head).
+// no head). With `early` the kernel has not yet waited for the preceding grid: the copies of
+// the keys below `settled` start first, then the wait, then the query and the scale are read.
 template <int E, int HPW, CacheFormat F>
 __device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t h0, const int32_t* blocks, int64_t hk,
-                              int64_t lo, int64_t hi, float q_factor, int lane, uint8_t* smem, unsigned* masks,
-                              MmaSoftmax<E>& st) {
+                              int64_t lo, int64_t hi, bool early, int64_t settled, int lane, uint8_t* smem,
+                              unsigned* masks, MmaSoftmax<E>& st) {
   using Smem = MmaWarpSmem<E, F>;
   using Ring = typename Smem::Ring;
   uint32_t qa[E / 16][2];
-  q_factor *= loadQueryFragments<E, HPW, F>(p, t, h0, lane, qa);
+  float q_factor = 0.0f;
+  auto ready = [&] {
+    if (early) kernels::waitForPrecedingGrid();
+    q_factor = p.scale * kLog2e * (F == CacheFormat::kFp8 ? *p.k_scale : 1.0f) *
+               loadQueryFragments<E, HPW, F>(p, t, h0, lane, qa);
+  };
   uint8_t* wide = smem + Ring::kWarpBytes;
-  streamKeys<Ring>(p, blocks, hk, lo, hi, lane, smem, masks, [&](const uint8_t* stage, unsigned valid) {
+  streamKeys<Ring>(p, blocks, hk, lo, hi, early ? settled : lo, lane, smem, masks, ready,
+                   [&](const uint8_t* stage, unsigned valid) {
     const uint8_t* values = stage + kKeyGroup * Ring::kRowPitch;
     if constexpr (F == CacheFormat::kFp8) {
       __syncwarp();  // every lane has read the previous group's widened rows
@@ -615,14 +638,16 @@ __device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t 
 // head size exactly 32 * NE of 64 or 128 (full fragments; 256 would need 128 accumulators).
 __host__ __device__ constexpr bool MmaPath(int NE) { return NE == 2 || NE == 4; }
 
-// Where a query token stands: its sequence (-1: a padding token) and the keys it sees.
+// Where a query token stands: its sequence (-1: a padding token), the keys it sees, and the
+// first key position this step writes for its sequence (its first query's).
 struct QueryRow {
-  int64_t t, h, seq, keys;
+  int64_t t, h, seq, keys, new_from;
 };
 
-__device__ QueryRow queryRow(const PagedAttentionParams& p, int64_t t, int64_t h) {
-  QueryRow r{t, h, -1, 0};
-  r.seq = sequenceOf(p.query_start_loc, p.num_seqs, r.t);
+// Called by a whole warp with the same t in every lane (sequenceOf).
+__device__ QueryRow queryRow(const PagedAttentionParams& p, int64_t t, int64_t h, int lane) {
+  QueryRow r{t, h, -1, 0, 0};
+  r.seq = sequenceOf(p.query_start_loc, p.num_seqs, r.t, lane);
   if (r.seq < 0) return r;
   const int64_t ql = p.query_start_loc[r.seq + 1] - p.query_start_loc[r.seq];
   int64_t ctx = p.seq_lens[r.seq];
@@ -630,6 +655,7 @@ __device__ QueryRow queryRow(const PagedAttentionParams& p, int64_t t, int64_t h
   const int64_t pos = ctx - ql + (r.t - p.query_start_loc[r.seq]);  // keys 0..pos, causal
   r.keys = pos + 1 < ctx ? pos + 1 : ctx;
   if (r.keys < 0) r.keys = 0;
+  r.new_from = ctx - ql > 0 ? ctx - ql : 0;
   return r;
 }
 
@@ -665,7 +691,7 @@ enum class LoadPath { kDirect, kRing, kRingMma };
 // output rows (one chunk) or the partial states (several).
 template <int E, int HPW, CacheFormat F>
 __device__ void attendRowsMma(const PagedAttentionParams& p, const QueryRow& r, int64_t h0, int64_t lo, int64_t hi,
-                              int lane, int warp) {
+                              bool early, int lane, int warp) {
   MmaSoftmax<E> st;
 #pragma unroll
   for (int n = 0; n < E / 8; ++n)
@@ -676,9 +702,11 @@ __device__ void attendRowsMma(const PagedAttentionParams& p, const QueryRow& r, 
   if (r.seq >= 0) {
     extern __shared__ __align__(16) uint8_t paged_rings[];
     __shared__ unsigned masks[kWarps][4];
-    const float q_factor = p.scale * kLog2e * (F == CacheFormat::kFp8 ? *p.k_scale : 1.0f);
     attendKeysMma<E, HPW, F>(p, r.t, h0, p.block_table + r.seq * p.block_table_stride, h0 / (p.heads_q / p.heads_kv),
-                             lo, hi, q_factor, lane, paged_rings + warp * MmaWarpSmem<E, F>::kBytes, masks[warp], st);
+                             lo, hi, early, r.new_from, lane, paged_rings + warp * MmaWarpSmem<E, F>::kBytes,
+                             masks[warp], st);
+  } else if (early) {
+    kernels::waitForPrecedingGrid();  // before the padding row's zeros are written
   }
   const int g = lane >> 2, tq = lane & 3;
   if (g >= HPW) return;
@@ -750,7 +778,7 @@ __device__ void attendRowsCuda(const PagedAttentionParams& p, const QueryRow& r,
   const SplitWorkspace ws(p);
 #pragma unroll
   for (int h = 0; h < HPW; ++h) {
-    const QueryRow rh{r.t, h0 + h, r.seq, r.keys};
+    const QueryRow rh{r.t, h0 + h, r.seq, r.keys, r.new_from};
     if (!split) {
       writeRow<NE>(p, rh, st.acc[h], st.l[h], lane);
       continue;
@@ -773,7 +801,9 @@ __device__ void attendRowsCuda(const PagedAttentionParams& p, const QueryRow& r,
 // merged by pagedCombineKernel. The next kernel (the combine, or the o-projection) may launch
 // only once every block has attended: a trigger at the start would let it, and the kernel
 // after it, take multiprocessor slots that this grid's later waves need (docs/runtime.md
-// "Programmatic dependent launch").
+// "Programmatic dependent launch"). With p.context_settled the tensor-core path reads the batch
+// metadata and starts copying the context written before this step while the preceding grid
+// (this layer's cache write) still runs, and waits for it before the query and this step's keys.
 // CTAs per multiprocessor the register budget aims at: 4 for the CUDA-core ring with up to 16
 // accumulators per lane (128 registers), 3 for the tensor-core ring (its 64 accumulators).
 constexpr int minBlocks(LoadPath path, int accumulators) {
@@ -782,20 +812,21 @@ constexpr int minBlocks(LoadPath path, int accumulators) {
 
 template <int NE, int HPW, CacheFormat F, LoadPath kPath>
 __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) pagedAttentionKernel(PagedAttentionParams p) {
-  kernels::waitForPrecedingGrid();
+  const bool early = kPath == LoadPath::kRingMma && p.context_settled;
+  if (!early) kernels::waitForPrecedingGrid();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t groups = p.heads_q / HPW;
   const int64_t warp_row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (warp_row >= p.num_tokens * groups) return;
   const int64_t t = warp_row / groups, h0 = (warp_row % groups) * HPW;
-  const QueryRow r = queryRow(p, t, h0);
+  const QueryRow r = queryRow(p, t, h0, lane);
   const bool split = p.num_splits > 1;
   const int64_t chunk = split ? PagedChunkKeys(r.keys, p.num_splits) : r.keys;
   const int64_t lo = split ? static_cast<int64_t>(blockIdx.y) * chunk : 0;
   const int64_t hi = lo + chunk < r.keys ? lo + chunk : r.keys;
   if (split && (r.seq < 0 || lo >= r.keys)) return;  // the combine reads no chunk past the context
   if constexpr (kPath == LoadPath::kRingMma) {
-    if constexpr (MmaPath(NE)) attendRowsMma<32 * NE, HPW, F>(p, r, h0, lo, hi, lane, warp);
+    if constexpr (MmaPath(NE)) attendRowsMma<32 * NE, HPW, F>(p, r, h0, lo, hi, early, lane, warp);
   } else {
     attendRowsCuda<NE, HPW, F, kPath == LoadPath::kRing>(p, r, h0, lo, hi, lane, warp);
   }
@@ -805,77 +836,100 @@ __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) paged
 // The largest of some scores that may all be -inf (reduce.cuh's MaxOp is for magnitudes).
 struct ScoreMaxOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
-  static constexpr float kIdentity = -__builtin_huge_valf();
 };
 
-// Chunks whose partial outputs a combine warp loads before it adds any.
-constexpr int kCombineBatch = 4;
+// Chunks whose partial outputs a combine lane loads before it adds any.
+constexpr int kCombineBatch = 8;
 
-// One block per (query token, query head) row: the chunks that hold some of the row's keys
-// merged, o = sum_c acc_c * 2^(m_c - M) / sum_c l_c * 2^(m_c - M) with M the largest m_c
-// (chunks that saw no valid key, m_c = -inf, weigh 0). The block's threads compute the chunk
-// weights together; warp w then adds chunks w, w + kWarps, ... kCombineBatch at a time (their
-// loads in flight together) and the warps' sums are added in a fixed order.
+// Lane `lane`'s NE elements of chunk c's partial output of a row (0 past the head size):
+// one 16-byte load where NE = 4 and the head size is a multiple of 4 (the workspace's rows
+// are then 16-byte aligned).
 template <int NE>
+__device__ __forceinline__ void loadPartial(const float* chunk_acc, int64_t head_size, int lane, float (&v)[NE]) {
+  if constexpr (NE == 4) {
+    if (head_size % 4 == 0) {
+      const float4 x = lane * 4 < head_size ? *reinterpret_cast<const float4*>(chunk_acc + lane * 4)
+                                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NE; ++k) v[k] = lane * NE + k < head_size ? chunk_acc[lane * NE + k] : 0.0f;
+}
+
+// The merge of a row's chunks, o = sum_c acc_c * 2^(m_c - M) / sum_c l_c * 2^(m_c - M) with M
+// the largest m_c (chunks that saw no valid key, m_c = -inf, weigh 0), by WPR warps per
+// (query token, query head) row, kWarps / WPR rows per block. Warp j of a row loads chunks j,
+// j + WPR, ... kCombineBatch at a time, each with its m_c, and the first batch in the same
+// round as every chunk's (m_c, l_c) for M and the sum (each warp of a row computes both): after
+// the row's metadata a row costs one round of loads per WPR * kCombineBatch chunks, not a chain.
+// With WPR > 1 the warps' sums are added in warp order through shared memory; with
+// p.context_settled the row's metadata is read before the wait for the attention grid. The launcher
+// takes WPR = 1 where chunks are few (a block merges four rows) and 4 where they are many
+// (decode at small batches: up to 32 chunks in one round).
+template <int NE, int WPR>
 __global__ void __launch_bounds__(kWarps * 32) pagedCombineKernel(PagedAttentionParams p) {
+  static_assert(kWarps % WPR == 0, "whole rows per block");
   kernels::allowDependentGrids();
-  kernels::waitForPrecedingGrid();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row = blockIdx.x;
-  const QueryRow r = queryRow(p, row / p.heads_q, row % p.heads_q);
+  if (!p.context_settled) kernels::waitForPrecedingGrid();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % WPR;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarps / WPR) + warp / WPR;
+  const bool in_range = row < p.num_tokens * p.heads_q;  // the same in every warp of the row
+  QueryRow r{0, 0, -1, 0, 0};
+  if (in_range) r = queryRow(p, row / p.heads_q, row % p.heads_q, lane);
+  if (p.context_settled) kernels::waitForPrecedingGrid();  // the metadata is read; the partials need the attention
   const int64_t chunk = PagedChunkKeys(r.keys, p.num_splits);
   const int used = r.seq < 0 ? 0 : static_cast<int>((r.keys + chunk - 1) / chunk);
   const SplitWorkspace ws(p);
-  const float* acc_in = ws.acc + row * p.num_splits * p.head_size;
-  const float* ml = ws.ml + row * p.num_splits * 2;
-  __shared__ float weight[kMaxSplits];
-  __shared__ float partials[2][32];
-  __shared__ float sums[kWarps][kPagedMaxHeadSize];
+  const float* acc_in = ws.acc + (in_range ? row : 0) * p.num_splits * p.head_size;
+  const float* ml = ws.ml + (in_range ? row : 0) * p.num_splits * 2;
+  float parts[kCombineBatch][NE], m_of[kCombineBatch];
+  auto loadBatch = [&](int c0) {  // chunks c0, c0 + WPR, ... of this warp
+#pragma unroll
+    for (int b = 0; b < kCombineBatch; ++b) {
+      const int c = c0 + b * WPR;
+      m_of[b] = c < used ? ml[2 * c] : -INFINITY;
+      if (c < used) loadPartial<NE>(acc_in + c * p.head_size, p.head_size, lane, parts[b]);
+    }
+  };
+  loadBatch(part);
   float m = -INFINITY;
-  for (int c = threadIdx.x; c < used; c += blockDim.x) m = fmaxf(m, ml[2 * c]);
-  const float M = kernels::device::BlockAllReduce(m, partials[0], ScoreMaxOp{});
+  for (int c = lane; c < used; c += 32) m = fmaxf(m, ml[2 * c]);
+  const float M = kernels::device::WarpAllReduce(m, ScoreMaxOp{});
+  auto weightOf = [&](float mc) { return mc == -INFINITY ? 0.0f : exp2f(mc - M); };
   float l = 0.0f;
-  for (int c = threadIdx.x; c < used; c += blockDim.x) {
-    const float mc = ml[2 * c];
-    const float f = mc == -INFINITY ? 0.0f : exp2f(mc - M);
-    weight[c] = f;
-    l += ml[2 * c + 1] * f;
-  }
-  l = kernels::device::BlockAllReduce(l, partials[1], kernels::device::SumOp{});  // also publishes weight[]
+  for (int c = lane; c < used; c += 32) l += ml[2 * c + 1] * weightOf(ml[2 * c]);
+  l = kernels::device::WarpAllReduce(l, kernels::device::SumOp{});
   float acc[NE];
 #pragma unroll
   for (int k = 0; k < NE; ++k) acc[k] = 0.0f;
-  const bool mine = lane * NE < p.head_size;
-  for (int c0 = warp; c0 < used; c0 += kWarps * kCombineBatch) {
-    float part[kCombineBatch][NE];
+  for (int c0 = part; c0 < used; c0 += WPR * kCombineBatch) {
+    if (c0 != part) loadBatch(c0);
 #pragma unroll
     for (int b = 0; b < kCombineBatch; ++b) {
-      const int c = c0 + b * kWarps;
+      if (c0 + b * WPR >= used) break;
+      const float f = weightOf(m_of[b]);
 #pragma unroll
-      for (int k = 0; k < NE; ++k)
-        part[b][k] = c < used && mine && lane * NE + k < p.head_size ? acc_in[c * p.head_size + lane * NE + k] : 0.0f;
-    }
-#pragma unroll
-    for (int b = 0; b < kCombineBatch; ++b) {
-      const int c = c0 + b * kWarps;
-      const float f = c < used ? weight[c] : 0.0f;
-#pragma unroll
-      for (int k = 0; k < NE; ++k) acc[k] += part[b][k] * f;
+      for (int k = 0; k < NE; ++k) acc[k] += parts[b][k] * f;
     }
   }
+  if constexpr (WPR > 1) {
+    __shared__ float sums[kWarps][kPagedMaxHeadSize];
 #pragma unroll
-  for (int k = 0; k < NE; ++k)
-    if (lane * NE + k < kPagedMaxHeadSize) sums[warp][lane * NE + k] = acc[k];
-  __syncthreads();
-  if (warp != 0) return;
+    for (int k = 0; k < NE; ++k)
+      if (lane * NE + k < kPagedMaxHeadSize) sums[warp][lane * NE + k] = acc[k];
+    __syncthreads();
+    if (part != 0) return;
 #pragma unroll
-  for (int k = 0; k < NE; ++k) {
-    float total = 0.0f;
+    for (int k = 0; k < NE; ++k) {
+      float total = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) total += sums[w][lane * NE + k];
-    acc[k] = total;
+      for (int j = 0; j < WPR; ++j) total += sums[warp + j][lane * NE + k];
+      acc[k] = total;
+    }
   }
-  writeRow<NE>(p, r, acc, l, lane);
+  if (in_range) writeRow<NE>(p, r, acc, l, lane);
 }
 
 // Query heads one warp takes: the largest power of two up to 8 that divides the heads sharing
@@ -970,9 +1024,13 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
     if (hpw == 4) err = launchAttention<NE, 4, F>(path, split_grid, stream, p);
     else if (hpw == 2) err = launchAttention<NE, 2, F>(path, split_grid, stream, p);
     else if (hpw == 1) err = launchAttention<NE, 1, F>(path, split_grid, stream, p);
-    if (err == cudaSuccess && p.num_splits > 1)
-      err = kernels::LaunchProgrammatic(pagedCombineKernel<NE>, dim3(static_cast<unsigned>(rows)), dim3(kWarps * 32), 0,
-                                        stream, p);
+    if (err == cudaSuccess && p.num_splits > 1) {
+      const bool many_chunks = p.num_splits > kCombineBatch;
+      const int64_t rows_per_block = many_chunks ? 1 : kWarps;
+      err = kernels::LaunchProgrammatic(many_chunks ? pagedCombineKernel<NE, kWarps> : pagedCombineKernel<NE, 1>,
+                                        dim3(gridFor(rows, rows_per_block, (int64_t{1} << 31) - 1)),
+                                        dim3(kWarps * 32), 0, stream, p);
+    }
   };
   auto byFormat = [&](auto ne_tag) {
     using Format = CacheFormat;

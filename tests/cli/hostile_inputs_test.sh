@@ -26,6 +26,15 @@ small = """fxfuse.module {
 }
 """
 w("small.fxg", small)
+w("mm.fxg", """fxfuse.module {
+  graph @main {
+    input %1 "x": bf16[4, 64]
+    input %2 "w": bf16[64, 32]
+    %3: bf16[4, 32] = aten.mm.default(self=%1, mat2=%2)  // mm
+    output %3
+  }
+}
+""")
 w("hint62.fxg", small.replace("range=[1, 8192] hint=16", "range=[1, ?] hint=4611686018427387904"))
 w("bigdim.fxg", small.replace("f32[s0, 64]", "f32[9223372036854775807]"))
 w("bigdim64.fxg", small.replace("f32[s0, 64]", "f32[9223372036854775807, 64]"))
@@ -197,6 +206,22 @@ open(sys.argv[2], "w").write(text)
 PY
 run_case plan_hint_2_62 2 -- run "$T/hint.plan.txt" --cpu-only
 run_case plan_hint_2_62_describe 2 -- run "$T/hint.plan.txt" --describe
+# Every tensor a step names is checked, the optional ones too (a matmul's scale_d was not).
+"$FXFUSE" compile "$T/mm.fxg" --emit=plan-text -o "$T/mm.plan.txt" -q 2>"$T/stderr" ||
+  { echo "FAIL: cannot lower mm.fxg"; cat "$T/stderr"; fails=$((fails+1)); }
+for field in scale_d a c; do
+  python3 - "$T/mm.plan.txt" "$T/mm_$field.plan.txt" "$field" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+field = sys.argv[3]
+text, n = re.subn(r"(matmul \{\n)", r"\g<1>    %s: 99999\n" % field, text, count=1)
+assert n == 1, "the plan has no matmul step"
+text = re.sub(r"(matmul \{\n    %s: 99999\n(?:.*\n)*?)    %s: -?\d+\n" % (field, field), r"\1", text, count=1)
+open(sys.argv[2], "w").write(text)
+PY
+  run_case "plan_matmul_$field" 2 -- run "$T/mm_$field.plan.txt" --describe
+  expect_msg "plan_matmul_$field" "names tensor 99999"
+done
 for ws in 0 -1 9 1000000; do
   run_case "compile_world_size_$ws" 2 -- compile "$T/small.fxg" --world-size "$ws"
   run_case "verify_world_size_$ws" 2 -- verify "$T/small.fxg" --world-size "$ws"

@@ -257,13 +257,26 @@ void runCase(const Case& c) {
   // the default, then CUDA cores (FXFUSE_PAGED_MMA=0).
   const std::vector<double> ref = attendReference(c, b, q, k16, k8, v16, v8, softmax_scale);
   checkAttention(c, ref, dout, q_n, "one pass");
+  // Each variant also with context_settled (the metadata and the earlier context read before
+  // the wait for a preceding grid, none here): the same bytes.
+  const size_t out_bytes = q_n * (c.fp8_out ? 1 : 2);
+  auto launchChecked = [&](PagedAttentionParams params, const char* variant) {
+    dout.Poison();
+    FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(params, nullptr));
+    FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
+    checkAttention(c, ref, dout, q_n, variant);
+    const std::vector<uint8_t> waited = dout.Download<uint8_t>(out_bytes);
+    params.context_settled = true;
+    dout.Poison();
+    FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(params, nullptr));
+    FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
+    INFO(variant << ", context settled");
+    CHECK(dout.Download<uint8_t>(out_bytes) == waited);
+  };
   for (const char* mma : {"1", "0"}) {
     INFO("FXFUSE_PAGED_MMA=" << mma);
     setenv("FXFUSE_PAGED_MMA", mma, 1);
-    dout.Poison();
-    FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(a, nullptr));
-    FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
-    checkAttention(c, ref, dout, q_n, "one pass");
+    launchChecked(a, "one pass");
     PagedAttentionParams planned = a;
     PlanPagedAttentionSplits(planned, 132);
     PagedAttentionParams seven = a, many = a;
@@ -273,10 +286,7 @@ void runCase(const Case& c) {
       if (split->num_splits <= 1) continue;
       DeviceBuffer workspace(static_cast<size_t>(PagedAttentionWorkspaceBytes(*split)));
       split->workspace = static_cast<float*>(workspace.get());
-      dout.Poison();
-      FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(*split, nullptr));
-      FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
-      checkAttention(c, ref, dout, q_n, split == &planned ? "planned split" : split == &seven ? "7 chunks" : "256 chunks");
+      launchChecked(*split, split == &planned ? "planned split" : split == &seven ? "7 chunks" : "256 chunks");
     }
   }
   unsetenv("FXFUSE_PAGED_MMA");
@@ -312,6 +322,20 @@ void checkAttention(const Case& c, const std::vector<double>& ref, DeviceBuffer&
 
 TEST_CASE("paged attention: decode-only batch, GQA, block-boundary contexts", "[gpu][paged_attention]") {
   runCase({"decode", DType::BF16, false, false, 8, 2, 128, 16, {1, 1, 1, 1, 1, 1}, {17, 1, 16, 32, 31, 47}});
+}
+
+// More sequences than a warp has lanes: the kernels find a token's sequence 32 starts at a
+// time, so the second and third rounds, empty sequences between them and padding after the
+// last must all land on the right rows.
+TEST_CASE("paged attention: 75 sequences, some empty, decode and short prefill", "[gpu][paged_attention]") {
+  Case c{"many-seqs", DType::BF16, false, false, 8, 2, 128, 16, {}, {}};
+  for (int i = 0; i < 75; ++i) {
+    const int q = i % 5 == 2 ? 0 : i % 7 == 0 ? 3 : 1;
+    c.query_lens.push_back(q);
+    c.context_lens.push_back(q + (i * 37) % 90);
+  }
+  c.padding_tokens = 2;
+  runCase(c);
 }
 
 TEST_CASE("paged attention: prefill-only batch", "[gpu][paged_attention]") {
