@@ -197,8 +197,8 @@ void fillBatchMetadata(const PagedOperands& t, PagedAttentionParams& p, const st
 }  // namespace
 
 std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
-                                                            bool context_settled, PagedScratch& scratch,
-                                                            int& kernels, const std::string& where) {
+                                                            PagedScratch& scratch, int& kernels,
+                                                            const std::string& where) {
   const DeviceTensor &q = operand(t, "q", where), &out = operand(t, "out", where);
   const DeviceTensor &kc = operand(t, "key_cache", where), &vc = operand(t, "value_cache", where);
   requireRank(q, "q", 3, where);
@@ -243,7 +243,6 @@ std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands&
   check(cudaGetDevice(&device), where);
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), where);
   PlanPagedAttentionSplits(p, sms);
-  p.context_settled = context_settled;
   scratch.reserve(PagedAttentionWorkspaceBytes(p), where);
   kernels = p.num_splits > 1 ? 2 : 1;
   return [p, &scratch, where](cudaStream_t s) {

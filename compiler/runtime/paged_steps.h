@@ -50,7 +50,7 @@ class PagedScratch {
 // current device and the bound sizes; `scratch` must outlive the returned closure. `kernels`:
 // how many kernels one run of the step launches (2 with a split: the chunks, then the merge).
 std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
-                                                            bool context_settled, PagedScratch& scratch,
-                                                            int& kernels, const std::string& where);
+                                                            PagedScratch& scratch, int& kernels,
+                                                            const std::string& where);
 
 }  // namespace fxfuse::runtime

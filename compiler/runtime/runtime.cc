@@ -16,7 +16,6 @@
 #include "kernels/runtime/l2_prefetch.h"
 #include "kernels/runtime/small_m_fp8_gemm.h"
 #include "compiler/runtime/nvrtc_compile.h"
-#include "compiler/runtime/paged_context.h"
 #include "compiler/runtime/paged_steps.h"
 #include "compiler/runtime/weight_prefetch.h"
 #include "ir/checked_math.h"
@@ -415,7 +414,6 @@ void Session::prepare(cudaStream_t stream) {
     std::string where = fmt::format("step {} ({})", si, st.nodes_size() ? st.nodes(0) : st.comment());
     auto p = std::make_unique<Prepared>();
     p->where = where;
-    p->index = si;
     if (st.has_kernel()) {
       p->run = prepareKernel(st.kernel(), p.get());
     } else if (st.has_matmul()) {
@@ -546,7 +544,7 @@ std::function<void(cudaStream_t)> Session::prepareKernel(const pb::KernelLaunch&
   if (name == "lib.rms_norm_quant_fp8") return prepareRmsNormQuantFp8(args);
   if (name == "lib.silu_and_mul") return prepareSiluAndMul(args, step);
   if (name == "rt.attention") return prepareAttention(args, &step->cleanup);
-  if (name == "rt.reshape_and_cache" || name == "rt.paged_attention") return preparePagedKernel(name, args, step->index);
+  if (name == "rt.reshape_and_cache" || name == "rt.paged_attention") return preparePagedKernel(name, args);
   fail("{}: unknown kernel '{}'", where, name);
 }
 
@@ -742,8 +740,7 @@ std::function<void(cudaStream_t)> Session::prepareAttention(const KernelArgs& ar
 
 // rt.reshape_and_cache / rt.paged_attention: the paged KV-cache steps (paged_steps.h), their
 // tensor arguments by name.
-std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string& name, const KernelArgs& args,
-                                                              int step) {
+std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string& name, const KernelArgs& args) {
   PagedOperands t;
   for (const auto& [arg, a] : args.args)
     if (a->v_case() == pb::KernelArg::kTensor) t[arg] = args.tensor(arg);
@@ -751,7 +748,7 @@ std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string&
   std::optional<double> scale;
   if (args.has("scale")) scale = args.real("scale", 0.0);
   int kernels = 1;
-  auto run = preparePagedAttentionStep(t, scale, PagedContextSettled(plan_, step), *paged_scratch_, kernels, args.where);
+  auto run = preparePagedAttentionStep(t, scale, *paged_scratch_, kernels, args.where);
   launches_ += kernels - 1;  // prepareKernel counted one
   return run;
 }

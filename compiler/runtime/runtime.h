@@ -156,7 +156,6 @@ class Session {
   // epilogue fusion needs to know of it.
   struct Prepared {
     std::string where;  // "step 3 (node)"
-    int index = -1;     // the step's index in the plan
     std::function<void(cudaStream_t)> run;
     std::vector<std::function<void()>> cleanup;
     std::optional<GatedSiluStep> gated_silu;      // a SiLU step a gate/up GEMM may take in
@@ -194,7 +193,7 @@ class Session {
   static std::function<void(cudaStream_t)> prepareSiluAndMul(const KernelArgs& args, Prepared* step);
   static std::function<void(cudaStream_t)> prepareAttention(const KernelArgs& args,
                                                             std::vector<std::function<void()>>* cleanup);
-  std::function<void(cudaStream_t)> preparePagedKernel(const std::string& name, const KernelArgs& args, int step);
+  std::function<void(cudaStream_t)> preparePagedKernel(const std::string& name, const KernelArgs& args);
   std::function<void(cudaStream_t)> prepareCopy(const fxfuse::plan::v1::Copy& c, const std::string& where) const;
   std::function<void(cudaStream_t)> prepareMemset(const fxfuse::plan::v1::Memset& m, const std::string& where) const;
   std::function<void(cudaStream_t)> prepareCollective(const fxfuse::plan::v1::Collective& c, const std::string& where);

@@ -288,12 +288,9 @@ __host__ __device__ constexpr bool StagedRows(int64_t head_size, int64_t elem_by
 // stage), one key group at a time into consume(stage, valid): the copies of the next
 // kStages - 1 groups are in flight while a group is computed, without registers to hold them.
 // Copies of keys past `hi` or with an invalid block id are zero-filled and their mask bit clear.
-// ready() runs once, before the first consume(), after the copies of the first groups whose keys
-// all lie below `settled` (keys no kernel of this step writes; `lo` when the caller reads
-// nothing early).
-template <typename Ring, typename Ready, typename Consume>
+template <typename Ring, typename Consume>
 __device__ void streamKeys(const PagedAttentionParams& p, const int32_t* blocks, int64_t hk, int64_t lo, int64_t hi,
-                           int64_t settled, int lane, uint8_t* ring, unsigned* masks, Ready&& ready, Consume&& consume) {
+                           int lane, uint8_t* ring, unsigned* masks, Consume&& consume) {
   // Keys are counted from lo in 32 bits (a chunk is shorter than 2^31 keys, a block than 2^31
   // slots: LaunchPagedAttention checks): key lo + r is at offset (first_offset + r) % bs of the
   // block table's entry first_block + (first_offset + r) / bs.
@@ -344,17 +341,8 @@ __device__ void streamKeys(const PagedAttentionParams& p, const int32_t* blocks,
       kernels::cpAsync16(dst + kKeyGroup * Ring::kRowPitch, static_cast<const uint8_t*>(p.value_cache) + src, ok_row);
     }
   };
-  // The first groups whose keys all lie below `settled` go out before ready() (the caller's
-  // wait for the preceding grid, where it reads the context early), the rest after it.
-  int s = 0;
-  for (; s < Ring::kStages - 1 && s < groups; ++s) {
-    const int64_t end = lo + static_cast<int64_t>(s + 1) * kKeyGroup;
-    if ((end < hi ? end : hi) > settled) break;
-    issue(s);
-    kernels::cpAsyncCommit();
-  }
-  ready();
-  for (; s < Ring::kStages - 1; ++s) {
+#pragma unroll
+  for (int s = 0; s < Ring::kStages - 1; ++s) {
     if (s < groups) issue(s);
     kernels::cpAsyncCommit();  // empty groups keep the wait counts uniform
   }
@@ -374,7 +362,7 @@ __device__ void attendKeysStaged(const PagedAttentionParams& p, const float (&q)
                                  int64_t hk, int64_t lo, int64_t hi, float vs, int lane, float* scores,
                                  uint8_t* ring, unsigned* masks, Softmax<NE, HPW>& st) {
   using Ring = StagedRing<NE, F>;
-  streamKeys<Ring>(p, blocks, hk, lo, hi, lo, lane, ring, masks, [] {}, [&](const uint8_t* keys, unsigned valid) {
+  streamKeys<Ring>(p, blocks, hk, lo, hi, lane, ring, masks, [&](const uint8_t* keys, unsigned valid) {
     LaneBits<NE, F> kb[kKeyGroup], vb[kKeyGroup];
 #pragma unroll
     for (int g = 0; g < kKeyGroup; ++g) {
@@ -594,24 +582,17 @@ __device__ float loadQueryFragments(const PagedAttentionParams& p, int64_t t, in
 
 // Keys [lo, hi) for the warp's HPW query heads (h0 ..) of token t through the ring (`smem`: the
 // warp's MmaWarpSmem) with tensor cores; returns the state of row g = lane / 4 (rows g >= HPW:
-// no head). With `early` the kernel has not yet waited for the preceding grid: the copies of
-// the keys below `settled` start first, then the wait, then the query and the scale are read.
+// no head).
 template <int E, int HPW, CacheFormat F>
 __device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t h0, const int32_t* blocks, int64_t hk,
-                              int64_t lo, int64_t hi, bool early, int64_t settled, int lane, uint8_t* smem,
-                              unsigned* masks, MmaSoftmax<E>& st) {
+                              int64_t lo, int64_t hi, float q_factor, int lane, uint8_t* smem, unsigned* masks,
+                              MmaSoftmax<E>& st) {
   using Smem = MmaWarpSmem<E, F>;
   using Ring = typename Smem::Ring;
   uint32_t qa[E / 16][2];
-  float q_factor = 0.0f;
-  auto ready = [&] {
-    if (early) kernels::waitForPrecedingGrid();
-    q_factor = p.scale * kLog2e * (F == CacheFormat::kFp8 ? *p.k_scale : 1.0f) *
-               loadQueryFragments<E, HPW, F>(p, t, h0, lane, qa);
-  };
+  q_factor *= loadQueryFragments<E, HPW, F>(p, t, h0, lane, qa);
   uint8_t* wide = smem + Ring::kWarpBytes;
-  streamKeys<Ring>(p, blocks, hk, lo, hi, early ? settled : lo, lane, smem, masks, ready,
-                   [&](const uint8_t* stage, unsigned valid) {
+  streamKeys<Ring>(p, blocks, hk, lo, hi, lane, smem, masks, [&](const uint8_t* stage, unsigned valid) {
     const uint8_t* values = stage + kKeyGroup * Ring::kRowPitch;
     if constexpr (F == CacheFormat::kFp8) {
       __syncwarp();  // every lane has read the previous group's widened rows
@@ -638,15 +619,14 @@ __device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t 
 // head size exactly 32 * NE of 64 or 128 (full fragments; 256 would need 128 accumulators).
 __host__ __device__ constexpr bool MmaPath(int NE) { return NE == 2 || NE == 4; }
 
-// Where a query token stands: its sequence (-1: a padding token), the keys it sees, and the
-// first key position this step writes for its sequence (its first query's).
+// Where a query token stands: its sequence (-1: a padding token) and the keys it sees.
 struct QueryRow {
-  int64_t t, h, seq, keys, new_from;
+  int64_t t, h, seq, keys;
 };
 
 // Called by a whole warp with the same t in every lane (sequenceOf).
 __device__ QueryRow queryRow(const PagedAttentionParams& p, int64_t t, int64_t h, int lane) {
-  QueryRow r{t, h, -1, 0, 0};
+  QueryRow r{t, h, -1, 0};
   r.seq = sequenceOf(p.query_start_loc, p.num_seqs, r.t, lane);
   if (r.seq < 0) return r;
   const int64_t ql = p.query_start_loc[r.seq + 1] - p.query_start_loc[r.seq];
@@ -655,7 +635,6 @@ __device__ QueryRow queryRow(const PagedAttentionParams& p, int64_t t, int64_t h
   const int64_t pos = ctx - ql + (r.t - p.query_start_loc[r.seq]);  // keys 0..pos, causal
   r.keys = pos + 1 < ctx ? pos + 1 : ctx;
   if (r.keys < 0) r.keys = 0;
-  r.new_from = ctx - ql > 0 ? ctx - ql : 0;
   return r;
 }
 
@@ -691,7 +670,7 @@ enum class LoadPath { kDirect, kRing, kRingMma };
 // output rows (one chunk) or the partial states (several).
 template <int E, int HPW, CacheFormat F>
 __device__ void attendRowsMma(const PagedAttentionParams& p, const QueryRow& r, int64_t h0, int64_t lo, int64_t hi,
-                              bool early, int lane, int warp) {
+                              int lane, int warp) {
   MmaSoftmax<E> st;
 #pragma unroll
   for (int n = 0; n < E / 8; ++n)
@@ -702,11 +681,9 @@ __device__ void attendRowsMma(const PagedAttentionParams& p, const QueryRow& r, 
   if (r.seq >= 0) {
     extern __shared__ __align__(16) uint8_t paged_rings[];
     __shared__ unsigned masks[kWarps][4];
+    const float q_factor = p.scale * kLog2e * (F == CacheFormat::kFp8 ? *p.k_scale : 1.0f);
     attendKeysMma<E, HPW, F>(p, r.t, h0, p.block_table + r.seq * p.block_table_stride, h0 / (p.heads_q / p.heads_kv),
-                             lo, hi, early, r.new_from, lane, paged_rings + warp * MmaWarpSmem<E, F>::kBytes,
-                             masks[warp], st);
-  } else if (early) {
-    kernels::waitForPrecedingGrid();  // before the padding row's zeros are written
+                             lo, hi, q_factor, lane, paged_rings + warp * MmaWarpSmem<E, F>::kBytes, masks[warp], st);
   }
   const int g = lane >> 2, tq = lane & 3;
   if (g >= HPW) return;
@@ -778,7 +755,7 @@ __device__ void attendRowsCuda(const PagedAttentionParams& p, const QueryRow& r,
   const SplitWorkspace ws(p);
 #pragma unroll
   for (int h = 0; h < HPW; ++h) {
-    const QueryRow rh{r.t, h0 + h, r.seq, r.keys, r.new_from};
+    const QueryRow rh{r.t, h0 + h, r.seq, r.keys};
     if (!split) {
       writeRow<NE>(p, rh, st.acc[h], st.l[h], lane);
       continue;
@@ -801,9 +778,7 @@ __device__ void attendRowsCuda(const PagedAttentionParams& p, const QueryRow& r,
 // merged by pagedCombineKernel. The next kernel (the combine, or the o-projection) may launch
 // only once every block has attended: a trigger at the start would let it, and the kernel
 // after it, take multiprocessor slots that this grid's later waves need (docs/runtime.md
-// "Programmatic dependent launch"). With p.context_settled the tensor-core path reads the batch
-// metadata and starts copying the context written before this step while the preceding grid
-// (this layer's cache write) still runs, and waits for it before the query and this step's keys.
+// "Programmatic dependent launch").
 // CTAs per multiprocessor the register budget aims at: 4 for the CUDA-core ring with up to 16
 // accumulators per lane (128 registers), 3 for the tensor-core ring (its 64 accumulators).
 constexpr int minBlocks(LoadPath path, int accumulators) {
@@ -812,8 +787,7 @@ constexpr int minBlocks(LoadPath path, int accumulators) {
 
 template <int NE, int HPW, CacheFormat F, LoadPath kPath>
 __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) pagedAttentionKernel(PagedAttentionParams p) {
-  const bool early = kPath == LoadPath::kRingMma && p.context_settled;
-  if (!early) kernels::waitForPrecedingGrid();
+  kernels::waitForPrecedingGrid();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t groups = p.heads_q / HPW;
   const int64_t warp_row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
@@ -826,7 +800,7 @@ __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) paged
   const int64_t hi = lo + chunk < r.keys ? lo + chunk : r.keys;
   if (split && (r.seq < 0 || lo >= r.keys)) return;  // the combine reads no chunk past the context
   if constexpr (kPath == LoadPath::kRingMma) {
-    if constexpr (MmaPath(NE)) attendRowsMma<32 * NE, HPW, F>(p, r, h0, lo, hi, early, lane, warp);
+    if constexpr (MmaPath(NE)) attendRowsMma<32 * NE, HPW, F>(p, r, h0, lo, hi, lane, warp);
   } else {
     attendRowsCuda<NE, HPW, F, kPath == LoadPath::kRing>(p, r, h0, lo, hi, lane, warp);
   }
@@ -864,21 +838,19 @@ __device__ __forceinline__ void loadPartial(const float* chunk_acc, int64_t head
 // j + WPR, ... kCombineBatch at a time, each with its m_c, and the first batch in the same
 // round as every chunk's (m_c, l_c) for M and the sum (each warp of a row computes both): after
 // the row's metadata a row costs one round of loads per WPR * kCombineBatch chunks, not a chain.
-// With WPR > 1 the warps' sums are added in warp order through shared memory; with
-// p.context_settled the row's metadata is read before the wait for the attention grid. The launcher
+// With WPR > 1 the warps' sums are added in warp order through shared memory. The launcher
 // takes WPR = 1 where chunks are few (a block merges four rows) and 4 where they are many
 // (decode at small batches: up to 32 chunks in one round).
 template <int NE, int WPR>
 __global__ void __launch_bounds__(kWarps * 32) pagedCombineKernel(PagedAttentionParams p) {
   static_assert(kWarps % WPR == 0, "whole rows per block");
   kernels::allowDependentGrids();
-  if (!p.context_settled) kernels::waitForPrecedingGrid();
+  kernels::waitForPrecedingGrid();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % WPR;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarps / WPR) + warp / WPR;
   const bool in_range = row < p.num_tokens * p.heads_q;  // the same in every warp of the row
-  QueryRow r{0, 0, -1, 0, 0};
+  QueryRow r{0, 0, -1, 0};
   if (in_range) r = queryRow(p, row / p.heads_q, row % p.heads_q, lane);
-  if (p.context_settled) kernels::waitForPrecedingGrid();  // the metadata is read; the partials need the attention
   const int64_t chunk = PagedChunkKeys(r.keys, p.num_splits);
   const int used = r.seq < 0 ? 0 : static_cast<int>((r.keys + chunk - 1) / chunk);
   const SplitWorkspace ws(p);

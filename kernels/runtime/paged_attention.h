@@ -100,12 +100,6 @@ struct PagedAttentionParams {
   // every context in one pass.
   int64_t num_splits = 1;
   float* workspace = nullptr;
-  // Set where no kernel still running when this step's kernels start writes the batch
-  // metadata, nor the cached keys and values before each sequence's first query position
-  // (the runtime's PagedContextSettled): the kernels then read the metadata, and copy that part
-  // of the context, before waiting for the preceding grid (programmatic launch); the query,
-  // the scales, this step's keys and values and the split partials only after it.
-  bool context_settled = false;
 };
 
 // Keys the kernels load together, and the smallest chunk worth a warp of its own.
