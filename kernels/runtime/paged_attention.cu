@@ -261,28 +261,18 @@ __device__ void attendKeys(const PagedAttentionParams& p, const float (&q)[HPW][
 
 // The cp.async ring a warp streams its keys through when rows are whole 16-byte pieces: each
 // stage holds one key group's K rows then V rows, kRowPitch apart (room for the longest row of
-// NE elements per lane); about 13 KB of shared memory per warp, 2 to 4 stages, so 4 CTAs of 4
-// warps fit a multiprocessor. The 8 rows of a group must fall on different banks for the
-// tensor-core fragment loads: rows are padded by 16 bytes, or (kSwizzle, the tensor-core ring,
-// rows of at least 128 bytes) unpadded with the 16-byte piece p of a group's row r stored at
-// p ^ (r % 8). The padding also spreads the cp.async writes of a warp's two rows over
-// overlapping banks (twice the shared-memory wavefronts, and 1.5 times the L2 sectors per copy,
-// measured by ncu); the swizzle keeps both the writes and the fragment reads conflict-free.
-template <int NE, CacheFormat F, bool kSwizzle = false>
+// NE elements per lane, plus 16 bytes so the 8 rows of a group fall in different banks for the
+// tensor-core fragment loads); about 13 KB of shared memory per warp, 2 to 4 stages, so 4 CTAs
+// of 4 warps fit a multiprocessor.
+template <int NE, CacheFormat F>
 struct StagedRing {
   static constexpr int kElem = F == CacheFormat::kFp8 ? 1 : 2;
   static constexpr int kRowBytes = 32 * NE * kElem;
-  static constexpr bool kSwizzled = kSwizzle && kRowBytes >= 128;
-  static constexpr int kRowPitch = kSwizzled ? kRowBytes : kRowBytes + 16;
+  static constexpr int kRowPitch = kRowBytes + 16;
   static constexpr int kStageBytes = 2 * kKeyGroup * kRowPitch;
   static constexpr int kBudget = 13312;
   static constexpr int kStages = kBudget / kStageBytes < 2 ? 2 : kBudget / kStageBytes > 4 ? 4 : kBudget / kStageBytes;
   static constexpr int kWarpBytes = kStages * kStageBytes;
-  // Where byte b of row `row` (0..7 within its group, K or V) sits in the row's storage.
-  static __device__ __forceinline__ int Offset(int row, int b) {
-    if constexpr (kSwizzled) return (((b >> 4) ^ (row & 7)) << 4) | (b & 15);
-    else return b;
-  }
 };
 
 // Whether a head of `head_size` elements streams through the ring: whole 16-byte pieces, a
@@ -346,7 +336,7 @@ __device__ void streamKeys(const PagedAttentionParams& p, const int32_t* blocks,
       if (g >= kKeyGroup) continue;  // rows shorter than 64 bytes: more lanes than the group's rows
       const bool ok_row = key_row >= 0;
       const int64_t src = (ok_row ? key_row * Ring::kElem : 0) + piece * 16;
-      const uint32_t dst = ring_address + stage * Ring::kStageBytes + g * Ring::kRowPitch + Ring::Offset(g, piece * 16);
+      const uint32_t dst = ring_address + stage * Ring::kStageBytes + g * Ring::kRowPitch + piece * 16;
       kernels::cpAsync16(dst, static_cast<const uint8_t*>(p.key_cache) + src, ok_row);
       kernels::cpAsync16(dst + kKeyGroup * Ring::kRowPitch, static_cast<const uint8_t*>(p.value_cache) + src, ok_row);
     }
@@ -454,11 +444,11 @@ __device__ __forceinline__ uint32_t widenPair(uint32_t bits) {
   return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
 }
 
-// Elements c, c + 1 of K row g (of its group) in the ring as a pair of the mma type.
-template <CacheFormat F, typename Ring>
-__device__ __forceinline__ uint32_t keyPair(const uint8_t* row, int g, int c) {
-  if constexpr (F == CacheFormat::kFp8) return widenPair(*reinterpret_cast<const uint16_t*>(row + Ring::Offset(g, c)));
-  else return *reinterpret_cast<const uint32_t*>(row + Ring::Offset(g, 2 * c));
+// Elements c, c + 1 of a K row in the ring as a pair of the mma type.
+template <CacheFormat F>
+__device__ __forceinline__ uint32_t keyPair(const uint8_t* row, int c) {
+  if constexpr (F == CacheFormat::kFp8) return widenPair(*reinterpret_cast<const uint16_t*>(row + c));
+  else return *reinterpret_cast<const uint32_t*>(row + 2 * c);
 }
 
 // The shared memory of one tensor-core warp: its cp.async ring and, for an FP8 cache, the
@@ -468,19 +458,19 @@ template <int E, CacheFormat F>
 struct MmaWarpSmem {
   static constexpr int kWidePitch = 2 * E + 16;
   static constexpr int kWideBytes = F == CacheFormat::kFp8 ? kKeyGroup * kWidePitch : 0;
-  using Ring = StagedRing<E / 32, F, true>;
+  using Ring = StagedRing<E / 32, F>;
   static constexpr int kBytes = Ring::kWarpBytes + kWideBytes;
 };
 
-// The 8 V rows of an FP8 stage (rows of `Ring`) as f16 rows kWidePitch apart: lane l widens
+// The 8 V rows of an FP8 stage (kPitch8 apart) as f16 rows kWidePitch apart: lane l widens
 // E / 4 bytes of row l % 8, from byte (l / 8) * E / 4.
-template <int E, typename Ring, int kWidePitch>
+template <int E, int kPitch8, int kWidePitch>
 __device__ __forceinline__ void widenValues(const uint8_t* v8, uint8_t* wide, int lane) {
   constexpr int kLaneBytes = E / 4;
   const int row = lane & 7, col = (lane >> 3) * kLaneBytes;
 #pragma unroll
   for (int i = 0; i < kLaneBytes / 16; ++i) {
-    const uint4 x = *reinterpret_cast<const uint4*>(v8 + row * Ring::kRowPitch + Ring::Offset(row, col + 16 * i));
+    const uint4 x = *reinterpret_cast<const uint4*>(v8 + row * kPitch8 + col + 16 * i);
     const uint32_t w[4] = {x.x, x.y, x.z, x.w};
     uint32_t h[8];
 #pragma unroll
@@ -499,22 +489,20 @@ struct MmaSoftmax {
   float m, l;
 };
 
-// One key group into `st`: K rows at `keys` (rows of `Ring`, cache format F), V rows at
-// `values` in the mma type, kValuePitch apart: in the ring (kValuesInRing, laid out as `Ring`
-// says) or in a plain buffer. `qa` holds the lane's Q fragments (rows g, columns 16k + 2t.. and
-// 16k + 2t + 8..); scores are S * q_factor.
-template <int E, CacheFormat F, typename Ring, int kValuePitch, bool kValuesInRing>
+// One key group into `st`: K rows at `keys` (kKeyPitch apart, cache format F), V rows at
+// `values` in the mma type (kValuePitch apart). `qa` holds the lane's Q fragments (rows g,
+// columns 16k + 2t.. and 16k + 2t + 8..); scores are S * q_factor.
+template <int E, CacheFormat F, int kKeyPitch, int kValuePitch>
 __device__ __forceinline__ void addKeyGroupMma(const uint8_t* keys, const uint8_t* values, unsigned valid,
                                                const uint32_t (&qa)[E / 16][2], float q_factor, int lane,
                                                MmaSoftmax<E>& st) {
   constexpr CacheFormat M = MmaType(F);
   const int g = lane >> 2, t = lane & 3;
-  const uint8_t* krow = keys + g * Ring::kRowPitch;
+  const uint8_t* krow = keys + g * kKeyPitch;
   float c[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int k = 0; k < E / 16; ++k)
-    mma16816<M>(c, qa[k][0], qa[k][1], keyPair<F, Ring>(krow, g, 16 * k + 2 * t),
-                keyPair<F, Ring>(krow, g, 16 * k + 2 * t + 8));
+    mma16816<M>(c, qa[k][0], qa[k][1], keyPair<F>(krow, 16 * k + 2 * t), keyPair<F>(krow, 16 * k + 2 * t + 8));
   const float s0 = (valid >> (2 * t)) & 1u ? c[0] * q_factor : -INFINITY;
   const float s1 = (valid >> (2 * t + 1)) & 1u ? c[1] * q_factor : -INFINITY;
   float mx = fmaxf(s0, s1);
@@ -529,17 +517,15 @@ __device__ __forceinline__ void addKeyGroupMma(const uint8_t* keys, const uint8_
   const uint32_t hi = pack16<M>(p0, p1);
   const float2 hi_f = unpack16<M>(hi);
   const uint32_t lo = pack16<M>(p0 - hi_f.x, p1 - hi_f.y);
-  // V: ldmatrix.x4.trans of keys 0..7 x columns 8n..8n+31 gives the B fragments of 4 n-tiles
-  // (lane l gives the address of row l % 8's 16-byte piece n0 + l / 8).
-  const int vr = lane & 7;
-  const uint32_t vrow = static_cast<uint32_t>(__cvta_generic_to_shared(values)) + vr * kValuePitch;
+  // V: ldmatrix.x4.trans of keys 0..7 x columns 8n..8n+31 gives the B fragments of 4 n-tiles.
+  const uint32_t vbase = static_cast<uint32_t>(__cvta_generic_to_shared(values)) + (lane & 7) * kValuePitch +
+                         (lane >> 3) * 16;
 #pragma unroll
   for (int n0 = 0; n0 < E / 8; n0 += 4) {
-    const int piece_byte = (n0 + (lane >> 3)) * 16;
     uint32_t b[4];
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(vrow + (kValuesInRing ? Ring::Offset(vr, piece_byte) : piece_byte)));
+                 : "r"(vbase + n0 * 16));
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       st.o[n0 + j][0] *= corr;
@@ -610,11 +596,11 @@ __device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t 
     const uint8_t* values = stage + kKeyGroup * Ring::kRowPitch;
     if constexpr (F == CacheFormat::kFp8) {
       __syncwarp();  // every lane has read the previous group's widened rows
-      widenValues<E, Ring, Smem::kWidePitch>(values, wide, lane);
+      widenValues<E, Ring::kRowPitch, Smem::kWidePitch>(values, wide, lane);
       __syncwarp();
-      addKeyGroupMma<E, F, Ring, Smem::kWidePitch, false>(stage, wide, valid, qa, q_factor, lane, st);
+      addKeyGroupMma<E, F, Ring::kRowPitch, Smem::kWidePitch>(stage, wide, valid, qa, q_factor, lane, st);
     } else {
-      addKeyGroupMma<E, F, Ring, Ring::kRowPitch, true>(stage, values, valid, qa, q_factor, lane, st);
+      addKeyGroupMma<E, F, Ring::kRowPitch, Ring::kRowPitch>(stage, values, valid, qa, q_factor, lane, st);
     }
   });
   st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
