@@ -7,6 +7,7 @@
 #include "ir/checked_math.h"
 #include "ir/op_schema.h"
 #include "ir/status.h"
+#include "ir/utf8.h"
 
 namespace fxfuse::ir {
 
@@ -91,12 +92,31 @@ void checkWeight(const WeightInfo& w, const std::map<std::string, int64_t>& env,
     fail("{}: its size and strides need {} bytes of storage, its payload has {}", where, need, w.length);
 }
 
+// Names become launch-plan strings, which must be UTF-8 (ir/utf8.h).
+void checkUtf8Names(const Graph& g, const std::string& file) {
+  auto check = [&](const std::string& name, const char* what) {
+    if (!isUtf8(name)) fail("{}: graph {}: {} name is not UTF-8", file, isUtf8(g.name) ? g.name : "?", what);
+  };
+  check(g.name, "the graph's");
+  for (const auto& in : g.inputs()) {
+    if (in.value) check(in.value->name, "an input's");
+    check(in.target, "an input's target");
+  }
+  for (const auto& n : g.nodes()) {
+    check(n->name, "a node's");
+    for (const Value* v : n->outputs())
+      if (v) check(v->name, "a node result's");
+  }
+  for (const auto& out : g.outputs()) check(out.target, "an output's target");
+}
+
 }  // namespace
 
 void validateModule(const Module& m, const std::string& file) {
   checkSymbols(m.symbols, file);
   const auto env = hintEnv(m.symbols);
   for (const auto& g : m.graphs()) {
+    checkUtf8Names(*g, file);
     for (const auto& in : g->inputs())
       if (in.value && in.value->isTensor())
         checkTensorType(in.value->type, env, fmt::format("{}: graph {} input '{}'", file, g->name, in.value->name));
@@ -106,7 +126,10 @@ void validateModule(const Module& m, const std::string& file) {
           checkTensorType(v->type, env,
                           fmt::format("{}: node '{}' ({}) result {}", file, n->name, n->target, i));
   }
-  for (const auto& w : m.weights) checkWeight(w, env, file);
+  for (const auto& w : m.weights) {
+    if (!isUtf8(w.fqn)) fail("{}: a weight's name is not UTF-8", file);
+    checkWeight(w, env, file);
+  }
 }
 
 namespace {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds fxfuse's fuzz targets (tests/fuzz/fuzz_*.cc: six importers and the whole pipeline)
+# Builds fxfuse's fuzz targets (tests/fuzz/fuzz_*.cc: six importers, the launch-plan reader
+# and the whole pipeline)
 # with clang + libFuzzer under AddressSanitizer (leak checking included) and
 # UndefinedBehaviorSanitizer, then runs each for a bounded time. Any crash, leak, UB report, timeout (-timeout=10 s per input) or
 # memory blow-up (-rss_limit_mb=2048) fails the script, which then prints the reproducer.
@@ -9,7 +10,9 @@
 #   tools/run_fuzzers.sh --build-only
 #   tools/run_fuzzers.sh --repro TARGET FILE                  (re-run one input)
 #
-# Targets: fx_text export_json export_archive fxg proto_binary proto_json pipeline.
+# Targets: fx_text export_json export_archive fxg proto_binary proto_json plan pipeline.
+# plan (tests/fuzz/fuzz_plan.cc) also links lowering's plan reader and the weight-prefetch
+# placement.
 # pipeline (tests/fuzz/fuzz_pipeline.cc) also links the passes, the interpreter and lowering;
 # its seeds are every .fxg test of the repository (tests/**/*.fxg) plus corpus/pipeline/.
 # The ir sources are compiled directly with clang++ (objects cached, rebuilt on change via
@@ -29,7 +32,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-ALL_TARGETS=(fx_text export_json export_archive fxg proto_binary proto_json pipeline)
+ALL_TARGETS=(fx_text export_json export_archive fxg proto_binary proto_json plan pipeline)
 MODE=run
 SECS=30
 TARGETS=()
@@ -103,6 +106,8 @@ obj/%.o: \$(ROOT)/%.cc
 	@mkdir -p \$(dir \$@)
 	\$(CXX) \$(CXXFLAGS) -MMD -MP -c \$< -o \$@
 fuzz_pipeline: obj/tests/fuzz/fuzz_pipeline.o \$(IR_OBJS) \$(PIPE_OBJS)
+	\$(CXX) \$(FLAGS) -fsanitize=fuzzer \$^ \$(LIBS) -lopenblas -o \$@
+fuzz_plan: obj/tests/fuzz/fuzz_plan.o obj/compiler/runtime/weight_prefetch.o \$(IR_OBJS) \$(PIPE_OBJS)
 	\$(CXX) \$(FLAGS) -fsanitize=fuzzer \$^ \$(LIBS) -lopenblas -o \$@
 fuzz_%: obj/tests/fuzz/fuzz_%.o \$(IR_OBJS)
 	\$(CXX) \$(FLAGS) -fsanitize=fuzzer \$^ \$(LIBS) -o \$@

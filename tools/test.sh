@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole fxfuse test suite (what CI runs): installs missing Debian packages, runs every
 # Bazel test except those tagged `gpu`, then the CLI bad/hostile-input tests under ASan/UBSan,
-# the layering and function-length checks, then the fuzzers (six readers and the whole
-# pipeline) for a bounded time under ASan/UBSan. Prints "N passed, M failed" last; exits non-zero on any failure.
+# the layering and function-length checks, then the fuzzers (six graph readers, the launch-plan
+# reader and the whole pipeline) for a bounded time under ASan/UBSan. Prints "N passed, M failed" last; exits non-zero on any failure.
 # It also builds and tests examples/external_workspace (the fxfuse_plan rule used from another
 # workspace, see docs/runtime.md; about 8 minutes on 2 cores; FXFUSE_EXTERNAL_WORKSPACE=0 skips it).
 #

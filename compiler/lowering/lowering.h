@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -63,6 +64,15 @@ std::string planToBinary(const fxfuse::plan::v1::Plan& p);
 // out of range; its optional ones unless -1, "none"): the one list of a step's tensors that the
 // plan's structural checks and the runtime's step-order analyses read. Empty for an empty step.
 std::vector<int> StepTensors(const fxfuse::plan::v1::Step& s);
+
+// Every symbolic expression a plan holds that the runtime evaluates when it binds (the
+// arena's sizes, tensor shapes, strides and offsets, buffer sizes and offsets, each step's
+// sizes and launch shape), with where it sits ("tensor shape" and the tensor's index; -1 for
+// the arena's). The ones the runtime always reads are visited even when absent (an absent
+// expression does not read), the optional ones where present: parsePlan checks that each one
+// reads.
+void ForEachPlanSymExpr(const fxfuse::plan::v1::Plan& p,
+                        const std::function<void(const fxfuse::ir::v1::SymExpr&, const char*, int)>& fn);
 
 // What one step does, in a few words ("matmul m=s0 n=4096 k=4096 fp8", a kernel's name).
 std::string describeStep(const fxfuse::plan::v1::Step& s);

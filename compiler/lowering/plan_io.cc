@@ -1,6 +1,9 @@
 // Reading, writing and describing launch plans.
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
 
+#include <functional>
 #include <map>
 
 #include <fmt/format.h>
@@ -12,6 +15,7 @@
 #include "ir/proto_io.h"
 #include "ir/sniff.h"
 #include "ir/status.h"
+#include "ir/utf8.h"
 #include "ir/world_size.h"
 
 namespace fxfuse::lowering {
@@ -33,9 +37,16 @@ std::string planToText(const pb::Plan& p) {
   return out;
 }
 
+// Deterministic: map entries in key order, so one plan always gives the same bytes (the
+// fxfuse_plan Bazel rule embeds them; the default order follows the map's hashing).
 std::string planToBinary(const pb::Plan& p) {
   std::string out;
-  if (!p.SerializeToString(&out)) fail("cannot serialize the plan");
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    if (!p.SerializeToCodedStream(&coded) || coded.HadError()) fail("cannot serialize the plan");
+  }
   return out;
 }
 
@@ -89,13 +100,85 @@ void checkPlanRanges(const pb::Plan& p, const std::string& source) {
   }
 }
 
+// Refuses fields this fxfuse does not know (a newer writer's, or corruption: the runtime would
+// ignore what they say, and their text form does not read back) and string fields that are
+// not UTF-8 (a text plan can spell any bytes with escapes; its binary form cannot carry them).
+void checkFields(const google::protobuf::Message& m, const std::string& source) {
+  const auto* r = m.GetReflection();
+  if (!r->GetUnknownFields(m).empty())
+    fail("{}: the plan has a field this fxfuse does not know (in {}; written by a newer version?)", source,
+         m.GetDescriptor()->name());
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const auto* f : fields) {
+    const bool repeated = f->is_repeated();
+    const int n = repeated ? r->FieldSize(m, f) : 1;
+    for (int i = 0; i < n; ++i) {
+      if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE)
+        checkFields(repeated ? r->GetRepeatedMessage(m, f, i) : r->GetMessage(m, f), source);
+      else if (f->type() == google::protobuf::FieldDescriptor::TYPE_STRING &&
+               !ir::isUtf8(repeated ? r->GetRepeatedString(m, f, i) : r->GetString(m, f)))
+        fail("{}: {}.{} is not UTF-8", source, m.GetDescriptor()->name(), f->name());
+    }
+  }
+}
+
 }  // namespace
+
+void ForEachPlanSymExpr(const pb::Plan& p, const std::function<void(const ir::v1::SymExpr&, const char*, int)>& fn) {
+  auto opt = [&](bool has, const ir::v1::SymExpr& e, const char* what, int i) {
+    if (has) fn(e, what, i);
+  };
+  fn(p.arena().peak_bytes(), "arena peak_bytes", -1);
+  opt(p.arena().has_no_reuse_bytes(), p.arena().no_reuse_bytes(), "arena no_reuse_bytes", -1);
+  for (int i = 0; i < p.tensors_size(); ++i) {
+    const auto& t = p.tensors(i);
+    for (const auto& e : t.shape()) fn(e, "tensor shape", i);
+    for (const auto& e : t.stride()) fn(e, "tensor stride", i);
+    fn(t.offset(), "tensor offset", i);
+  }
+  for (int i = 0; i < p.buffers_size(); ++i) {
+    const auto& b = p.buffers(i);
+    opt(b.has_size_bytes(), b.size_bytes(), "buffer size_bytes", i);
+    opt(b.has_offset() || b.kind() == pb::ARENA, b.offset(), "buffer offset", i);
+  }
+  for (int i = 0; i < p.steps_size(); ++i) {
+    const auto& s = p.steps(i);
+    if (s.has_kernel()) {
+      for (const auto& e : s.kernel().grid()) fn(e, "step grid", i);
+      for (const auto& e : s.kernel().block()) fn(e, "step block", i);
+      opt(s.kernel().has_shared_bytes(), s.kernel().shared_bytes(), "step shared_bytes", i);
+      for (const auto& a : s.kernel().args())
+        if (a.v_case() == pb::KernelArg::kInt) fn(a.int_(), "step argument", i);
+    } else if (s.has_matmul()) {
+      const auto& m = s.matmul();
+      fn(m.m(), "step m", i);
+      fn(m.n(), "step n", i);
+      fn(m.k(), "step k", i);
+      opt(m.has_batch(), m.batch(), "step batch", i);
+    } else if (s.has_copy()) {
+      fn(s.copy().bytes(), "step bytes", i);
+    } else if (s.has_memset()) {
+      fn(s.memset().bytes(), "step bytes", i);
+    } else if (s.has_collective()) {
+      fn(s.collective().count(), "step count", i);
+    } else if (s.has_fused_all_reduce_norm()) {
+      fn(s.fused_all_reduce_norm().num_tokens(), "step num_tokens", i);
+      fn(s.fused_all_reduce_norm().hidden_size(), "step hidden_size", i);
+    }
+  }
+}
 
 pb::Plan parsePlan(const std::string& bytes, bool text, const std::string& source) {
   pb::Plan p;
   bool ok = text ? google::protobuf::TextFormat::ParseFromString(bytes, &p) : p.ParseFromString(bytes);
   if (!ok) fail("{}: not a valid fxfuse launch plan ({} form)", source, text ? "text" : "binary");
   if (p.plan_major() != 1) fail("{}: plan version {} is not supported (expected 1)", source, p.plan_major());
+  checkFields(p, source);
+  ForEachPlanSymExpr(p, [&](const ir::v1::SymExpr& e, const char* what, int i) {
+    (void)ir::symExprFromProto(e, i < 0 ? fmt::format("{}: {}", source, what) : fmt::format("{}: {} {}", source, what, i));
+  });
+  (void)ir::guardsFromProto(p.guards(), source + ": guards");
   checkPlanRanges(p, source);
   // Structural checks so the runtime can index without bounds surprises.
   auto tensorOk = [&](int t) { return t >= 0 && t < p.tensors_size(); };
@@ -203,7 +286,8 @@ std::string describePlan(const pb::Plan& p) {
   out += fmt::format("launches {}\n", launches);
   auto sx = [](const fxfuse::ir::v1::SymExpr& e) { return ir::symExprFromProto(e, "plan").str(); };
   out += fmt::format("arena peak {} bytes (no reuse {}) at the symbols' hints; peak = {}\n",
-                     p.arena().peak_bytes_at_hint(), p.arena().no_reuse_bytes_at_hint(), sx(p.arena().peak_bytes()));
+                     p.arena().peak_bytes_at_hint(), p.arena().no_reuse_bytes_at_hint(),
+                     p.arena().has_peak_bytes() ? sx(p.arena().peak_bytes()) : "(none)");
   return out;
 }
 

@@ -26,6 +26,8 @@ small = """fxfuse.module {
 }
 """
 w("small.fxg", small)
+with open(os.path.join(t, "latin1_name.fxg"), "wb") as f:  # an input named "sc\xe1le": Latin-1, not UTF-8
+    f.write(small.replace('"x"', '"sc\\xe1le"').encode().replace(b"\\xe1", b"\xe1"))
 w("mm.fxg", """fxfuse.module {
   graph @main {
     input %1 "x": bf16[4, 64]
@@ -222,6 +224,30 @@ PY
   run_case "plan_matmul_$field" 2 -- run "$T/mm_$field.plan.txt" --describe
   expect_msg "plan_matmul_$field" "names tensor 99999"
 done
+# Names reach launch plans, whose strings must be UTF-8: refused at the door (a pipeline fuzz
+# finding: the plan of such a graph did not load back).
+run_case name_not_utf8 2 -- compile "$T/latin1_name.fxg" -o "$T/out.plan"
+expect_msg name_not_utf8 "an input's name is not UTF-8"
+# A field this fxfuse does not know (field 127 inside the arena: a second `arena`, field 17,
+# merges into the first), a string that is not UTF-8, a matmul without its m: refused at load,
+# not ignored or thrown later (plan fuzz findings).
+"$FXFUSE" compile "$T/mm.fxg" --emit=plan -o "$T/mm.plan.pb" -q 2>"$T/stderr"
+python3 - "$T" <<'PY'
+import re, sys
+t = sys.argv[1]
+open(t + "/unknown.plan.pb", "wb").write(open(t + "/mm.plan.pb", "rb").read() + b"\x8a\x01\x03\xf8\x07\x01")
+text = open(t + "/mm.plan.txt").read()
+open(t + "/utf8.plan.txt", "w").write(text.replace('producer: "', 'producer: "\\377', 1))
+text, n = re.subn(r"\n    m \{\n(      .*\n)*?    \}", "", text, count=1)
+assert n == 1, "the matmul has no m"
+open(t + "/no_m.plan.txt", "w").write(text)
+PY
+run_case plan_unknown_field 2 -- run "$T/unknown.plan.pb" --describe
+expect_msg plan_unknown_field "a field this fxfuse does not know (in Arena"
+run_case plan_not_utf8 2 -- run "$T/utf8.plan.txt" --describe
+expect_msg plan_not_utf8 "Plan.producer is not UTF-8"
+run_case plan_matmul_no_m 2 -- run "$T/no_m.plan.txt" --describe
+expect_msg plan_matmul_no_m "step m 0: empty symbolic expression"
 for ws in 0 -1 9 1000000; do
   run_case "compile_world_size_$ws" 2 -- compile "$T/small.fxg" --world-size "$ws"
   run_case "verify_world_size_$ws" 2 -- verify "$T/small.fxg" --world-size "$ws"

@@ -73,4 +73,21 @@ int run(F read) {
   return 0;
 }
 
+// Runs a target whose stages catch the FxError of a clean rejection themselves: any exception
+// escaping `stages` is a finding (`what` names what it escaped, e.g. "the pipeline").
+template <typename F>
+int runStages(const char* what, F stages) {
+  const std::string from(what);
+  try {
+    stages();
+  } catch (const std::bad_alloc&) {
+    finding(("std::bad_alloc escaped " + from).c_str(), "");
+  } catch (const FxError& e) {
+    finding("FxError escaped a stage that should have caught it", e.what());
+  } catch (const std::exception& e) {
+    finding(("non-FxError exception escaped " + from).c_str(), e.what());
+  }
+  return 0;
+}
+
 }  // namespace fxfuse::fuzz

@@ -126,18 +126,5 @@ void pipeline(std::string_view text) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  try {
-    pipeline(text);
-  } catch (const std::bad_alloc&) {
-    fxfuse::fuzz::finding("std::bad_alloc escaped the pipeline", "");
-  } catch (const FxError& e) {
-    fxfuse::fuzz::finding("FxError escaped a stage that should have caught it", e.what());
-  } catch (const std::exception& e) {
-    fxfuse::fuzz::finding("non-FxError exception escaped the pipeline", e.what());
-  }
-  return 0;
-}
-
-extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
-  return fxfuse::fuzz::mutateFxg(data, size, max_size, seed);
+  return fxfuse::fuzz::runStages("the pipeline", [&] { pipeline(text); });
 }
