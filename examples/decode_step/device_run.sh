@@ -100,7 +100,7 @@ if [[ $B8FP8_BUDGET -gt 0 ]]; then
   cat "$LOGS/llama8b_fp8"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$LOGS/bench_llama8b_fp8.txt" >> "$OUT/summary.txt"
 fi
 # Where the step's time goes, kernel by kernel, fxfuse and torch.compile default side by side
-# (kernel_breakdown.py, nsys or ncu; 4 layers): BREAKDOWN_POINTS (batch x context, default
+# (kernel_breakdown.py: ncu and torch.profiler; 4 layers): BREAKDOWN_POINTS (batch x context, default
 # 32x1024,64x1024), BREAKDOWN_TORCH (torch.compile mode, default "default"; none: fxfuse only),
 # BREAKDOWN_BUDGET s in all (default 0: left out).
 BREAKDOWN_BUDGET=${BREAKDOWN_BUDGET:-0}
@@ -111,5 +111,5 @@ if [[ $BREAKDOWN_BUDGET -gt 0 ]]; then
   cat "$LOGS/breakdown/breakdown.txt" >> "$OUT/summary.txt" 2>/dev/null || tail -20 "$LOGS/breakdown.txt" >> "$OUT/summary.txt"
   cp "$LOGS/breakdown/breakdown.json" "$OUT/" 2>/dev/null
 fi
-tar -C "$LOGS" --exclude=parity --exclude="*.nsys-rep" --exclude="*.sqlite" --exclude="*.plan.pb" --exclude="*.fxg" -czf "$OUT/logs.tgz" . 2>/dev/null
+tar -C "$LOGS" --exclude=parity --exclude="*.plan.pb" --exclude="*.fxg" -czf "$OUT/logs.tgz" . 2>/dev/null
 cat "$OUT/summary.txt"

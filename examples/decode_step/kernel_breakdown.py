@@ -1,11 +1,10 @@
 #!/usr/bin/env python3
 """Where a decode step's time goes, kernel by kernel, for fxfuse's plan and torch.compile side
-by side, both steps replayed in CUDA graphs. fxfuse's replays run under Nsight Systems
-(`--cuda-graph-trace=node`: each kernel of a replay with its own start and end) where it is
-installed, else under ncu (each kernel timed alone at the running clocks, L2 not flushed: no
-overlap, no gaps), only inside `fxfuse bench`'s cudaProfilerStart/Stop range around its timed
-replays. torch's replays run under torch.profiler (CUPTI records the kernels of a graph replay;
-ncu over a torch.compile process does not finish in minutes).
+by side, both steps replayed in CUDA graphs. fxfuse's replays run under ncu (each kernel timed
+alone at the running clocks, L2 not flushed: no overlap, no gaps), only inside `fxfuse bench`'s
+cudaProfilerStart/Stop range around its timed replays. torch's replays run under
+torch.profiler (CUPTI records the kernels of a graph replay with their start and end; ncu over
+a torch.compile process does not finish in minutes). The H200 image has no Nsight Systems.
 
     python3 examples/decode_step/kernel_breakdown.py --fxfuse PATH/fxfuse --layers 4 \\
         --points 32x1024,64x1024 --out DIR
@@ -32,14 +31,10 @@ sys.path.insert(0, FIXTURES)
 import decode_model  # noqa: E402
 
 
-def find_tool(name):
-    for cand in [shutil.which(name), "/usr/local/cuda/bin/" + name]:
+def find_ncu():
+    for cand in [shutil.which("ncu"), "/usr/local/cuda/bin/ncu"]:
         if cand and os.path.exists(cand):
             return cand
-    for root in ["/opt/nvidia", "/usr/local/cuda"]:  # nsys ships in its own folder
-        for dirpath, _dirs, files in os.walk(root):
-            if name in files and dirpath.endswith("bin"):
-                return os.path.join(dirpath, name)
     return None
 
 
@@ -48,24 +43,6 @@ def column(header, prefix):
         if h.startswith(prefix):
             return i
     raise KeyError("no column %r in %s" % (prefix, header))
-
-
-def nsys_kernels(nsys, cmd, rep):
-    """[(start_ns, end_ns, name)] of every kernel nsys traced inside the profiler range."""
-    subprocess.run([nsys, "profile", "--capture-range=cudaProfilerApi", "--cuda-graph-trace=node",
-                    "--trace=cuda", "--sample=none", "--cpuctxsw=none", "-f", "true", "-o", rep] + cmd,
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
-    out = subprocess.run([nsys, "stats", "-q", "--report", "cuda_gpu_trace", "--format", "csv", "-o", "-",
-                          rep + ".nsys-rep"], check=True, capture_output=True, text=True, timeout=600).stdout
-    rows = list(csv.reader(io.StringIO(out[out.index("Start"):])))
-    s, d, n = column(rows[0], "Start"), column(rows[0], "Duration"), column(rows[0], "Name")
-    kernels = []
-    for r in rows[1:]:
-        if len(r) <= n or "[CUDA mem" in r[n]:
-            continue
-        start = int(float(r[s]))
-        kernels.append((start, start + int(float(r[d])), r[n]))
-    return sorted(kernels)
 
 
 def ncu_kernels(ncu, cmd):
@@ -155,9 +132,9 @@ def main():
     if a.torch_point:
         return torch_side(a)
     os.makedirs(a.out, exist_ok=True)
-    nsys, ncu = find_tool("nsys"), find_tool("ncu")
-    if not nsys and not ncu:
-        sys.exit("kernel_breakdown: neither nsys nor ncu found")
+    ncu = find_ncu()
+    if not ncu:
+        sys.exit("kernel_breakdown: ncu not found")
     graph, plan = os.path.join(a.out, "model.fxg"), os.path.join(a.out, "model.plan.pb")
     with open(graph, "w") as f:
         subprocess.run([sys.executable, os.path.join(FIXTURES, "decode_model.py"), "--config", a.config,
@@ -174,14 +151,11 @@ def main():
                 sys.executable, os.path.abspath(__file__), "--config", a.config, "--layers", str(a.layers),
                 "--replays", str(a.replays), "--torch-mode", a.torch_mode, "--torch-point", point]
         for side, cmd in sides.items():
-            rep = os.path.join(a.out, "%s_%s" % (side.split()[0].replace(".", "_"), point))
             try:
-                if side != "fxfuse":
-                    kernels, tool = torch_kernels(cmd), "torch.profiler"
-                elif nsys:
-                    kernels, tool = nsys_kernels(nsys, cmd, rep), "nsys"
-                else:
+                if side == "fxfuse":
                     kernels, tool = ncu_kernels(ncu, cmd), "ncu"
+                else:
+                    kernels, tool = torch_kernels(cmd), "torch.profiler"
                 s = summarize(kernels, a.replays, timeline=tool != "ncu")
             except (subprocess.SubprocessError, ValueError, KeyError, ZeroDivisionError) as e:
                 report.append("%s %s: failed: %s" % (side, point, str(e)[:300]))
