@@ -18,15 +18,9 @@ cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-/tmp/decode_out}
 mkdir -p "$OUT"
 D=/tmp/fxrt
-mkdir -p "$D" && tar -C "$D" -xJf .device_rt/bundle.tar.xz || { echo "no bundle: run tests/runtime/stage_device.sh" | tee "$OUT/summary.txt"; exit 2; }
-for b in fxfuse paged_attention_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_gated_silu_gpu_test rotary_cache_write_gpu_test \
-  attention_gpu_test; do
-  [[ -e $D/$b ]] || continue
-  mv "$D/$b" "$D/$b.bin"
-  # shellcheck disable=SC2016  # LD_LIBRARY_PATH expands in the wrapper, not here
-  printf '#!/bin/bash\nexport LD_LIBRARY_PATH=%s/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\nexec %s/%s.bin "$@"\n' "$D" "$D" "$b" > "$D/$b"
-  chmod +x "$D/$b"
-done
+# shellcheck source=tests/runtime/device_bundle.sh
+source tests/runtime/device_bundle.sh
+unpack_bundle "$D" || { echo "no bundle: run tests/runtime/stage_device.sh" | tee "$OUT/summary.txt"; exit 2; }
 export FXFUSE_CACHE_DIR=/tmp/fxfuse_kernel_cache
 LOGS=$(mktemp -d)
 {

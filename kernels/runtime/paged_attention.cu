@@ -408,19 +408,6 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a2
                  : "r"(a0), "r"(zero), "r"(a2), "r"(zero), "r"(b0), "r"(b1));
 }
 
-template <CacheFormat M>
-__device__ __forceinline__ void mma1688(float (&c)[4], uint32_t a0, uint32_t b0) {
-  const uint32_t zero = 0;
-  if constexpr (M == CacheFormat::kBf16)
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(zero), "r"(b0));
-  else
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(zero), "r"(b0));
-}
-
 // Two floats as a 16-bit pair of type M (round to nearest), and back.
 template <CacheFormat M>
 __device__ __forceinline__ uint32_t pack16(float a, float b) {
@@ -451,15 +438,27 @@ __device__ __forceinline__ uint32_t keyPair(const uint8_t* row, int c) {
   else return *reinterpret_cast<const uint32_t*>(row + 2 * c);
 }
 
-// The shared memory of one tensor-core warp: its cp.async ring and, for an FP8 cache, the
-// group's V rows widened to f16 (kWidePitch apart: 16 bytes past the row, so each 8-lane phase
-// of the widening and of ldmatrix falls on distinct banks).
+// The shared memory of one tensor-core warp: a cp.async ring of kStages stages, each one key
+// group's 8 K rows then its 8 V rows kRowPitch apart (the row plus 16 bytes, so the 8 rows a
+// fragment load touches fall in different banks), consumed two stages (16 keys) at a time while
+// the copies of the next two are in flight; for an FP8 cache, then those 16 V rows widened to
+// f16 (kWidePitch apart, padded the same way). bf16 with E = 128: 17 KB per warp, so 3 CTAs of
+// 4 warps fit a multiprocessor. Everything a copy's address needs is known at compile time but
+// the key's row, so the per-key work is one shuffle and two copies per 16-byte piece.
 template <int E, CacheFormat F>
-struct MmaWarpSmem {
+struct MmaRing {
+  static constexpr int kElem = F == CacheFormat::kFp8 ? 1 : 2;
+  static constexpr int kRowBytes = E * kElem;
+  static constexpr int kRowPitch = kRowBytes + 16;
+  static constexpr int kPieces = kRowBytes / 16;            // 16-byte copies per row: 4 to 16
+  static constexpr int kRowsPerPass = 32 / kPieces;         // rows one warp instruction copies
+  static constexpr int kPasses = kKeyGroup / kRowsPerPass;  // copy instructions per group, K or V
+  static constexpr int kStageBytes = 2 * kKeyGroup * kRowPitch;
+  static constexpr int kStages = 4;
   static constexpr int kWidePitch = 2 * E + 16;
-  static constexpr int kWideBytes = F == CacheFormat::kFp8 ? kKeyGroup * kWidePitch : 0;
-  using Ring = StagedRing<E / 32, F>;
-  static constexpr int kBytes = Ring::kWarpBytes + kWideBytes;
+  static constexpr int kWideBytes = F == CacheFormat::kFp8 ? 2 * kKeyGroup * kWidePitch : 0;
+  static constexpr int kBytes = kStages * kStageBytes + kWideBytes;
+  static_assert(kPasses >= 1 && kRowsPerPass * kPieces == 32, "a pass copies whole rows");
 };
 
 // The 8 V rows of an FP8 stage (kPitch8 apart) as f16 rows kWidePitch apart: lane l widens
@@ -482,57 +481,176 @@ __device__ __forceinline__ void widenValues(const uint8_t* v8, uint8_t* wide, in
 }
 
 // The running state of a lane: O[g][8n + 2t + j] in o[n][j] (o[n][2..3] are rows 8..15: zero),
-// row g's maximum (base 2) and this lane's share of row g's sum (keys 2t, 2t + 1 of each group).
+// row g's maximum (base 2) and this lane's share of row g's sum (keys 2t, 2t + 1, 8 + 2t and
+// 9 + 2t of each 16-key step).
 template <int E>
 struct MmaSoftmax {
   float o[E / 8][4];
   float m, l;
 };
 
-// One key group into `st`: K rows at `keys` (kKeyPitch apart, cache format F), V rows at
-// `values` in the mma type (kValuePitch apart). `qa` holds the lane's Q fragments (rows g,
-// columns 16k + 2t.. and 16k + 2t + 8..); scores are S * q_factor.
-template <int E, CacheFormat F, int kKeyPitch, int kValuePitch>
-__device__ __forceinline__ void addKeyGroupMma(const uint8_t* keys, const uint8_t* values, unsigned valid,
-                                               const uint32_t (&qa)[E / 16][2], float q_factor, int lane,
-                                               MmaSoftmax<E>& st) {
+__device__ __forceinline__ void ldmatrixX4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void ldmatrixX4Trans(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// S[16 x 8] = Q . K^T of one stage's 8 keys (rows of `keys`, cache format F). A 16-bit cache's
+// B fragments come four registers per ldmatrix (matrix j of lanes 8j.. = columns 8j.. of the 8
+// rows: the fragments of two k-steps); FP8 pairs are widened as they are read.
+template <int E, CacheFormat F>
+__device__ __forceinline__ void stageScores(const uint8_t* keys, const uint32_t (&qa)[E / 16][2], int lane,
+                                            float (&c)[4]) {
+  using Ring = MmaRing<E, F>;
   constexpr CacheFormat M = MmaType(F);
-  const int g = lane >> 2, t = lane & 3;
-  const uint8_t* krow = keys + g * kKeyPitch;
-  float c[4] = {0.f, 0.f, 0.f, 0.f};
+  if constexpr (F == CacheFormat::kFp8) {
+    const uint8_t* krow = keys + (lane >> 2) * Ring::kRowPitch;
+    const int t = lane & 3;
 #pragma unroll
-  for (int k = 0; k < E / 16; ++k)
-    mma16816<M>(c, qa[k][0], qa[k][1], keyPair<F>(krow, 16 * k + 2 * t), keyPair<F>(krow, 16 * k + 2 * t + 8));
-  const float s0 = (valid >> (2 * t)) & 1u ? c[0] * q_factor : -INFINITY;
-  const float s1 = (valid >> (2 * t + 1)) & 1u ? c[1] * q_factor : -INFINITY;
-  float mx = fmaxf(s0, s1);
+    for (int k = 0; k < E / 16; ++k)
+      mma16816<M>(c, qa[k][0], qa[k][1], keyPair<F>(krow, 16 * k + 2 * t), keyPair<F>(krow, 16 * k + 2 * t + 8));
+  } else {
+    const uint32_t address =
+        static_cast<uint32_t>(__cvta_generic_to_shared(keys)) + (lane & 7) * Ring::kRowPitch + (lane >> 3) * 16;
+#pragma unroll
+    for (int k = 0; k < E / 16; k += 2) {
+      uint32_t b[4];
+      ldmatrixX4(b, address + 32 * k);
+      mma16816<M>(c, qa[k][0], qa[k][1], b[0], b[1]);
+      mma16816<M>(c, qa[k + 1][0], qa[k + 1][1], b[2], b[3]);
+    }
+  }
+}
+
+// One 16-key step into `st`: keys 0..7 in the stage at `stages`, 8..15 in the next one;
+// `values` (the V rows of both in the mma type) with lane l's ldmatrix row address for keys
+// (l / 8 odd ? 8 : 0) + l % 8 at column 8 (l / 16) at `value_address`. `valid` bit j: key j.
+//
+//      S[16 x 16] = Q . K^T           two mma m16n8k16 chains, one per stage
+//      P = 2^(S * q_factor - m)       online softmax per row in fp32; O is rescaled only when
+//                                     some row's maximum grew (else the factor is exactly 1)
+//      O[16 x E] += P . V             mma m16n8k16, P as hi + lo 16-bit terms (~16 bits of P)
+template <int E, CacheFormat F>
+__device__ __forceinline__ void addKeyStepMma(const uint8_t* stages, uint32_t value_address, unsigned valid,
+                                              const uint32_t (&qa)[E / 16][2], float q_factor, int lane,
+                                              MmaSoftmax<E>& st) {
+  using Ring = MmaRing<E, F>;
+  constexpr CacheFormat M = MmaType(F);
+  const int t = lane & 3;
+  float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  stageScores<E, F>(stages, qa, lane, c[0]);
+  stageScores<E, F>(stages + Ring::kStageBytes, qa, lane, c[1]);
+  float s[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int key = (i / 2) * 8 + 2 * t + i % 2;
+    s[i] = (valid >> key) & 1u ? c[i / 2][i % 2] * q_factor : -INFINITY;
+  }
+  float mx = fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   const float m_new = fmaxf(st.m, mx);
   const bool none = m_new == -INFINITY;  // no valid key in this row so far
-  const float corr = none ? 1.0f : exp2f(st.m - m_new);
-  const float p0 = none ? 0.0f : exp2f(s0 - m_new), p1 = none ? 0.0f : exp2f(s1 - m_new);
-  st.m = m_new;
-  st.l = st.l * corr + (p0 + p1);
-  const uint32_t hi = pack16<M>(p0, p1);
-  const float2 hi_f = unpack16<M>(hi);
-  const uint32_t lo = pack16<M>(p0 - hi_f.x, p1 - hi_f.y);
-  // V: ldmatrix.x4.trans of keys 0..7 x columns 8n..8n+31 gives the B fragments of 4 n-tiles.
-  const uint32_t vbase = static_cast<uint32_t>(__cvta_generic_to_shared(values)) + (lane & 7) * kValuePitch +
-                         (lane >> 3) * 16;
+  float pr[4];
 #pragma unroll
-  for (int n0 = 0; n0 < E / 8; n0 += 4) {
-    uint32_t b[4];
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(vbase + n0 * 16));
+  for (int i = 0; i < 4; ++i) pr[i] = none ? 0.0f : exp2f(s[i] - m_new);  // invalid: 2^-inf = 0
+  if (__any_sync(0xffffffffu, m_new != st.m)) {
+    const float corr = none ? 1.0f : exp2f(st.m - m_new);  // st.m = -inf the first time: 0
+    st.l *= corr;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      st.o[n0 + j][0] *= corr;
-      st.o[n0 + j][1] *= corr;
-      mma1688<M>(st.o[n0 + j], hi, b[j]);
-      mma1688<M>(st.o[n0 + j], lo, b[j]);
+    for (int n = 0; n < E / 8; ++n) {
+      st.o[n][0] *= corr;
+      st.o[n][1] *= corr;
     }
+  }
+  st.m = m_new;
+  st.l += (pr[0] + pr[1]) + (pr[2] + pr[3]);
+  const uint32_t hi01 = pack16<M>(pr[0], pr[1]), hi23 = pack16<M>(pr[2], pr[3]);
+  const float2 f01 = unpack16<M>(hi01), f23 = unpack16<M>(hi23);
+  const uint32_t lo01 = pack16<M>(pr[0] - f01.x, pr[1] - f01.y), lo23 = pack16<M>(pr[2] - f23.x, pr[3] - f23.y);
+  // ldmatrix.x4.trans of keys 0..15 x columns 8n..8n+15: the B fragments of n-tiles n, n + 1.
+#pragma unroll
+  for (int n = 0; n < E / 8; n += 2) {
+    uint32_t b[4];
+    ldmatrixX4Trans(b, value_address + n * 16);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      mma16816<M>(st.o[n + j], hi01, hi23, b[2 * j], b[2 * j + 1]);
+      mma16816<M>(st.o[n + j], lo01, lo23, b[2 * j], b[2 * j + 1]);
+    }
+  }
+}
+
+// Keys [lo, hi) of a sequence (block table `blocks`, KV head hk) through the warp's ring
+// (`smem`, MmaRing::kBytes) 16 at a time into consume(stages, valid): the copies of the next
+// 16 keys are in flight while 16 are computed. Lane l keeps, for key l of the current 32-key
+// window, its cache row ((block * bs + offset) * Hk + hk, in rows of E elements; rows fit 31 bits:
+// LaunchPagedAttention checks) or -1 for a key past the chunk or with a bad block id, whose
+// copies are zero-filled and whose valid bit is clear. The next window's block ids are loaded
+// a window ahead.
+template <int E, CacheFormat F, typename Consume>
+__device__ void streamKeySteps(const PagedAttentionParams& p, const int32_t* blocks, int32_t hk, int64_t lo,
+                               int64_t hi, int lane, uint8_t* smem, Consume&& consume) {
+  using Ring = MmaRing<E, F>;
+  const uint32_t span = hi > lo ? static_cast<uint32_t>(hi - lo) : 0u;
+  const int steps = static_cast<int>((span + 15) / 16);
+  const uint32_t bs = static_cast<uint32_t>(p.block_size);
+  const int64_t first_block = lo / p.block_size;
+  const uint32_t first_offset = static_cast<uint32_t>(lo - first_block * p.block_size);
+  const int32_t heads_kv = static_cast<int32_t>(p.heads_kv);
+  auto blockOf = [&](int window, uint32_t& offset) -> int32_t {  // key window * 32 + lane
+    const uint32_t r = static_cast<uint32_t>(window) * 32 + lane, position = first_offset + r;
+    offset = position % bs;
+    return r < span ? blocks[first_block + position / bs] : -1;
+  };
+  auto rowOf = [&](int32_t block, uint32_t offset) -> int32_t {  // bad metadata: never outside the cache
+    return block >= 0 && block < p.num_blocks ? (block * static_cast<int32_t>(bs) + static_cast<int32_t>(offset)) * heads_kv + hk
+                                              : -1;
+  };
+  uint32_t offset = 0, next_offset = 0;
+  int32_t rows = rowOf(blockOf(0, offset), offset);
+  int32_t next_block = blockOf(1, next_offset);
+  unsigned window_valid = __ballot_sync(0xffffffffu, rows >= 0);
+  const int piece = lane % Ring::kPieces;
+  const uint8_t* k_src = static_cast<const uint8_t*>(p.key_cache) + piece * 16;
+  const uint8_t* v_src = static_cast<const uint8_t*>(p.value_cache) + piece * 16;
+  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) +
+                        (lane / Ring::kPieces) * Ring::kRowPitch + piece * 16;
+  auto issue = [&](int step) -> unsigned {  // called for step = 0, 1, 2, ... in order
+    if (step % 2 == 0 && step > 0) {
+      rows = rowOf(next_block, next_offset);
+      next_block = blockOf(step / 2 + 1, next_offset);
+      window_valid = __ballot_sync(0xffffffffu, rows >= 0);
+    }
+    const int half = (step % 2) * 16;
+    const uint32_t stages = ring + (step % 2) * 2 * Ring::kStageBytes;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < Ring::kPasses; ++i) {
+        const int32_t row = __shfl_sync(0xffffffffu, rows, half + h * kKeyGroup + lane / Ring::kPieces + i * Ring::kRowsPerPass);
+        const uint64_t from = static_cast<uint64_t>(row >= 0 ? row : 0) * Ring::kRowBytes;
+        const uint32_t to = stages + h * Ring::kStageBytes + i * Ring::kRowsPerPass * Ring::kRowPitch;
+        kernels::cpAsync16(to, k_src + from, row >= 0);
+        kernels::cpAsync16(to + kKeyGroup * Ring::kRowPitch, v_src + from, row >= 0);
+      }
+    return (window_valid >> half) & 0xffffu;
+  };
+  unsigned valid = steps > 0 ? issue(0) : 0u;
+  kernels::cpAsyncCommit();
+  for (int step = 0; step < steps; ++step) {
+    const unsigned next_valid = step + 1 < steps ? issue(step + 1) : 0u;
+    kernels::cpAsyncCommit();  // an empty group at the end keeps the wait count uniform
+    kernels::cpAsyncWait<1>();
+    __syncwarp();  // every lane's copies of this step landed
+    consume(static_cast<const uint8_t*>(smem + (step % 2) * 2 * Ring::kStageBytes), valid);
+    __syncwarp();  // every lane has read the stages before the next issue refills them
+    valid = next_valid;
   }
 }
 
@@ -581,26 +699,32 @@ __device__ float loadQueryFragments(const PagedAttentionParams& p, int64_t t, in
 }
 
 // Keys [lo, hi) for the warp's HPW query heads (h0 ..) of token t through the ring (`smem`: the
-// warp's MmaWarpSmem) with tensor cores; returns the state of row g = lane / 4 (rows g >= HPW:
-// no head).
+// warp's MmaRing) with tensor cores; returns the state of row g = lane / 4 (rows g >= HPW: no
+// head).
 template <int E, int HPW, CacheFormat F>
-__device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t h0, const int32_t* blocks, int64_t hk,
-                              int64_t lo, int64_t hi, float q_factor, int lane, uint8_t* smem, unsigned* masks,
-                              MmaSoftmax<E>& st) {
-  using Smem = MmaWarpSmem<E, F>;
-  using Ring = typename Smem::Ring;
+__device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t h0, const int32_t* blocks, int32_t hk,
+                              int64_t lo, int64_t hi, float q_factor, int lane, uint8_t* smem, MmaSoftmax<E>& st) {
+  using Ring = MmaRing<E, F>;
   uint32_t qa[E / 16][2];
   q_factor *= loadQueryFragments<E, HPW, F>(p, t, h0, lane, qa);
-  uint8_t* wide = smem + Ring::kWarpBytes;
-  streamKeys<Ring>(p, blocks, hk, lo, hi, lane, smem, masks, [&](const uint8_t* stage, unsigned valid) {
-    const uint8_t* values = stage + kKeyGroup * Ring::kRowPitch;
+  // Lane l's ldmatrix.trans row: key (l / 8 odd ? 8 : 0) + l % 8, column 8 * (l / 16).
+  const int value_key = ((lane >> 3) & 1) * kKeyGroup + (lane & 7), value_column = (lane >> 4) * 16;
+  uint8_t* wide = smem + Ring::kStages * Ring::kStageBytes;
+  streamKeySteps<E, F>(p, blocks, hk, lo, hi, lane, smem, [&](const uint8_t* stages, unsigned valid) {
     if constexpr (F == CacheFormat::kFp8) {
-      __syncwarp();  // every lane has read the previous group's widened rows
-      widenValues<E, Ring::kRowPitch, Smem::kWidePitch>(values, wide, lane);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        widenValues<E, Ring::kRowPitch, Ring::kWidePitch>(stages + h * Ring::kStageBytes + kKeyGroup * Ring::kRowPitch,
+                                                          wide + h * kKeyGroup * Ring::kWidePitch, lane);
       __syncwarp();
-      addKeyGroupMma<E, F, Ring::kRowPitch, Smem::kWidePitch>(stage, wide, valid, qa, q_factor, lane, st);
+      const uint32_t value_address = static_cast<uint32_t>(__cvta_generic_to_shared(wide)) +
+                                     value_key * Ring::kWidePitch + value_column;
+      addKeyStepMma<E, F>(stages, value_address, valid, qa, q_factor, lane, st);
     } else {
-      addKeyGroupMma<E, F, Ring::kRowPitch, Ring::kRowPitch>(stage, values, valid, qa, q_factor, lane, st);
+      const uint8_t* values = stages + (value_key / kKeyGroup) * Ring::kStageBytes + kKeyGroup * Ring::kRowPitch;
+      const uint32_t value_address = static_cast<uint32_t>(__cvta_generic_to_shared(values)) +
+                                     (value_key % kKeyGroup) * Ring::kRowPitch + value_column;
+      addKeyStepMma<E, F>(stages, value_address, valid, qa, q_factor, lane, st);
     }
   });
   st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
@@ -666,47 +790,57 @@ struct SplitWorkspace {
 // the warp's cp.async ring with the scores on CUDA cores, or through the ring with tensor cores.
 enum class LoadPath { kDirect, kRing, kRingMma };
 
-// The tensor-core form of one warp's rows: keys [lo, hi) for query heads h0.. of r.t, then the
-// output rows (one chunk) or the partial states (several).
-template <int E, int HPW, CacheFormat F>
-__device__ void attendRowsMma(const PagedAttentionParams& p, const QueryRow& r, int64_t h0, int64_t lo, int64_t hi,
-                              int lane, int warp) {
-  MmaSoftmax<E> st;
-#pragma unroll
-  for (int n = 0; n < E / 8; ++n)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) st.o[n][j] = 0.0f;
-  st.m = -INFINITY;
-  st.l = 0.0f;
-  if (r.seq >= 0) {
-    extern __shared__ __align__(16) uint8_t paged_rings[];
-    __shared__ unsigned masks[kWarps][4];
-    const float q_factor = p.scale * kLog2e * (F == CacheFormat::kFp8 ? *p.k_scale : 1.0f);
-    attendKeysMma<E, HPW, F>(p, r.t, h0, p.block_table + r.seq * p.block_table_stride, h0 / (p.heads_q / p.heads_kv),
-                             lo, hi, q_factor, lane, paged_rings + warp * MmaWarpSmem<E, F>::kBytes, masks[warp], st);
-  }
+// Chunks one tensor-core CTA attends, a warp each: the largest of 12, 6, 4, 3, 2 and 1 that
+// divides num_splits, so 12 / W CTAs (12 warps) fill a multiprocessor's registers and rings.
+constexpr int kMmaMaxWarps = 12;
+int64_t MmaChunksPerCta(int64_t num_splits) {
+  for (int64_t w : {12, 6, 4, 3, 2})
+    if (num_splits % w == 0) return w;
+  return 1;
+}
+
+// The W warps' states of one CTA merged in shared memory (`smem`, their rings: every copy has
+// landed), o = sum_w o_w * 2^(m_w - M) over sum_w l_w * 2^(m_w - M) with M the largest m_w, in
+// warp order; then the output rows when the CTA holds every chunk of its row, else the merged
+// state into the workspace slot of the CTA's first chunk `first`.
+template <int E, int HPW>
+__device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r, int64_t h0, int64_t first,
+                                const MmaSoftmax<E>& st, uint8_t* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
-  if (g >= HPW) return;
-  const int64_t h = h0 + g;
-  if (p.num_splits <= 1) {
-    const float inv_out_scale = p.out_dtype == DType::F8E4M3FN ? 1.0f / *p.out_scale : 1.0f;
-    const float inv = st.l > 0.0f ? 1.0f / st.l : __int_as_float(0x7fc00000);
-    const int64_t obase = r.t * p.o_stride[0] + h * p.o_stride[1];
+  float* o_part = reinterpret_cast<float*>(smem);  // [warp][head][E], then m and l [warp][head]
+  float* m_part = o_part + warps * HPW * E;
+  float* l_part = m_part + warps * HPW;
+  __syncthreads();  // every warp is done with its ring
+  if (g < HPW) {
 #pragma unroll
     for (int n = 0; n < E / 8; ++n)
 #pragma unroll
-      for (int j = 0; j < 2; ++j) storeOut(p, obase + 8 * n + 2 * tq + j, r.seq < 0 ? 0.0f : st.o[n][j] * inv, inv_out_scale);
-    return;
+      for (int j = 0; j < 2; ++j) o_part[(warp * HPW + g) * E + 8 * n + 2 * tq + j] = st.o[n][j];
+    if (tq == 0) m_part[warp * HPW + g] = st.m, l_part[warp * HPW + g] = st.l;
   }
+  __syncthreads();
+  const bool final = p.num_splits == warps;
+  const float inv_out_scale = final && p.out_dtype == DType::F8E4M3FN ? 1.0f / *p.out_scale : 1.0f;
   const SplitWorkspace ws(p);
-  const int64_t slot = (r.t * p.heads_q + h) * p.num_splits + blockIdx.y;
-#pragma unroll
-  for (int n = 0; n < E / 8; ++n)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) ws.acc[slot * E + 8 * n + 2 * tq + j] = st.o[n][j];
-  if (tq == 0) {
-    ws.ml[2 * slot] = st.m;
-    ws.ml[2 * slot + 1] = st.l;
+  for (int i = threadIdx.x; i < HPW * E; i += blockDim.x) {
+    const int h = i / E, e = i % E;
+    float m = -INFINITY;
+    for (int w = 0; w < warps; ++w) m = fmaxf(m, m_part[w * HPW + h]);
+    float o = 0.0f, l = 0.0f;
+    for (int w = 0; w < warps; ++w) {
+      const float mw = m_part[w * HPW + h], f = mw == -INFINITY ? 0.0f : exp2f(mw - m);
+      o += o_part[(w * HPW + h) * E + e] * f;
+      l += l_part[w * HPW + h] * f;
+    }
+    if (final) {
+      const float inv = l > 0.0f ? 1.0f / l : __int_as_float(0x7fc00000);
+      storeOut(p, r.t * p.o_stride[0] + (h0 + h) * p.o_stride[1] + e, r.seq < 0 ? 0.0f : o * inv, inv_out_scale);
+      continue;
+    }
+    const int64_t slot = (r.t * p.heads_q + h0 + h) * p.num_splits + first;
+    ws.acc[slot * E + e] = o;
+    if (e == 0) ws.ml[2 * slot] = m, ws.ml[2 * slot + 1] = l;
   }
 }
 
@@ -771,7 +905,12 @@ __device__ void attendRowsCuda(const PagedAttentionParams& p, const QueryRow& r,
   }
 }
 
-// One warp per (query token, group of HPW query heads of one KV head, chunk blockIdx.y): the
+// CTAs per multiprocessor the register budget aims at: 4 for the CUDA-core ring with up to 16
+// accumulators per lane (128 registers).
+constexpr int minBlocks(LoadPath path, int accumulators) { return path == LoadPath::kRing && accumulators <= 16 ? 4 : 1; }
+
+// The CUDA-core attention (heads the tensor-core path does not take, or FXFUSE_PAGED_MMA=0): one
+// warp per (query token, group of HPW query heads of one KV head, chunk blockIdx.y): the
 // chunk's keys of the token's causal range, K and V read once for the group's heads, as kPath
 // says (the ring: dynamic shared memory of kWarps rings). One chunk: the output rows; several:
 // each head's partial state into the workspace (chunks past the context write nothing),
@@ -779,11 +918,6 @@ __device__ void attendRowsCuda(const PagedAttentionParams& p, const QueryRow& r,
 // only once every block has attended: a trigger at the start would let it, and the kernel
 // after it, take multiprocessor slots that this grid's later waves need (docs/runtime.md
 // "Programmatic dependent launch").
-// CTAs per multiprocessor the register budget aims at: 4 for the CUDA-core ring with up to 16
-// accumulators per lane (128 registers), 3 for the tensor-core ring (its 64 accumulators).
-constexpr int minBlocks(LoadPath path, int accumulators) {
-  return path == LoadPath::kRingMma ? 3 : path == LoadPath::kRing && accumulators <= 16 ? 4 : 1;
-}
 
 template <int NE, int HPW, CacheFormat F, LoadPath kPath>
 __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) pagedAttentionKernel(PagedAttentionParams p) {
@@ -799,12 +933,51 @@ __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) paged
   const int64_t lo = split ? static_cast<int64_t>(blockIdx.y) * chunk : 0;
   const int64_t hi = lo + chunk < r.keys ? lo + chunk : r.keys;
   if (split && (r.seq < 0 || lo >= r.keys)) return;  // the combine reads no chunk past the context
-  if constexpr (kPath == LoadPath::kRingMma) {
-    if constexpr (MmaPath(NE)) attendRowsMma<32 * NE, HPW, F>(p, r, h0, lo, hi, lane, warp);
-  } else {
-    attendRowsCuda<NE, HPW, F, kPath == LoadPath::kRing>(p, r, h0, lo, hi, lane, warp);
-  }
+  attendRowsCuda<NE, HPW, F, kPath == LoadPath::kRing>(p, r, h0, lo, hi, lane, warp);
   kernels::allowDependentGrids();  // blocks that return early count as triggered
+}
+
+// The tensor-core attention: one CTA per (query token, group of HPW query heads of one KV head)
+// and W = blockDim.x / 32 consecutive chunks (those of blockIdx.y), one warp per chunk, each
+// streaming its keys through its own ring (attendKeysMma). The W states meet in shared memory
+// (mergeWarpStates), so a row split only within a CTA needs no second kernel; otherwise
+// pagedCombineKernel merges the CTAs' states (chunk stride W). The next kernel may launch once
+// every warp has attended.
+template <int E, int HPW, CacheFormat F>
+__global__ void __launch_bounds__(kMmaMaxWarps * 32, 1) pagedAttentionMmaKernel(PagedAttentionParams p) {
+  using Ring = MmaRing<E, F>;
+  static_assert(HPW * E * 4 + 8 * HPW <= Ring::kBytes, "a warp's state fits its ring for the merge");
+  kernels::waitForPrecedingGrid();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t groups = p.heads_q / HPW;
+  const int64_t t = blockIdx.x / groups, h0 = (blockIdx.x % groups) * HPW;
+  const QueryRow r = queryRow(p, t, h0, lane);
+  const bool split = p.num_splits > 1;
+  const int64_t chunk = split ? PagedChunkKeys(r.keys, p.num_splits) : r.keys;
+  const int warps = blockDim.x >> 5;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * warps;
+  // Where a combine follows (more chunks than warps), it reads no chunk past the context.
+  if (p.num_splits > warps && (r.seq < 0 || first * chunk >= r.keys)) {
+    kernels::allowDependentGrids();
+    return;
+  }
+  const int64_t lo = (first + warp) * chunk, hi = lo + chunk < r.keys ? lo + chunk : r.keys;
+  MmaSoftmax<E> st;
+#pragma unroll
+  for (int n = 0; n < E / 8; ++n)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) st.o[n][j] = 0.0f;
+  st.m = -INFINITY;
+  st.l = 0.0f;
+  extern __shared__ __align__(16) uint8_t paged_rings[];
+  if (r.seq >= 0 && lo < hi) {
+    const float q_factor = p.scale * kLog2e * (F == CacheFormat::kFp8 ? *p.k_scale : 1.0f);
+    attendKeysMma<E, HPW, F>(p, t, h0, p.block_table + r.seq * p.block_table_stride,
+                             static_cast<int32_t>(h0 / (p.heads_q / p.heads_kv)), lo, hi, q_factor, lane,
+                             paged_rings + warp * Ring::kBytes, st);
+  }
+  kernels::allowDependentGrids();
+  mergeWarpStates<E, HPW>(p, r, h0, first, st, paged_rings);
 }
 
 // The largest of some scores that may all be -inf (reduce.cuh's MaxOp is for magnitudes).
@@ -840,9 +1013,10 @@ __device__ __forceinline__ void loadPartial(const float* chunk_acc, int64_t head
 // the row's metadata a row costs one round of loads per WPR * kCombineBatch chunks, not a chain.
 // With WPR > 1 the warps' sums are added in warp order through shared memory. The launcher
 // takes WPR = 1 where chunks are few (a block merges four rows) and 4 where they are many
-// (decode at small batches: up to 32 chunks in one round).
+// (decode at small batches: up to 32 chunks in one round). The tensor-core attention leaves one
+// state per `stride` chunks (those of a CTA, merged): states sit at chunks 0, stride, 2 * stride...
 template <int NE, int WPR>
-__global__ void __launch_bounds__(kWarps * 32) pagedCombineKernel(PagedAttentionParams p) {
+__global__ void __launch_bounds__(kWarps * 32) pagedCombineKernel(PagedAttentionParams p, int stride) {
   static_assert(kWarps % WPR == 0, "whole rows per block");
   kernels::allowDependentGrids();
   kernels::waitForPrecedingGrid();
@@ -852,26 +1026,29 @@ __global__ void __launch_bounds__(kWarps * 32) pagedCombineKernel(PagedAttention
   QueryRow r{0, 0, -1, 0};
   if (in_range) r = queryRow(p, row / p.heads_q, row % p.heads_q, lane);
   const int64_t chunk = PagedChunkKeys(r.keys, p.num_splits);
-  const int used = r.seq < 0 ? 0 : static_cast<int>((r.keys + chunk - 1) / chunk);
+  const int chunks = r.seq < 0 ? 0 : static_cast<int>((r.keys + chunk - 1) / chunk);
+  const int used = (chunks + stride - 1) / stride;  // states
   const SplitWorkspace ws(p);
+  const int64_t state_floats = static_cast<int64_t>(stride) * p.head_size;
   const float* acc_in = ws.acc + (in_range ? row : 0) * p.num_splits * p.head_size;
   const float* ml = ws.ml + (in_range ? row : 0) * p.num_splits * 2;
+  const int ml_stride = 2 * stride;
   float parts[kCombineBatch][NE], m_of[kCombineBatch];
-  auto loadBatch = [&](int c0) {  // chunks c0, c0 + WPR, ... of this warp
+  auto loadBatch = [&](int c0) {  // states c0, c0 + WPR, ... of this warp
 #pragma unroll
     for (int b = 0; b < kCombineBatch; ++b) {
       const int c = c0 + b * WPR;
-      m_of[b] = c < used ? ml[2 * c] : -INFINITY;
-      if (c < used) loadPartial<NE>(acc_in + c * p.head_size, p.head_size, lane, parts[b]);
+      m_of[b] = c < used ? ml[ml_stride * c] : -INFINITY;
+      if (c < used) loadPartial<NE>(acc_in + c * state_floats, p.head_size, lane, parts[b]);
     }
   };
   loadBatch(part);
   float m = -INFINITY;
-  for (int c = lane; c < used; c += 32) m = fmaxf(m, ml[2 * c]);
+  for (int c = lane; c < used; c += 32) m = fmaxf(m, ml[ml_stride * c]);
   const float M = kernels::device::WarpAllReduce(m, ScoreMaxOp{});
   auto weightOf = [&](float mc) { return mc == -INFINITY ? 0.0f : exp2f(mc - M); };
   float l = 0.0f;
-  for (int c = lane; c < used; c += 32) l += ml[2 * c + 1] * weightOf(ml[2 * c]);
+  for (int c = lane; c < used; c += 32) l += ml[ml_stride * c + 1] * weightOf(ml[ml_stride * c]);
   l = kernels::device::WarpAllReduce(l, kernels::device::SumOp{});
   float acc[NE];
 #pragma unroll
@@ -940,11 +1117,6 @@ cudaError_t launchAttention(LoadPath path, dim3 grid, cudaStream_t stream, const
     return kernels::LaunchProgrammatic(decltype(kernel)::value, grid, dim3(kWarps * 32), bytes, stream, p);
   };
   using Kernel = void (*)(PagedAttentionParams);
-  if constexpr (MmaPath(NE)) {
-    if (path == LoadPath::kRingMma)
-      return withRing(std::integral_constant<Kernel, pagedAttentionKernel<NE, HPW, F, LoadPath::kRingMma>>{},
-                      kWarps * MmaWarpSmem<32 * NE, F>::kBytes);
-  }
   if (path == LoadPath::kRing)
     return withRing(std::integral_constant<Kernel, pagedAttentionKernel<NE, HPW, F, LoadPath::kRing>>{},
                     kWarps * StagedRing<NE, F>::kWarpBytes);
@@ -955,6 +1127,20 @@ cudaError_t launchAttention(LoadPath path, dim3 grid, cudaStream_t stream, const
 unsigned gridFor(int64_t items, int64_t per_block, int64_t cap) {
   int64_t g = (items + per_block - 1) / per_block;
   return static_cast<unsigned>(g < cap ? g : cap);
+}
+
+// The tensor-core attention of (E, HPW, F): one CTA per (token, head group) and W chunks
+// (MmaChunksPerCta), W rings of dynamic shared memory.
+template <int E, int HPW, CacheFormat F>
+cudaError_t launchMmaAttention(const PagedAttentionParams& p, int64_t chunks_per_cta, cudaStream_t stream) {
+  constexpr auto kernel = pagedAttentionMmaKernel<E, HPW, F>;
+  constexpr int kBytes = MmaRing<E, F>::kBytes;
+  const cudaError_t raised = kernels::device::ensureSmemLimit<kernel>(kMmaMaxWarps * kBytes);
+  if (raised != cudaSuccess) return raised;
+  const dim3 grid(gridFor(p.num_tokens * (p.heads_q / HPW), 1, (int64_t{1} << 31) - 1),
+                  static_cast<unsigned>(p.num_splits / chunks_per_cta));
+  return kernels::LaunchProgrammatic(kernel, grid, dim3(static_cast<unsigned>(32 * chunks_per_cta)),
+                                     static_cast<size_t>(chunks_per_cta * kBytes), stream, p);
 }
 
 }  // namespace
@@ -981,8 +1167,10 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
                         static_cast<unsigned>(p.num_splits));
   const int64_t elem_bytes = p.cache_dtype == DType::F8E4M3FN ? 1 : 2;
   const bool staged = StagedRows(p.head_size, elem_bytes) && aligned16(p.key_cache) && aligned16(p.value_cache);
-  // Tensor cores: head size 64 or 128 (whole fragments), q rows read as 32-bit pairs.
-  const bool mma = staged && (p.head_size == 64 || p.head_size == 128) &&
+  // Tensor cores: head size 64 or 128 (whole fragments), q rows read as 32-bit pairs, every cache
+  // row numbered in 31 bits (streamKeySteps).
+  const bool rows_fit = p.num_blocks <= INT32_MAX / p.block_size / p.heads_kv;
+  const bool mma = staged && rows_fit && (p.head_size == 64 || p.head_size == 128) &&
                    reinterpret_cast<uintptr_t>(p.q) % 4 == 0 && p.q_stride[0] % 2 == 0 && p.q_stride[1] % 2 == 0 &&
                    !mmaDisabled();
   const LoadPath path = mma ? LoadPath::kRingMma : staged ? LoadPath::kRing : LoadPath::kDirect;
@@ -990,18 +1178,27 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
   auto byHeads = [&](auto ne_tag, auto format_tag) {
     constexpr int NE = decltype(ne_tag)::value;
     constexpr CacheFormat F = decltype(format_tag)::value;
+    const int64_t chunks_per_cta = path == LoadPath::kRingMma ? MmaChunksPerCta(p.num_splits) : 1;
+    auto attend = [&](auto hpw_tag) {
+      constexpr int HPW = decltype(hpw_tag)::value;
+      if constexpr (MmaPath(NE)) {
+        if (path == LoadPath::kRingMma) return launchMmaAttention<32 * NE, HPW, F>(p, chunks_per_cta, stream);
+      }
+      return launchAttention<NE, HPW, F>(path, split_grid, stream, p);
+    };
     if constexpr (NE * 8 <= 32) {  // headsPerWarp keeps HPW * NE <= 32
-      if (hpw == 8) err = launchAttention<NE, 8, F>(path, split_grid, stream, p);
+      if (hpw == 8) err = attend(std::integral_constant<int, 8>{});
     }
-    if (hpw == 4) err = launchAttention<NE, 4, F>(path, split_grid, stream, p);
-    else if (hpw == 2) err = launchAttention<NE, 2, F>(path, split_grid, stream, p);
-    else if (hpw == 1) err = launchAttention<NE, 1, F>(path, split_grid, stream, p);
-    if (err == cudaSuccess && p.num_splits > 1) {
-      const bool many_chunks = p.num_splits > kCombineBatch;
+    if (hpw == 4) err = attend(std::integral_constant<int, 4>{});
+    else if (hpw == 2) err = attend(std::integral_constant<int, 2>{});
+    else if (hpw == 1) err = attend(std::integral_constant<int, 1>{});
+    const int64_t states = p.num_splits / chunks_per_cta;  // per row, for the combine
+    if (err == cudaSuccess && states > 1) {
+      const bool many_chunks = states > kCombineBatch;
       const int64_t rows_per_block = many_chunks ? 1 : kWarps;
       err = kernels::LaunchProgrammatic(many_chunks ? pagedCombineKernel<NE, kWarps> : pagedCombineKernel<NE, 1>,
                                         dim3(gridFor(rows, rows_per_block, (int64_t{1} << 31) - 1)),
-                                        dim3(kWarps * 32), 0, stream, p);
+                                        dim3(kWarps * 32), 0, stream, p, static_cast<int>(chunks_per_cta));
     }
   };
   auto byFormat = [&](auto ne_tag) {

@@ -60,16 +60,9 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}   # GPU 0 of whatever mac
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 t0=$(date +%s)
 D=/tmp/fxrt
-# shellcheck disable=SC2015  # either step failing means no bundle
-mkdir -p "$D" && tar -C "$D" -xJf .device_rt/bundle.tar.xz || { echo "no bundle: run tests/runtime/stage_device.sh first" | tee "$OUT/misc.txt"; exit 2; }
-# Carried libraries only for our binaries (not for python/torch).
-for b in fxfuse decoder_example paged_attention_gpu_test; do
-  [[ -e $D/$b ]] || continue
-  mv "$D/$b" "$D/$b.bin"
-  # shellcheck disable=SC2016  # LD_LIBRARY_PATH expands in the wrapper, not here
-  printf '#!/bin/bash\nexport LD_LIBRARY_PATH=%s/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\nexec %s/%s.bin "$@"\n' "$D" "$D" "$b" > "$D/$b"
-  chmod +x "$D/$b"
-done
+# shellcheck source=tests/runtime/device_bundle.sh
+source tests/runtime/device_bundle.sh
+unpack_bundle "$D" || { echo "no bundle: run tests/runtime/stage_device.sh first" | tee "$OUT/misc.txt"; exit 2; }
 export FXFUSE_CACHE_DIR=/tmp/fxfuse_kernel_cache
 {
   echo "== environment"

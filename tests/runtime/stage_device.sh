@@ -6,6 +6,9 @@
 # device tool carries (`carry: [".device_rt"]`). tests/runtime/device_final.sh unpacks it there.
 # SLIM=1 leaves decoder_example out (device_final.sh then skips the example) and packs with
 # xz -9: the bundle and the tracked files must fit the device tool's 64 MiB carry together.
+# AB_BASELINE=path/to/an/older/fxfuse packs that binary as fxfuse_old for
+# examples/decode_step/ab_builds.sh and, to stay within the carry, only the paged and rotary
+# GPU tests (implies SLIM=1).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.device_rt/' .git/info/exclude 2>/dev/null || echo '/.device_rt/' >> .git/info/exclude
@@ -19,6 +22,12 @@ mkdir -p "$stage/lib"
 tests=(paged_attention_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_gated_silu_gpu_test rotary_cache_write_gpu_test
   attention/attention_gpu_test)
 bins=(fxfuse)
+if [[ -n ${AB_BASELINE:-} ]]; then
+  SLIM=1
+  tests=(paged_attention_gpu_test rotary_cache_write_gpu_test)
+  cp -f "$AB_BASELINE" "$stage/fxfuse_old"
+  bins+=(fxfuse_old)
+fi
 [[ ${SLIM:-0} == 1 ]] || bins+=(decoder_example)
 cp -f "$bin/fxfuse" "${tests[@]/#/$bin/tests/kernels/}" "$stage/"
 [[ ${SLIM:-0} == 1 ]] || cp -f "$bin/examples/decoder_fp8/decoder_example" "$stage/"
