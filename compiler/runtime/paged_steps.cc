@@ -244,7 +244,7 @@ std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands&
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), where);
   PlanPagedAttentionSplits(p, sms);
   scratch.reserve(PagedAttentionWorkspaceBytes(p), where);
-  kernels = p.num_splits > 1 ? 2 : 1;
+  kernels = PagedAttentionKernels(p);
   return [p, &scratch, where](cudaStream_t s) {
     PagedAttentionParams launch = p;
     launch.workspace = scratch.data();

@@ -2,6 +2,7 @@
 // context (the cache write is cache_write.cu). Numerics in docs/attention.md "Paged attention".
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cooperative_groups.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -792,56 +793,104 @@ enum class LoadPath { kDirect, kRing, kRingMma };
 
 // Chunks one tensor-core CTA attends, a warp each: the largest of 12, 6, 4, 3, 2 and 1 that
 // divides num_splits, so 12 / W CTAs (12 warps) fill a multiprocessor's registers and rings.
+// Where a row's num_splits / W CTAs are at most kMmaMaxCluster, they form a thread-block
+// cluster and merge through distributed shared memory; more go through the combine kernel.
 constexpr int kMmaMaxWarps = 12;
+constexpr int64_t kMmaMaxCluster = 8;
 int64_t MmaChunksPerCta(int64_t num_splits) {
   for (int64_t w : {12, 6, 4, 3, 2})
     if (num_splits % w == 0) return w;
   return 1;
 }
 
-// The W warps' states of one CTA merged in shared memory (`smem`, their rings: every copy has
-// landed), o = sum_w o_w * 2^(m_w - M) over sum_w l_w * 2^(m_w - M) with M the largest m_w, in
-// warp order; then the output rows when the CTA holds every chunk of its row, else the merged
-// state into the workspace slot of the CTA's first chunk `first`.
+// One row's merged state in shared memory: o[head][E] (unnormalized), then m[head] and l[head].
+template <int E, int HPW>
+struct MergedState {
+  static constexpr int kFloats = HPW * E + 2 * HPW;
+  float* f;
+  __device__ float& o(int h, int e) const { return f[h * E + e]; }
+  __device__ float& m(int h) const { return f[HPW * E + h]; }
+  __device__ float& l(int h) const { return f[HPW * E + HPW + h]; }
+};
+
+// Element e of head h of `count` states, o = sum_i o_i * 2^(m_i - M) and l = sum_i l_i *
+// 2^(m_i - M) with M the largest m_i, in order (states that saw no valid key, m = -inf, weigh 0).
+template <typename StateAt>
+__device__ void mergeElement(int count, StateAt&& state, int h, int e, float& o, float& m, float& l) {
+  m = -INFINITY;
+  for (int i = 0; i < count; ++i) m = fmaxf(m, state(i).m(h));
+  o = 0.0f, l = 0.0f;
+  for (int i = 0; i < count; ++i) {
+    const auto s = state(i);
+    const float f = s.m(h) == -INFINITY ? 0.0f : exp2f(s.m(h) - m);
+    o += s.o(h, e) * f;
+    l += s.l(h) * f;
+  }
+}
+
+// Element e of head h of the row's output: o / l rounded (zeros for a padding token, NaN when
+// no key was seen: bad metadata).
+__device__ __forceinline__ void storeMerged(const PagedAttentionParams& p, const QueryRow& r, int64_t h, int e,
+                                            float o, float l) {
+  const float inv_out_scale = p.out_dtype == DType::F8E4M3FN ? 1.0f / *p.out_scale : 1.0f;
+  const float inv = l > 0.0f ? 1.0f / l : __int_as_float(0x7fc00000);
+  storeOut(p, r.t * p.o_stride[0] + h * p.o_stride[1] + e, r.seq < 0 ? 0.0f : o * inv, inv_out_scale);
+}
+
+// The CTA's W warp states merged in shared memory (`smem`, their rings: every copy has landed),
+// in warp order. Then, by `clustered` CTAs (a cluster holding every chunk of the row), the
+// cluster's merged states in rank order by rank 0 through distributed shared memory and the
+// output rows; else the output rows when the CTA holds every chunk, or the merged state into
+// the workspace slot of the CTA's first chunk `first` for pagedCombineKernel.
 template <int E, int HPW>
 __device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r, int64_t h0, int64_t first,
-                                const MmaSoftmax<E>& st, uint8_t* smem) {
+                                bool clustered, const MmaSoftmax<E>& st, uint8_t* smem) {
+  using State = MergedState<E, HPW>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
-  float* o_part = reinterpret_cast<float*>(smem);  // [warp][head][E], then m and l [warp][head]
-  float* m_part = o_part + warps * HPW * E;
-  float* l_part = m_part + warps * HPW;
+  float* base = reinterpret_cast<float*>(smem);
+  auto warpState = [&](int w) { return State{base + w * State::kFloats}; };
+  const State merged{base + warps * State::kFloats};
   __syncthreads();  // every warp is done with its ring
   if (g < HPW) {
+    const State mine = warpState(warp);
 #pragma unroll
     for (int n = 0; n < E / 8; ++n)
 #pragma unroll
-      for (int j = 0; j < 2; ++j) o_part[(warp * HPW + g) * E + 8 * n + 2 * tq + j] = st.o[n][j];
-    if (tq == 0) m_part[warp * HPW + g] = st.m, l_part[warp * HPW + g] = st.l;
+      for (int j = 0; j < 2; ++j) mine.o(g, 8 * n + 2 * tq + j) = st.o[n][j];
+    if (tq == 0) mine.m(g) = st.m, mine.l(g) = st.l;
   }
   __syncthreads();
   const bool final = p.num_splits == warps;
-  const float inv_out_scale = final && p.out_dtype == DType::F8E4M3FN ? 1.0f / *p.out_scale : 1.0f;
   const SplitWorkspace ws(p);
   for (int i = threadIdx.x; i < HPW * E; i += blockDim.x) {
     const int h = i / E, e = i % E;
-    float m = -INFINITY;
-    for (int w = 0; w < warps; ++w) m = fmaxf(m, m_part[w * HPW + h]);
-    float o = 0.0f, l = 0.0f;
-    for (int w = 0; w < warps; ++w) {
-      const float mw = m_part[w * HPW + h], f = mw == -INFINITY ? 0.0f : exp2f(mw - m);
-      o += o_part[(w * HPW + h) * E + e] * f;
-      l += l_part[w * HPW + h] * f;
-    }
+    float o, m, l;
+    mergeElement(warps, warpState, h, e, o, m, l);
     if (final) {
-      const float inv = l > 0.0f ? 1.0f / l : __int_as_float(0x7fc00000);
-      storeOut(p, r.t * p.o_stride[0] + (h0 + h) * p.o_stride[1] + e, r.seq < 0 ? 0.0f : o * inv, inv_out_scale);
-      continue;
+      storeMerged(p, r, h0 + h, e, o, l);
+    } else if (clustered) {
+      merged.o(h, e) = o;
+      if (e == 0) merged.m(h) = m, merged.l(h) = l;
+    } else {
+      const int64_t slot = (r.t * p.heads_q + h0 + h) * p.num_splits + first;
+      ws.acc[slot * E + e] = o;
+      if (e == 0) ws.ml[2 * slot] = m, ws.ml[2 * slot + 1] = l;
     }
-    const int64_t slot = (r.t * p.heads_q + h0 + h) * p.num_splits + first;
-    ws.acc[slot * E + e] = o;
-    if (e == 0) ws.ml[2 * slot] = m, ws.ml[2 * slot + 1] = l;
   }
+  if (!clustered || final) return;
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every CTA's merged state is in its shared memory
+  if (cluster.block_rank() == 0) {
+    auto rankState = [&](int rank) { return State{cluster.map_shared_rank(merged.f, rank)}; };
+    for (int i = threadIdx.x; i < HPW * E; i += blockDim.x) {
+      float o, m, l;
+      mergeElement(static_cast<int>(cluster.num_blocks()), rankState, i / E, i % E, o, m, l);
+      storeMerged(p, r, h0 + i / E, i % E, o, l);
+    }
+  }
+  cluster.sync();  // no CTA leaves while rank 0 reads its shared memory
 }
 
 // The CUDA-core form of one warp's rows: keys [lo, hi) for query heads h0.. of r.t (through
@@ -944,20 +993,20 @@ __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) paged
 // pagedCombineKernel merges the CTAs' states (chunk stride W). The next kernel may launch once
 // every warp has attended.
 template <int E, int HPW, CacheFormat F>
-__global__ void __launch_bounds__(kMmaMaxWarps * 32, 1) pagedAttentionMmaKernel(PagedAttentionParams p) {
+__global__ void __launch_bounds__(kMmaMaxWarps * 32, 1) pagedAttentionMmaKernel(PagedAttentionParams p, bool clustered) {
   using Ring = MmaRing<E, F>;
-  static_assert(HPW * E * 4 + 8 * HPW <= Ring::kBytes, "a warp's state fits its ring for the merge");
+  static_assert(2 * MergedState<E, HPW>::kFloats * 4 <= Ring::kBytes, "the merge fits the rings");
   kernels::waitForPrecedingGrid();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t groups = p.heads_q / HPW;
-  const int64_t t = blockIdx.x / groups, h0 = (blockIdx.x % groups) * HPW;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t groups = p.heads_q / HPW, ctas_per_row = p.num_splits / warps;
+  const int64_t row = blockIdx.x / ctas_per_row, t = row / groups, h0 = (row % groups) * HPW;
   const QueryRow r = queryRow(p, t, h0, lane);
   const bool split = p.num_splits > 1;
   const int64_t chunk = split ? PagedChunkKeys(r.keys, p.num_splits) : r.keys;
-  const int warps = blockDim.x >> 5;
-  const int64_t first = static_cast<int64_t>(blockIdx.y) * warps;
-  // Where a combine follows (more chunks than warps), it reads no chunk past the context.
-  if (p.num_splits > warps && (r.seq < 0 || first * chunk >= r.keys)) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x % ctas_per_row) * warps;
+  // Where the combine kernel follows, it reads no chunk past the context (a cluster's CTAs all
+  // take part in its barriers).
+  if (p.num_splits > warps && !clustered && (r.seq < 0 || first * chunk >= r.keys)) {
     kernels::allowDependentGrids();
     return;
   }
@@ -977,7 +1026,7 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32, 1) pagedAttentionMmaKernel(
                              paged_rings + warp * Ring::kBytes, st);
   }
   kernels::allowDependentGrids();
-  mergeWarpStates<E, HPW>(p, r, h0, first, st, paged_rings);
+  mergeWarpStates<E, HPW>(p, r, h0, first, clustered, st, paged_rings);
 }
 
 // The largest of some scores that may all be -inf (reduce.cuh's MaxOp is for magnitudes).
@@ -1137,13 +1186,47 @@ cudaError_t launchMmaAttention(const PagedAttentionParams& p, int64_t chunks_per
   constexpr int kBytes = MmaRing<E, F>::kBytes;
   const cudaError_t raised = kernels::device::ensureSmemLimit<kernel>(kMmaMaxWarps * kBytes);
   if (raised != cudaSuccess) return raised;
-  const dim3 grid(gridFor(p.num_tokens * (p.heads_q / HPW), 1, (int64_t{1} << 31) - 1),
-                  static_cast<unsigned>(p.num_splits / chunks_per_cta));
-  return kernels::LaunchProgrammatic(kernel, grid, dim3(static_cast<unsigned>(32 * chunks_per_cta)),
-                                     static_cast<size_t>(chunks_per_cta * kBytes), stream, p);
+  const int64_t ctas_per_row = p.num_splits / chunks_per_cta;
+  const bool clustered = ctas_per_row > 1 && ctas_per_row <= kMmaMaxCluster;
+  const dim3 grid(gridFor(p.num_tokens * (p.heads_q / HPW) * ctas_per_row, 1, (int64_t{1} << 31) - 1));
+  return kernels::LaunchProgrammaticInClusters(kernel, grid, dim3(static_cast<unsigned>(32 * chunks_per_cta)),
+                                               static_cast<size_t>(chunks_per_cta * kBytes),
+                                               clustered ? static_cast<int>(ctas_per_row) : 0, stream, p, clustered);
+}
+
+// How the attention reads the caches (valid params).
+LoadPath loadPathOf(const PagedAttentionParams& p) {
+  const int64_t elem_bytes = p.cache_dtype == DType::F8E4M3FN ? 1 : 2;
+  const bool staged = StagedRows(p.head_size, elem_bytes) && aligned16(p.key_cache) && aligned16(p.value_cache);
+  // Tensor cores: head size 64 or 128 (whole fragments), q rows read as 32-bit pairs, every cache
+  // row numbered in 31 bits (streamKeySteps).
+  const bool rows_fit = p.num_blocks <= INT32_MAX / p.block_size / p.heads_kv;
+  const bool mma = staged && rows_fit && (p.head_size == 64 || p.head_size == 128) &&
+                   reinterpret_cast<uintptr_t>(p.q) % 4 == 0 && p.q_stride[0] % 2 == 0 && p.q_stride[1] % 2 == 0 &&
+                   !mmaDisabled();
+  return mma ? LoadPath::kRingMma : staged ? LoadPath::kRing : LoadPath::kDirect;
+}
+
+// The split planned for at most `splits` chunks: the largest count whose chunks the
+// tensor-core attention merges without the combine kernel (at most kMmaMaxCluster CTAs of
+// MmaChunksPerCta warps per row) where `splits` allows one, else a multiple of 12 (the fewest
+// states for the combine). Gives up at most a fifth of the chunks (23 -> 21 at worst).
+int64_t mergedInClusters(int64_t splits) {
+  constexpr int64_t kMostMerged = kMmaMaxWarps * kMmaMaxCluster;
+  if (splits > kMostMerged) return splits - splits % kMmaMaxWarps;
+  for (int64_t s = splits; s > 1; --s)
+    if (s / MmaChunksPerCta(s) <= kMmaMaxCluster) return s;
+  return splits;
 }
 
 }  // namespace
+
+int PagedAttentionKernels(const PagedAttentionParams& p) {
+  if (p.num_splits <= 1 || p.head_size <= 0 || p.block_size <= 0 || p.heads_kv <= 0) return 1;
+  const bool mma = loadPathOf(p) == LoadPath::kRingMma;
+  const int64_t states = p.num_splits / (mma ? MmaChunksPerCta(p.num_splits) : 1);
+  return states > (mma ? kMmaMaxCluster : 1) ? 2 : 1;
+}
 
 cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   if (!isD16(p.dtype) || (p.cache_dtype != p.dtype && p.cache_dtype != DType::F8E4M3FN)) return cudaErrorInvalidValue;
@@ -1165,15 +1248,7 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
   const int64_t hpw = headsPerWarp(p, ne);
   const dim3 split_grid(gridFor(p.num_tokens * (p.heads_q / hpw), kWarps, (int64_t{1} << 31) - 1),
                         static_cast<unsigned>(p.num_splits));
-  const int64_t elem_bytes = p.cache_dtype == DType::F8E4M3FN ? 1 : 2;
-  const bool staged = StagedRows(p.head_size, elem_bytes) && aligned16(p.key_cache) && aligned16(p.value_cache);
-  // Tensor cores: head size 64 or 128 (whole fragments), q rows read as 32-bit pairs, every cache
-  // row numbered in 31 bits (streamKeySteps).
-  const bool rows_fit = p.num_blocks <= INT32_MAX / p.block_size / p.heads_kv;
-  const bool mma = staged && rows_fit && (p.head_size == 64 || p.head_size == 128) &&
-                   reinterpret_cast<uintptr_t>(p.q) % 4 == 0 && p.q_stride[0] % 2 == 0 && p.q_stride[1] % 2 == 0 &&
-                   !mmaDisabled();
-  const LoadPath path = mma ? LoadPath::kRingMma : staged ? LoadPath::kRing : LoadPath::kDirect;
+  const LoadPath path = loadPathOf(p);
   cudaError_t err = cudaSuccess;
   auto byHeads = [&](auto ne_tag, auto format_tag) {
     constexpr int NE = decltype(ne_tag)::value;
@@ -1193,7 +1268,7 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
     else if (hpw == 2) err = attend(std::integral_constant<int, 2>{});
     else if (hpw == 1) err = attend(std::integral_constant<int, 1>{});
     const int64_t states = p.num_splits / chunks_per_cta;  // per row, for the combine
-    if (err == cudaSuccess && states > 1) {
+    if (err == cudaSuccess && states > (path == LoadPath::kRingMma ? kMmaMaxCluster : 1)) {
       const bool many_chunks = states > kCombineBatch;
       const int64_t rows_per_block = many_chunks ? 1 : kWarps;
       err = kernels::LaunchProgrammatic(many_chunks ? pagedCombineKernel<NE, kWarps> : pagedCombineKernel<NE, 1>,
@@ -1229,7 +1304,7 @@ void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms) {
   splits = std::min(splits, max_keys / kPagedMinSplitKeys);  // chunks of at least kPagedMinSplitKeys
   splits = std::min(splits, kMaxSplits);
   if (splits <= 1) return;
-  p.num_splits = splits;
+  p.num_splits = mergedInClusters(splits);
 }
 
 int64_t PagedAttentionWorkspaceBytes(const PagedAttentionParams& p) {

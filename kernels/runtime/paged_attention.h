@@ -124,6 +124,9 @@ void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms);
 // Device bytes the split needs: per (token, head, chunk) E partial sums, the running maximum
 // and the running sum (fp32); 0 without a split.
 int64_t PagedAttentionWorkspaceBytes(const PagedAttentionParams& p);
+// Kernels LaunchPagedAttention launches for `p` (its split and pointers set): 1, or 2 where the
+// chunks of a row outnumber what one CTA merges and a combine kernel follows.
+int PagedAttentionKernels(const PagedAttentionParams& p);
 
 // Query i of sequence b (token qsl[b] + i, ql = qsl[b+1] - qsl[b]) sits at position
 // seq_lens[b] - ql + i and sees cached keys 0..that position; rows of tokens >= qsl[num_seqs]

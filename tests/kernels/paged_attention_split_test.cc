@@ -5,6 +5,7 @@
 // honour (before any CUDA call, so no GPU is needed).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/runtime/paged_attention.h"
@@ -53,15 +54,19 @@ TEST_CASE("split-KV plan: small decode batches split their contexts to fill the 
       PlanPagedAttentionSplits(p, 132);
       checkCovers(p);
       // one warp per (token, group of the 4 query heads sharing a KV head, chunk): never more
-      // than kPagedSplitWarpsPerSm per SM (132 SMs), and one more chunk would exceed it unless
-      // the block table is too narrow to cut into more chunks of at least kPagedMinSplitKeys
-      // keys or the cap is reached
+      // than kPagedSplitWarpsPerSm per SM (132 SMs); the most chunks that allows (unless the
+      // block table is too narrow to cut into more chunks of at least kPagedMinSplitKeys keys
+      // or the cap is reached), less at most a fifth so that the tensor-core attention merges
+      // them without a combine kernel wherever it plans at most 96
       const int64_t per_split = seqs * (p.heads_q / 4), warps = per_split * p.num_splits;
       const int64_t target = 132 * kPagedSplitWarpsPerSm;
-      const bool short_context = (p.num_splits + 1) * kPagedMinSplitKeys > p.max_blocks * p.block_size;
-      const bool capped = p.num_splits == 256;
+      const int64_t most = std::min({target / per_split, p.max_blocks * p.block_size / kPagedMinSplitKeys, int64_t{256}});
       if (p.num_splits > 1) CHECK(warps <= target);
-      if (!short_context && !capped) CHECK(warps + per_split > target);
+      if (most > 1) {
+        CHECK(p.num_splits <= most);
+        CHECK(p.num_splits * 5 >= most * 4);
+        CHECK(PagedAttentionKernels(p) == (p.num_splits <= 96 ? 1 : 2));
+      }
     }
   }
 }
