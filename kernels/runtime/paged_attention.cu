@@ -1188,7 +1188,7 @@ cudaError_t launchMmaAttention(const PagedAttentionParams& p, int64_t chunks_per
   if (raised != cudaSuccess) return raised;
   const int64_t ctas_per_row = p.num_splits / chunks_per_cta;
   const bool clustered = ctas_per_row > 1 && ctas_per_row <= kMmaMaxCluster;
-  const dim3 grid(gridFor(p.num_tokens * (p.heads_q / HPW) * ctas_per_row, 1, (int64_t{1} << 31) - 1));
+  const dim3 grid(static_cast<unsigned>(p.num_tokens * (p.heads_q / HPW) * ctas_per_row));
   return kernels::LaunchProgrammaticInClusters(kernel, grid, dim3(static_cast<unsigned>(32 * chunks_per_cta)),
                                                static_cast<size_t>(chunks_per_cta * kBytes),
                                                clustered ? static_cast<int>(ctas_per_row) : 0, stream, p, clustered);
@@ -1244,6 +1244,9 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
     return cudaErrorInvalidValue;
   if (p.num_splits < 1 || p.num_splits > kMaxSplits || p.num_splits > 65535) return cudaErrorInvalidValue;
   if (p.num_splits > 1 && !p.workspace) return cudaErrorInvalidValue;
+  // Every grid below has at most one block per (row, chunk): a larger batch would not fit
+  // gridDim.x, and a clipped grid would leave rows unwritten.
+  if (rows > INT32_MAX / p.num_splits) return cudaErrorInvalidValue;
   const int64_t ne = p.head_size <= 32 ? 1 : p.head_size <= 64 ? 2 : p.head_size <= 128 ? 4 : 8;
   const int64_t hpw = headsPerWarp(p, ne);
   const dim3 split_grid(gridFor(p.num_tokens * (p.heads_q / hpw), kWarps, (int64_t{1} << 31) - 1),

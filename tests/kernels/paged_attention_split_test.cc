@@ -88,7 +88,7 @@ TEST_CASE("split-KV plan: batches that fill the GPU, and short contexts, take on
   CHECK(none.num_splits == 1);
 }
 
-TEST_CASE("split-KV launch refuses splits it cannot honour, and blocks past 2^31 slots") {
+TEST_CASE("split-KV launch refuses splits it cannot honour, blocks past 2^31 slots and grids past 2^31 blocks") {
   PagedAttentionParams p = decodeBatch(1, 1024);
   int dummy = 0;  // never dereferenced: the launcher refuses before it launches
   p.q = p.key_cache = p.value_cache = &dummy;
@@ -104,6 +104,10 @@ TEST_CASE("split-KV launch refuses splits it cannot honour, and blocks past 2^31
   CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
   p.num_splits = 1;
   p.block_size = int64_t{1} << 31;  // the kernels count a block's slots in 32 bits
+  CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
+  p.block_size = 16;
+  p.num_splits = 2;  // (token, head) rows times chunks past 2^31: grids would be clipped
+  p.num_tokens = p.num_seqs = (int64_t{1} << 30) / p.heads_q;
   CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
 }
 
