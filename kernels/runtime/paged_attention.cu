@@ -796,7 +796,7 @@ enum class LoadPath { kDirect, kRing, kRingMma };
 // Where a row's num_splits / W CTAs are at most kMmaMaxCluster, they form a thread-block
 // cluster and merge through distributed shared memory; more go through the combine kernel.
 constexpr int kMmaMaxWarps = 12;
-constexpr int64_t kMmaMaxCluster = 8;
+constexpr int kMmaMaxCluster = 8;
 int64_t MmaChunksPerCta(int64_t num_splits) {
   for (int64_t w : {12, 6, 4, 3, 2})
     if (num_splits % w == 0) return w;
@@ -813,18 +813,30 @@ struct MergedState {
   __device__ float& l(int h) const { return f[HPW * E + HPW + h]; }
 };
 
-// Element e of head h of `count` states, o = sum_i o_i * 2^(m_i - M) and l = sum_i l_i *
-// 2^(m_i - M) with M the largest m_i, in order (states that saw no valid key, m = -inf, weigh 0).
-template <typename StateAt>
+// Element e of head h of `count` (at most kMaxStates) states, o = sum_i o_i * 2^(m_i - M) and
+// l = sum_i l_i * 2^(m_i - M) with M the largest m_i, in order (states that saw no valid key,
+// m = -inf, weigh 0). Every state's values are loaded before any is used: the loads of another
+// CTA's shared memory are in flight together instead of one round trip after another.
+template <int kMaxStates, typename StateAt>
 __device__ void mergeElement(int count, StateAt&& state, int h, int e, float& o, float& m, float& l) {
+  float ms[kMaxStates], ls[kMaxStates], os[kMaxStates];
+#pragma unroll
+  for (int i = 0; i < kMaxStates; ++i) {
+    ms[i] = -INFINITY, ls[i] = 0.0f, os[i] = 0.0f;
+    if (i < count) {
+      const auto s = state(i);
+      ms[i] = s.m(h), ls[i] = s.l(h), os[i] = s.o(h, e);
+    }
+  }
   m = -INFINITY;
-  for (int i = 0; i < count; ++i) m = fmaxf(m, state(i).m(h));
+#pragma unroll
+  for (int i = 0; i < kMaxStates; ++i) m = fmaxf(m, ms[i]);
   o = 0.0f, l = 0.0f;
-  for (int i = 0; i < count; ++i) {
-    const auto s = state(i);
-    const float f = s.m(h) == -INFINITY ? 0.0f : exp2f(s.m(h) - m);
-    o += s.o(h, e) * f;
-    l += s.l(h) * f;
+#pragma unroll
+  for (int i = 0; i < kMaxStates; ++i) {
+    const float f = ms[i] == -INFINITY ? 0.0f : exp2f(ms[i] - m);
+    o += os[i] * f;
+    l += ls[i] * f;
   }
 }
 
@@ -839,8 +851,8 @@ __device__ __forceinline__ void storeMerged(const PagedAttentionParams& p, const
 
 // The CTA's W warp states merged in shared memory (`smem`, their rings: every copy has landed),
 // in warp order. Then, by `clustered` CTAs (a cluster holding every chunk of the row), the
-// cluster's merged states in rank order by rank 0 through distributed shared memory and the
-// output rows; else the output rows when the CTA holds every chunk, or the merged state into
+// cluster's merged states in rank order through distributed shared memory and the output rows,
+// each CTA a share of the elements; else the output rows when the CTA holds every chunk, or the merged state into
 // the workspace slot of the CTA's first chunk `first` for pagedCombineKernel.
 template <int E, int HPW>
 __device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r, int64_t h0, int64_t first,
@@ -866,7 +878,7 @@ __device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r
   for (int i = threadIdx.x; i < HPW * E; i += blockDim.x) {
     const int h = i / E, e = i % E;
     float o, m, l;
-    mergeElement(warps, warpState, h, e, o, m, l);
+    mergeElement<kMmaMaxWarps>(warps, warpState, h, e, o, m, l);
     if (final) {
       storeMerged(p, r, h0 + h, e, o, l);
     } else if (clustered) {
@@ -882,15 +894,14 @@ __device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every CTA's merged state is in its shared memory
-  if (cluster.block_rank() == 0) {
-    auto rankState = [&](int rank) { return State{cluster.map_shared_rank(merged.f, rank)}; };
-    for (int i = threadIdx.x; i < HPW * E; i += blockDim.x) {
-      float o, m, l;
-      mergeElement(static_cast<int>(cluster.num_blocks()), rankState, i / E, i % E, o, m, l);
-      storeMerged(p, r, h0 + i / E, i % E, o, l);
-    }
+  auto rankState = [&](int rank) { return State{cluster.map_shared_rank(merged.f, rank)}; };
+  const int ctas = static_cast<int>(cluster.num_blocks());
+  for (int i = static_cast<int>(cluster.block_rank()) * blockDim.x + threadIdx.x; i < HPW * E; i += ctas * blockDim.x) {
+    float o, m, l;
+    mergeElement<kMmaMaxCluster>(ctas, rankState, i / E, i % E, o, m, l);
+    storeMerged(p, r, h0 + i / E, i % E, o, l);
   }
-  cluster.sync();  // no CTA leaves while rank 0 reads its shared memory
+  cluster.sync();  // no CTA leaves while another reads its shared memory
 }
 
 // The CUDA-core form of one warp's rows: keys [lo, hi) for query heads h0.. of r.t (through
