@@ -1,8 +1,8 @@
 // The paged attention kernels (paged_attention.h): attention over each sequence's cached
 // context (the cache write is cache_write.cu). Numerics in docs/attention.md "Paged attention".
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cooperative_groups.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -610,8 +610,9 @@ __device__ void streamKeySteps(const PagedAttentionParams& p, const int32_t* blo
     return r < span ? blocks[first_block + position / bs] : -1;
   };
   auto rowOf = [&](int32_t block, uint32_t offset) -> int32_t {  // bad metadata: never outside the cache
-    return block >= 0 && block < p.num_blocks ? (block * static_cast<int32_t>(bs) + static_cast<int32_t>(offset)) * heads_kv + hk
-                                              : -1;
+    return block >= 0 && block < p.num_blocks
+               ? (block * static_cast<int32_t>(bs) + static_cast<int32_t>(offset)) * heads_kv + hk
+               : -1;
   };
   uint32_t offset = 0, next_offset = 0;
   int32_t rows = rowOf(blockOf(0, offset), offset);
@@ -634,7 +635,8 @@ __device__ void streamKeySteps(const PagedAttentionParams& p, const int32_t* blo
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int i = 0; i < Ring::kPasses; ++i) {
-        const int32_t row = __shfl_sync(0xffffffffu, rows, half + h * kKeyGroup + lane / Ring::kPieces + i * Ring::kRowsPerPass);
+        const int32_t row =
+            __shfl_sync(0xffffffffu, rows, half + h * kKeyGroup + lane / Ring::kPieces + i * Ring::kRowsPerPass);
         const uint64_t from = static_cast<uint64_t>(row >= 0 ? row : 0) * Ring::kRowBytes;
         const uint32_t to = stages + h * Ring::kStageBytes + i * Ring::kRowsPerPass * Ring::kRowPitch;
         kernels::cpAsync16(to, k_src + from, row >= 0);
@@ -852,8 +854,8 @@ __device__ __forceinline__ void storeMerged(const PagedAttentionParams& p, const
 // The CTA's W warp states merged in shared memory (`smem`, their rings: every copy has landed),
 // in warp order. Then, by `clustered` CTAs (a cluster holding every chunk of the row), the
 // cluster's merged states in rank order through distributed shared memory and the output rows,
-// each CTA a share of the elements; else the output rows when the CTA holds every chunk, or the merged state into
-// the workspace slot of the CTA's first chunk `first` for pagedCombineKernel.
+// each CTA a share of the elements; else the output rows when the CTA holds every chunk, or the
+// merged state into the workspace slot of the CTA's first chunk `first` for pagedCombineKernel.
 template <int E, int HPW>
 __device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r, int64_t h0, int64_t first,
                                 bool clustered, const MmaSoftmax<E>& st, uint8_t* smem) {
@@ -896,7 +898,8 @@ __device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r
   cluster.sync();  // every CTA's merged state is in its shared memory
   auto rankState = [&](int rank) { return State{cluster.map_shared_rank(merged.f, rank)}; };
   const int ctas = static_cast<int>(cluster.num_blocks());
-  for (int i = static_cast<int>(cluster.block_rank()) * blockDim.x + threadIdx.x; i < HPW * E; i += ctas * blockDim.x) {
+  const int first_element = static_cast<int>(cluster.block_rank() * blockDim.x + threadIdx.x);
+  for (int i = first_element; i < HPW * E; i += ctas * blockDim.x) {
     float o, m, l;
     mergeElement<kMmaMaxCluster>(ctas, rankState, i / E, i % E, o, m, l);
     storeMerged(p, r, h0 + i / E, i % E, o, l);
@@ -967,7 +970,9 @@ __device__ void attendRowsCuda(const PagedAttentionParams& p, const QueryRow& r,
 
 // CTAs per multiprocessor the register budget aims at: 4 for the CUDA-core ring with up to 16
 // accumulators per lane (128 registers).
-constexpr int minBlocks(LoadPath path, int accumulators) { return path == LoadPath::kRing && accumulators <= 16 ? 4 : 1; }
+constexpr int minBlocks(LoadPath path, int accumulators) {
+  return path == LoadPath::kRing && accumulators <= 16 ? 4 : 1;
+}
 
 // The CUDA-core attention (heads the tensor-core path does not take, or FXFUSE_PAGED_MMA=0): one
 // warp per (query token, group of HPW query heads of one KV head, chunk blockIdx.y): the
@@ -1004,7 +1009,8 @@ __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) paged
 // pagedCombineKernel merges the CTAs' states (chunk stride W). The next kernel may launch once
 // every warp has attended.
 template <int E, int HPW, CacheFormat F>
-__global__ void __launch_bounds__(kMmaMaxWarps * 32, 1) pagedAttentionMmaKernel(PagedAttentionParams p, bool clustered) {
+__global__ void __launch_bounds__(kMmaMaxWarps * 32, 1)
+    pagedAttentionMmaKernel(PagedAttentionParams p, bool clustered) {
   using Ring = MmaRing<E, F>;
   static_assert(2 * MergedState<E, HPW>::kFloats * 4 <= Ring::kBytes, "the merge fits the rings");
   kernels::waitForPrecedingGrid();
