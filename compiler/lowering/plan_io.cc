@@ -208,6 +208,11 @@ pb::Plan parsePlan(const std::string& bytes, bool text, const std::string& sourc
   }
   for (const auto& o : p.outputs())
     if (!o.is_symint() && !tensorOk(o.tensor())) fail("{}: output '{}' has no tensor", source, o.name());
+  // A generated kernel's name is its entry point in its source (the runtime looks it up;
+  // `fxfuse embed` writes it into C++).
+  for (int i = 0; i < p.kernels_size(); ++i)
+    if (!ir::isValidSymbolName(p.kernels(i).name()))
+      fail("{}: generated kernel {} is named '{}', not an identifier", source, i, p.kernels(i).name());
   return p;
 }
 

@@ -248,6 +248,30 @@ run_case plan_not_utf8 2 -- run "$T/utf8.plan.txt" --describe
 expect_msg plan_not_utf8 "Plan.producer is not UTF-8"
 run_case plan_matmul_no_m 2 -- run "$T/no_m.plan.txt" --describe
 expect_msg plan_matmul_no_m "step m 0: empty symbolic expression"
+# A generated kernel's name is its entry point, and `fxfuse embed` writes it into C++: a name
+# that is not an identifier is refused at load. So are a plan path or header that would change
+# the sources embed writes (a line break ends its comment, a quote its #include).
+"$FXFUSE" compile "$T/small.fxg" --emit=plan-text -o "$T/small.plan.txt" -q 2>"$T/stderr"
+python3 - "$T" <<'PY'
+import sys
+t = sys.argv[1]
+text = open(t + "/small.plan.txt").read()
+assert '\n  name: "fx_k0"\n' in text, "the plan has no generated kernel fx_k0"
+open(t + "/kernel_name.plan.txt", "w").write(text.replace('\n  name: "fx_k0"\n', '\n  name: "fx_k0(); int x"\n', 1))
+PY
+run_case plan_kernel_name 2 -- run "$T/kernel_name.plan.txt" --describe
+expect_msg plan_kernel_name "generated kernel 0 is named 'fx_k0(); int x', not an identifier"
+run_case embed_kernel_name 2 -- embed "$T/kernel_name.plan.txt" --name p --cu "$T/p.cu" --cc "$T/p.cc" --header "$T/p.h"
+newline_path="$T/line"$'\n'"break.plan.txt"
+cp "$T/small.plan.txt" "$newline_path"
+run_case embed_path_newline 2 -- embed "$newline_path" --name p --cu "$T/p.cu" --cc "$T/p.cc" --header "$T/p.h"
+expect_msg embed_path_newline "the plan path has a control character, quote or backslash"
+run_case embed_include_quote 2 -- embed "$T/small.plan.txt" --name p --cu "$T/p.cu" --cc "$T/p.cc" \
+  --header "$T/p.h" --include 'p.h"'
+expect_msg embed_include_quote "include has a control character, quote or backslash"
+if [[ -e $T/p.cu || -e $T/p.cc || -e $T/p.h ]]; then echo "FAIL embed wrote sources"; fails=$((fails+1)); else passes=$((passes+1)); fi
+run_case embed_ok 0 -- embed "$T/small.plan.txt" --name p --cu "$T/p.cu" --cc "$T/p.cc" --header "$T/p.h"
+if grep -q 'p_fx_k0' "$T/p.cu"; then passes=$((passes+1)); else echo "FAIL embed_ok: no p_fx_k0 entry"; fails=$((fails+1)); fi
 for ws in 0 -1 9 1000000; do
   run_case "compile_world_size_$ws" 2 -- compile "$T/small.fxg" --world-size "$ws"
   run_case "verify_world_size_$ws" 2 -- verify "$T/small.fxg" --world-size "$ws"

@@ -773,6 +773,16 @@ void registerEmbed(CLI::App& app, int& exit_code) {
   cmd->callback([&exit_code] {
     for (char c : name)
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) fail("--name '{}' is not a C identifier", name);
+    // Both are written into the generated sources (a comment, an #include): a line break, quote
+    // or backslash there would change the code.
+    auto requireSourceSafe = [](const std::string& text, const char* what) {
+      for (size_t i = 0; i < text.size(); ++i)
+        if (static_cast<unsigned char>(text[i]) < 0x20 || text[i] == '"' || text[i] == '\\')
+          fail("{} has a control character, quote or backslash at byte {}, which the generated sources cannot hold",
+               what, i);
+    };
+    requireSourceSafe(plan_path, "the plan path");
+    requireSourceSafe(include.empty() ? header : include, include.empty() ? "--header" : "--include");
     pb::Plan plan = lowering::loadPlan(plan_path);
     // Kernels: each source keeps its own helpers in a namespace; entry points get a prefix so
     // several plans can live in one binary.
