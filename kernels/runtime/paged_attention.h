@@ -14,12 +14,12 @@
 // device: no host synchronization, so a step can be captured in a CUDA graph and replayed with
 // new metadata. Attention is split-KV (flash-decoding): each row's context is cut into
 // num_splits chunks, one warp per (query token, group of query heads sharing a KV head, chunk)
-// with online softmax in fp32 over groups of 8 keys whose K and V rows are loaded together
-// (each row read once for the group's heads): through a per-warp cp.async ring when rows are
-// whole 16-byte pieces, with the scores and P.V on tensor cores for head sizes 64/128 (16-bit
-// caches in their own type, FP8 caches widened to f16; $FXFUSE_PAGED_MMA=0: CUDA cores); a
-// second kernel (one CTA per row) merges the
-// chunks. The number of chunks is chosen on the host from the bound sizes, the chunk length on
+// with online softmax in fp32 over groups of keys whose K and V rows are loaded together (each
+// row read once for the group's heads): through a per-warp cp.async ring when rows are whole
+// 16-byte pieces, with the scores and P.V on tensor cores in 16-key steps for head sizes 64/128
+// (16-bit caches in their own type, FP8 caches widened to f16; $FXFUSE_PAGED_MMA=0: CUDA cores).
+// The tensor-core kernel merges a row's chunks within its CTA and, up to 8 CTAs, its cluster;
+// more chunks (and the CUDA-core paths) are merged by a second kernel. The number of chunks is chosen on the host from the bound sizes, the chunk length on
 // the device from each row's own context, so decode batches of a few sequences still fill the
 // GPU. Metadata outside its range (a slot or block
 // id past the cache, a context longer than the block table) is never read or written out of
@@ -113,19 +113,21 @@ constexpr int64_t PagedChunkKeys(int64_t keys, int64_t num_splits) {
 }
 
 // Split-KV target: (token, head group, chunk) warps per multiprocessor, one wave of the
-// tensor-core kernel (3 CTAs of 4 warps per SM) so that no wave runs a few CTAs long
+// tensor-core kernel (12 warps per SM, its register budget) so that no wave runs a few CTAs long
 // ($FXFUSE_PAGED_WARPS_PER_SM overrides it for A/B measurements, read when a step is planned).
 inline constexpr int64_t kPagedSplitWarpsPerSm = 12;
 
 // Chooses num_splits for the bound sizes: the most chunks that keep the (token, head group,
 // chunk) warps within kPagedSplitWarpsPerSm per multiprocessor of `num_sms`, where the block
-// table's width allows chunks of at least kPagedMinSplitKeys keys.
+// table's width allows chunks of at least kPagedMinSplitKeys keys; then at most a fifth fewer,
+// so that the tensor-core kernel merges them without a second kernel (up to 96 chunks) or
+// leaves the fewest states for it (a multiple of 12 above).
 void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms);
 // Device bytes the split needs: per (token, head, chunk) E partial sums, the running maximum
 // and the running sum (fp32); 0 without a split.
 int64_t PagedAttentionWorkspaceBytes(const PagedAttentionParams& p);
 // Kernels LaunchPagedAttention launches for `p` (its split and pointers set): 1, or 2 where the
-// chunks of a row outnumber what one CTA merges and a combine kernel follows.
+// chunks of a row outnumber what one cluster merges and a combine kernel follows.
 int PagedAttentionKernels(const PagedAttentionParams& p);
 
 // Query i of sequence b (token qsl[b] + i, ql = qsl[b+1] - qsl[b]) sits at position

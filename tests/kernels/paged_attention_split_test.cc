@@ -71,6 +71,24 @@ TEST_CASE("split-KV plan: small decode batches split their contexts to fill the 
   }
 }
 
+TEST_CASE("split-KV plan: every allowed chunk count is rounded to one merged without a second kernel up to 96") {
+  // batch 1 (8 warps of 4 query heads per chunk) on 1..220 SMs: every allowed count from 1 to 256
+  for (int sms = 1; sms <= 220; ++sms) {
+    PagedAttentionParams p = decodeBatch(1, 32768);
+    PlanPagedAttentionSplits(p, sms);
+    const int64_t most = std::min<int64_t>(sms * kPagedSplitWarpsPerSm / 8, 256);
+    INFO(sms << " SMs: at most " << most << " chunks, planned " << p.num_splits);
+    if (most <= 1) {
+      CHECK(p.num_splits == 1);
+      continue;
+    }
+    CHECK(p.num_splits <= most);
+    CHECK(p.num_splits * 5 >= most * 4);
+    CHECK(PagedAttentionKernels(p) == (p.num_splits <= 96 ? 1 : 2));
+    if (most > 96) CHECK(p.num_splits % 12 == 0);
+  }
+}
+
 TEST_CASE("split-KV plan: batches that fill the GPU, and short contexts, take one pass") {
   PagedAttentionParams big = decodeBatch(1024, 4096);  // 8192 warps of 4 query heads
   PlanPagedAttentionSplits(big, 132);
