@@ -440,17 +440,22 @@ __device__ __forceinline__ uint32_t keyPair(const uint8_t* row, int c) {
 }
 
 // The shared memory of one tensor-core warp: a cp.async ring of kStages stages, each one key
-// group's 8 K rows then its 8 V rows kRowPitch apart (the row plus 16 bytes, so the 8 rows a
-// fragment load touches fall in different banks), consumed two stages (16 keys) at a time while
-// the copies of the next two are in flight; for an FP8 cache, then those 16 V rows widened to
-// f16 (kWidePitch apart, padded the same way). bf16 with E = 128: 17 KB per warp, so 3 CTAs of
-// 4 warps fit a multiprocessor. Everything a copy's address needs is known at compile time but
-// the key's row, so the per-key work is one shuffle and two copies per 16-byte piece.
+// group's 8 K rows then its 8 V rows kRowPitch apart, consumed two stages (16 keys) at a time
+// while the copies of the next two are in flight; for an FP8 cache, then those 16 V rows
+// widened to f16 (kWidePitch apart, padded by 16 bytes so the 8 rows a fragment load touches
+// fall in different banks). 16-bit rows are packed and swizzled instead (kSwizzled): 16-byte
+// piece c of row r sits at piece c ^ (r % 8), so the 8 rows of an ldmatrix still hit 8
+// different bank groups. Padding them costs the copies ~7 % of their rate (rows 272 bytes
+// apart: examples/decode_step/paged_read_bench.cu, docs/attention.md). bf16 with E = 128: 16 KB
+// per warp, so 3 CTAs of 4 warps fit a multiprocessor. Everything a copy's address needs is
+// known once per warp but the key's row, so the per-key work is one shuffle and two copies
+// per 16-byte piece; the fragment loads' swizzled offsets are per-lane constants too.
 template <int E, CacheFormat F>
 struct MmaRing {
   static constexpr int kElem = F == CacheFormat::kFp8 ? 1 : 2;
   static constexpr int kRowBytes = E * kElem;
-  static constexpr int kRowPitch = kRowBytes + 16;
+  static constexpr bool kSwizzled = F != CacheFormat::kFp8;
+  static constexpr int kRowPitch = kSwizzled ? kRowBytes : kRowBytes + 16;
   static constexpr int kPieces = kRowBytes / 16;            // 16-byte copies per row: 4 to 16
   static constexpr int kRowsPerPass = 32 / kPieces;         // rows one warp instruction copies
   static constexpr int kPasses = kKeyGroup / kRowsPerPass;  // copy instructions per group, K or V
@@ -460,6 +465,11 @@ struct MmaRing {
   static constexpr int kWideBytes = F == CacheFormat::kFp8 ? 2 * kKeyGroup * kWidePitch : 0;
   static constexpr int kBytes = kStages * kStageBytes + kWideBytes;
   static_assert(kPasses >= 1 && kRowsPerPass * kPieces == 32, "a pass copies whole rows");
+  static_assert(!kSwizzled || kPieces % 8 == 0, "swizzled rows have whole groups of 8 pieces");
+  // Byte offset of 16-byte piece `piece` of ring row `row` (rows counted from a stage's first).
+  __device__ static __forceinline__ uint32_t pieceOffset(int row, int piece) {
+    return static_cast<uint32_t>(row * kRowPitch + (kSwizzled ? piece ^ (row & 7) : piece) * 16);
+  }
 };
 
 // The 8 V rows of an FP8 stage (kPitch8 apart) as f16 rows kWidePitch apart: lane l widens
@@ -516,12 +526,14 @@ __device__ __forceinline__ void stageScores(const uint8_t* keys, const uint32_t 
     for (int k = 0; k < E / 16; ++k)
       mma16816<M>(c, qa[k][0], qa[k][1], keyPair<F>(krow, 16 * k + 2 * t), keyPair<F>(krow, 16 * k + 2 * t + 8));
   } else {
-    const uint32_t address =
-        static_cast<uint32_t>(__cvta_generic_to_shared(keys)) + (lane & 7) * Ring::kRowPitch + (lane >> 3) * 16;
+    // Matrix j of the ldmatrix of k-steps k, k + 1: piece 2k + j of rows 0..7 (lane 8j + r gives
+    // row r's address). 2k is a multiple of 4, so the swizzled piece (2k + j) ^ r = 2k ^ (j ^ r).
+    const int row = lane & 7, piece = lane >> 3;
+    const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(keys)) + row * Ring::kRowPitch;
 #pragma unroll
     for (int k = 0; k < E / 16; k += 2) {
       uint32_t b[4];
-      ldmatrixX4(b, address + 32 * k);
+      ldmatrixX4(b, address + (Ring::kSwizzled ? (2 * k) ^ (piece ^ row) : 2 * k + piece) * 16);
       mma16816<M>(c, qa[k][0], qa[k][1], b[0], b[1]);
       mma16816<M>(c, qa[k + 1][0], qa[k + 1][1], b[2], b[3]);
     }
@@ -529,15 +541,18 @@ __device__ __forceinline__ void stageScores(const uint8_t* keys, const uint32_t 
 }
 
 // One 16-key step into `st`: keys 0..7 in the stage at `stages`, 8..15 in the next one;
-// `values` (the V rows of both in the mma type) with lane l's ldmatrix row address for keys
-// (l / 8 odd ? 8 : 0) + l % 8 at column 8 (l / 16) at `value_address`. `valid` bit j: key j.
+// the V rows of both in the mma type, lane l's ldmatrix row (key (l / 8 odd ? 8 : 0) + l % 8)
+// at `value_row`: piece n of it (columns 8n..8n+7) at piece n ^ value_swizzle (swizzled rows:
+// (l / 16) ^ (l % 8); n is even, so this is n + l / 16 of the unswizzled row with
+// value_swizzle = l / 16). `valid` bit j: key j.
 //
 //      S[16 x 16] = Q . K^T           two mma m16n8k16 chains, one per stage
 //      P = 2^(S * q_factor - m)       online softmax per row in fp32; O is rescaled only when
 //                                     some row's maximum grew (else the factor is exactly 1)
 //      O[16 x E] += P . V             mma m16n8k16, P as hi + lo 16-bit terms (~16 bits of P)
 template <int E, CacheFormat F>
-__device__ __forceinline__ void addKeyStepMma(const uint8_t* stages, uint32_t value_address, unsigned valid,
+__device__ __forceinline__ void addKeyStepMma(const uint8_t* stages, uint32_t value_row, int value_swizzle,
+                                              unsigned valid,
                                               const uint32_t (&qa)[E / 16][2], float q_factor, int lane,
                                               MmaSoftmax<E>& st) {
   using Ring = MmaRing<E, F>;
@@ -578,7 +593,7 @@ __device__ __forceinline__ void addKeyStepMma(const uint8_t* stages, uint32_t va
 #pragma unroll
   for (int n = 0; n < E / 8; n += 2) {
     uint32_t b[4];
-    ldmatrixX4Trans(b, value_address + n * 16);
+    ldmatrixX4Trans(b, value_row + (n ^ value_swizzle) * 16);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       mma16816<M>(st.o[n + j], hi01, hi23, b[2 * j], b[2 * j + 1]);
@@ -621,8 +636,10 @@ __device__ void streamKeySteps(const PagedAttentionParams& p, const int32_t* blo
   const int piece = lane % Ring::kPieces;
   const uint8_t* k_src = static_cast<const uint8_t*>(p.key_cache) + piece * 16;
   const uint8_t* v_src = static_cast<const uint8_t*>(p.value_cache) + piece * 16;
-  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) +
-                        (lane / Ring::kPieces) * Ring::kRowPitch + piece * 16;
+  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint32_t to_row[Ring::kPasses];  // pass i: the lane's piece of row lane / kPieces + i * kRowsPerPass
+#pragma unroll
+  for (int i = 0; i < Ring::kPasses; ++i) to_row[i] = Ring::pieceOffset(lane / Ring::kPieces + i * Ring::kRowsPerPass, piece);
   auto issue = [&](int step) -> unsigned {  // called for step = 0, 1, 2, ... in order
     if (step % 2 == 0 && step > 0) {
       rows = rowOf(next_block, next_offset);
@@ -638,7 +655,7 @@ __device__ void streamKeySteps(const PagedAttentionParams& p, const int32_t* blo
         const int32_t row =
             __shfl_sync(0xffffffffu, rows, half + h * kKeyGroup + lane / Ring::kPieces + i * Ring::kRowsPerPass);
         const uint64_t from = static_cast<uint64_t>(row >= 0 ? row : 0) * Ring::kRowBytes;
-        const uint32_t to = stages + h * Ring::kStageBytes + i * Ring::kRowsPerPass * Ring::kRowPitch;
+        const uint32_t to = stages + h * Ring::kStageBytes + to_row[i];  // V rows: 8 rows on, same swizzle
         kernels::cpAsync16(to, k_src + from, row >= 0);
         kernels::cpAsync16(to + kKeyGroup * Ring::kRowPitch, v_src + from, row >= 0);
       }
@@ -710,8 +727,8 @@ __device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t 
   using Ring = MmaRing<E, F>;
   uint32_t qa[E / 16][2];
   q_factor *= loadQueryFragments<E, HPW, F>(p, t, h0, lane, qa);
-  // Lane l's ldmatrix.trans row: key (l / 8 odd ? 8 : 0) + l % 8, column 8 * (l / 16).
-  const int value_key = ((lane >> 3) & 1) * kKeyGroup + (lane & 7), value_column = (lane >> 4) * 16;
+  // Lane l's ldmatrix.trans row: key (l / 8 odd ? 8 : 0) + l % 8, first piece l / 16.
+  const int value_key = ((lane >> 3) & 1) * kKeyGroup + (lane & 7), value_piece = lane >> 4;
   uint8_t* wide = smem + Ring::kStages * Ring::kStageBytes;
   streamKeySteps<E, F>(p, blocks, hk, lo, hi, lane, smem, [&](const uint8_t* stages, unsigned valid) {
     if constexpr (F == CacheFormat::kFp8) {
@@ -720,14 +737,14 @@ __device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t 
         widenValues<E, Ring::kRowPitch, Ring::kWidePitch>(stages + h * Ring::kStageBytes + kKeyGroup * Ring::kRowPitch,
                                                           wide + h * kKeyGroup * Ring::kWidePitch, lane);
       __syncwarp();
-      const uint32_t value_address = static_cast<uint32_t>(__cvta_generic_to_shared(wide)) +
-                                     value_key * Ring::kWidePitch + value_column;
-      addKeyStepMma<E, F>(stages, value_address, valid, qa, q_factor, lane, st);
+      const uint32_t value_row = static_cast<uint32_t>(__cvta_generic_to_shared(wide)) + value_key * Ring::kWidePitch;
+      addKeyStepMma<E, F>(stages, value_row, value_piece, valid, qa, q_factor, lane, st);
     } else {
       const uint8_t* values = stages + (value_key / kKeyGroup) * Ring::kStageBytes + kKeyGroup * Ring::kRowPitch;
-      const uint32_t value_address = static_cast<uint32_t>(__cvta_generic_to_shared(values)) +
-                                     (value_key % kKeyGroup) * Ring::kRowPitch + value_column;
-      addKeyStepMma<E, F>(stages, value_address, valid, qa, q_factor, lane, st);
+      const int row = value_key % kKeyGroup;  // V rows 8.. of the stage: (8 + row) % 8 = row
+      const uint32_t value_row = static_cast<uint32_t>(__cvta_generic_to_shared(values)) + row * Ring::kRowPitch;
+      addKeyStepMma<E, F>(stages, value_row, Ring::kSwizzled ? value_piece ^ row : value_piece, valid, qa, q_factor,
+                          lane, st);
     }
   });
   st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
