@@ -443,9 +443,9 @@ __device__ __forceinline__ uint32_t keyPair(const uint8_t* row, int c) {
 // group's 8 K rows then its 8 V rows kRowPitch apart, consumed two stages (16 keys) at a time
 // while the copies of the next two are in flight; for an FP8 cache, then those 16 V rows
 // widened to f16 (kWidePitch apart, padded by 16 bytes so the 8 rows a fragment load touches
-// fall in different banks). 16-bit rows are packed and swizzled instead (kSwizzled): 16-byte
-// piece c of row r sits at piece c ^ (r % 8), so the 8 rows of an ldmatrix still hit 8
-// different bank groups. Padding them costs the copies ~7 % of their rate (rows 272 bytes
+// fall in different banks). Rows of whole groups of 8 pieces (16-bit E = 64, 128; FP8 E = 128)
+// are packed and swizzled instead (kSwizzled): 16-byte piece c of row r sits at piece
+// c ^ (r % 8), so the 8 rows a fragment load touches still hit 8 different bank groups. Padding them costs the copies ~7 % of their rate (rows 272 bytes
 // apart: examples/decode_step/paged_read_bench.cu, docs/attention.md). bf16 with E = 128: 16 KB
 // per warp, so 3 CTAs of 4 warps fit a multiprocessor. Everything a copy's address needs is
 // known once per warp but the key's row, so the per-key work is one shuffle and two copies
@@ -454,7 +454,7 @@ template <int E, CacheFormat F>
 struct MmaRing {
   static constexpr int kElem = F == CacheFormat::kFp8 ? 1 : 2;
   static constexpr int kRowBytes = E * kElem;
-  static constexpr bool kSwizzled = F != CacheFormat::kFp8;
+  static constexpr bool kSwizzled = (E * kElem / 16) % 8 == 0;
   static constexpr int kRowPitch = kSwizzled ? kRowBytes : kRowBytes + 16;
   static constexpr int kPieces = kRowBytes / 16;            // 16-byte copies per row: 4 to 16
   static constexpr int kRowsPerPass = 32 / kPieces;         // rows one warp instruction copies
@@ -465,22 +465,22 @@ struct MmaRing {
   static constexpr int kWideBytes = F == CacheFormat::kFp8 ? 2 * kKeyGroup * kWidePitch : 0;
   static constexpr int kBytes = kStages * kStageBytes + kWideBytes;
   static_assert(kPasses >= 1 && kRowsPerPass * kPieces == 32, "a pass copies whole rows");
-  static_assert(!kSwizzled || kPieces % 8 == 0, "swizzled rows have whole groups of 8 pieces");
   // Byte offset of 16-byte piece `piece` of ring row `row` (rows counted from a stage's first).
   __device__ static __forceinline__ uint32_t pieceOffset(int row, int piece) {
     return static_cast<uint32_t>(row * kRowPitch + (kSwizzled ? piece ^ (row & 7) : piece) * 16);
   }
 };
 
-// The 8 V rows of an FP8 stage (kPitch8 apart) as f16 rows kWidePitch apart: lane l widens
-// E / 4 bytes of row l % 8, from byte (l / 8) * E / 4.
-template <int E, int kPitch8, int kWidePitch>
+// The 8 V rows of an FP8 stage (kPitch8 apart, swizzled as MmaRing says when kSwizzled) as
+// f16 rows kWidePitch apart: lane l widens E / 4 bytes of row l % 8, from byte (l / 8) * E / 4.
+template <int E, int kPitch8, int kWidePitch, bool kSwizzled>
 __device__ __forceinline__ void widenValues(const uint8_t* v8, uint8_t* wide, int lane) {
   constexpr int kLaneBytes = E / 4;
   const int row = lane & 7, col = (lane >> 3) * kLaneBytes;
 #pragma unroll
   for (int i = 0; i < kLaneBytes / 16; ++i) {
-    const uint4 x = *reinterpret_cast<const uint4*>(v8 + row * kPitch8 + col + 16 * i);
+    const int piece = col / 16 + i;
+    const uint4 x = *reinterpret_cast<const uint4*>(v8 + row * kPitch8 + (kSwizzled ? piece ^ row : piece) * 16);
     const uint32_t w[4] = {x.x, x.y, x.z, x.w};
     uint32_t h[8];
 #pragma unroll
@@ -520,11 +520,13 @@ __device__ __forceinline__ void stageScores(const uint8_t* keys, const uint32_t 
   using Ring = MmaRing<E, F>;
   constexpr CacheFormat M = MmaType(F);
   if constexpr (F == CacheFormat::kFp8) {
-    const uint8_t* krow = keys + (lane >> 2) * Ring::kRowPitch;
-    const int t = lane & 3;
+    const int row = lane >> 2, t = lane & 3;
+    const uint8_t* krow = keys + row * Ring::kRowPitch;
 #pragma unroll
-    for (int k = 0; k < E / 16; ++k)
-      mma16816<M>(c, qa[k][0], qa[k][1], keyPair<F>(krow, 16 * k + 2 * t), keyPair<F>(krow, 16 * k + 2 * t + 8));
+    for (int k = 0; k < E / 16; ++k) {  // elements 16k + 2t (+ 8): bytes of piece k
+      const uint8_t* piece = krow + (Ring::kSwizzled ? k ^ row : k) * 16;
+      mma16816<M>(c, qa[k][0], qa[k][1], keyPair<F>(piece, 2 * t), keyPair<F>(piece, 2 * t + 8));
+    }
   } else {
     // Matrix j of the ldmatrix of k-steps k, k + 1: piece 2k + j of rows 0..7 (lane 8j + r gives
     // row r's address). 2k is a multiple of 4, so the swizzled piece (2k + j) ^ r = 2k ^ (j ^ r).
@@ -734,7 +736,7 @@ __device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t 
     if constexpr (F == CacheFormat::kFp8) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        widenValues<E, Ring::kRowPitch, Ring::kWidePitch>(stages + h * Ring::kStageBytes + kKeyGroup * Ring::kRowPitch,
+        widenValues<E, Ring::kRowPitch, Ring::kWidePitch, Ring::kSwizzled>(stages + h * Ring::kStageBytes + kKeyGroup * Ring::kRowPitch,
                                                           wide + h * kKeyGroup * Ring::kWidePitch, lane);
       __syncwarp();
       const uint32_t value_row = static_cast<uint32_t>(__cvta_generic_to_shared(wide)) + value_key * Ring::kWidePitch;
