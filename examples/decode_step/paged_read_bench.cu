@@ -2,13 +2,14 @@
 // decode attention stream `[num_blocks, 16, Hk, E]` bf16 caches at all? Each warp copies its
 // keys' K and V rows into a 4-stage shared-memory ring with cp.async (as the tensor-core paged
 // attention does, 8 keys per stage) and only waits for them. Orders:
-//   head   one warp per (sequence, KV head, chunk): 256-byte rows Hk * 256 bytes apart (ours);
+//   head   one warp per (sequence, KV head, chunk): 256-byte rows Hk * 256 bytes apart (ours),
+//          into ring rows packed (256 bytes apart) and padded (272 apart);
 //   block  the Hk warps of a CTA take the Hk heads of one (sequence, chunk) together, so the
 //          CTA reads each block's 16 * Hk * E * 2 contiguous bytes at about the same time;
 //   flat   each warp a contiguous range of the same size (the ceiling of this copy loop).
 // Prints GB/s per order (median of 20 runs, CUDA events) and the device copy rate.
-//   nvcc -O3 -arch=sm_90a -o paged_read_bench paged_read_bench.cu
-//   ./paged_read_bench [batch=64] [context=4096] [chunks=3]
+//   bazel build //examples/decode_step:paged_read_bench (in the device bundle of
+//   tests/runtime/stage_device.sh); ./paged_read_bench [batch=64] [context=4096] [chunks=3]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -65,7 +66,8 @@ __device__ void streamKeys(const Args& a, int seq, int head, int lo, int hi, uin
       const int kk = key < hi ? key : hi - 1;
       const int64_t row = (static_cast<int64_t>(table[kk / kBlock]) * kBlock + kk % kBlock) * kHeads + head;
       const int ring_row = piece / 16;  // 16 rows: 8 K then 8 V
-      cpAsync16(ring + stage * 16 * kPitch + ring_row * kPitch + col * 16, (kv ? a.v : a.k) + row * kRowBytes + col * 16);
+      cpAsync16(ring + stage * 16 * kPitch + ring_row * kPitch + col * 16,
+                (kv ? a.v : a.k) + row * kRowBytes + col * 16);
     }
     commit();
     stage = (stage + 1) % S;
@@ -97,9 +99,8 @@ __global__ void blockOrder(Args a, unsigned* sink) {  // blockIdx.x = (seq, chun
   const int seq = blockIdx.x / a.chunks, c = blockIdx.x % a.chunks;
   const int chunk_keys = (a.context + a.chunks - 1) / a.chunks;
   const int lo = c * chunk_keys, hi = min(lo + chunk_keys, a.context);
-  streamKeys<kBlockOrderStages>(a, seq, head, lo, hi,
-                                static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + head * kBlockOrderStages * kStageBytes,
-             lane, sink);
+  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + head * kBlockOrderStages * kStageBytes;
+  streamKeys<kBlockOrderStages>(a, seq, head, lo, hi, ring, lane, sink);
 }
 
 __global__ void flatOrder(Args a, unsigned* sink) {  // each warp a contiguous range of K and V
@@ -184,7 +185,8 @@ int main(int argc, char** argv) {
       headOrder<kRowBytes><<<batch * kHeads, 32 * head_warps, head_warps * kStages * kStageBytes>>>(a, sink);
     });
     const float padded_ms = medianMs([&] {
-      headOrder<kRowBytes + 16><<<batch * kHeads, 32 * head_warps, head_warps * kStages * 16 * (kRowBytes + 16)>>>(a, sink);
+      const int bytes = head_warps * kStages * 16 * (kRowBytes + 16);
+      headOrder<kRowBytes + 16><<<batch * kHeads, 32 * head_warps, bytes>>>(a, sink);
     });
     const float block_ms = medianMs([&] {
       blockOrder<<<batch * b.chunks, 32 * kHeads, kHeads * kBlockOrderStages * kStageBytes>>>(b, sink);

@@ -445,8 +445,9 @@ __device__ __forceinline__ uint32_t keyPair(const uint8_t* row, int c) {
 // widened to f16 (kWidePitch apart, padded by 16 bytes so the 8 rows a fragment load touches
 // fall in different banks). Rows of whole groups of 8 pieces (16-bit E = 64, 128; FP8 E = 128)
 // are packed and swizzled instead (kSwizzled): 16-byte piece c of row r sits at piece
-// c ^ (r % 8), so the 8 rows a fragment load touches still hit 8 different bank groups. Padding them costs the copies ~7 % of their rate (rows 272 bytes
-// apart: examples/decode_step/paged_read_bench.cu, docs/attention.md). bf16 with E = 128: 16 KB
+// c ^ (r % 8), so the 8 rows a fragment load touches still hit 8 different bank groups.
+// Padding them costs the copies ~7 % of their rate (rows 272 bytes apart:
+// examples/decode_step/paged_read_bench.cu, docs/attention.md). bf16 with E = 128: 16 KB
 // per warp, so 3 CTAs of 4 warps fit a multiprocessor. Everything a copy's address needs is
 // known once per warp but the key's row, so the per-key work is one shuffle and two copies
 // per 16-byte piece; the fragment loads' swizzled offsets are per-lane constants too.
@@ -641,7 +642,8 @@ __device__ void streamKeySteps(const PagedAttentionParams& p, const int32_t* blo
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   uint32_t to_row[Ring::kPasses];  // pass i: the lane's piece of row lane / kPieces + i * kRowsPerPass
 #pragma unroll
-  for (int i = 0; i < Ring::kPasses; ++i) to_row[i] = Ring::pieceOffset(lane / Ring::kPieces + i * Ring::kRowsPerPass, piece);
+  for (int i = 0; i < Ring::kPasses; ++i)
+    to_row[i] = Ring::pieceOffset(lane / Ring::kPieces + i * Ring::kRowsPerPass, piece);
   auto issue = [&](int step) -> unsigned {  // called for step = 0, 1, 2, ... in order
     if (step % 2 == 0 && step > 0) {
       rows = rowOf(next_block, next_offset);
@@ -736,8 +738,9 @@ __device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t 
     if constexpr (F == CacheFormat::kFp8) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        widenValues<E, Ring::kRowPitch, Ring::kWidePitch, Ring::kSwizzled>(stages + h * Ring::kStageBytes + kKeyGroup * Ring::kRowPitch,
-                                                          wide + h * kKeyGroup * Ring::kWidePitch, lane);
+        widenValues<E, Ring::kRowPitch, Ring::kWidePitch, Ring::kSwizzled>(
+            stages + h * Ring::kStageBytes + kKeyGroup * Ring::kRowPitch, wide + h * kKeyGroup * Ring::kWidePitch,
+            lane);
       __syncwarp();
       const uint32_t value_row = static_cast<uint32_t>(__cvta_generic_to_shared(wide)) + value_key * Ring::kWidePitch;
       addKeyStepMma<E, F>(stages, value_row, value_piece, valid, qa, q_factor, lane, st);
