@@ -1246,13 +1246,20 @@ LoadPath loadPathOf(const PagedAttentionParams& p) {
   return mma ? LoadPath::kRingMma : staged ? LoadPath::kRing : LoadPath::kDirect;
 }
 
-// The split planned for at most `splits` chunks: the largest count whose chunks the
-// tensor-core attention merges without the combine kernel (at most kMmaMaxCluster CTAs of
-// MmaChunksPerCta warps per row) where `splits` allows one, else a multiple of 12 (the fewest
-// states for the combine). Gives up less than a fifth of the chunks (59 -> 48 at worst).
-int64_t mergedInClusters(int64_t splits) {
+// The split planned for at most `splits` chunks of a `max_keys`-key block table: the largest
+// count whose chunks the tensor-core attention merges without the combine kernel (at most
+// kMmaMaxCluster CTAs of MmaChunksPerCta warps per row) where `splits` allows one, giving up less
+// than a fifth of the chunks (59 -> 48 at worst). Above, the most merged count (96) where its
+// chunks take no more 16-key steps than the others' (the warps' chains are as long, and the
+// combine kernel is saved: 120 -> 96 chunks of a 4096-key table, 3 steps each), else a
+// multiple of 12 (the fewest states for the combine).
+int64_t mergedInClusters(int64_t splits, int64_t max_keys) {
   constexpr int64_t kMostMerged = kMmaMaxWarps * kMmaMaxCluster;
-  if (splits > kMostMerged) return splits - splits % kMmaMaxWarps;
+  if (splits > kMostMerged) {
+    const int64_t rounded = splits - splits % kMmaMaxWarps;
+    auto steps = [&](int64_t n) { return (PagedChunkKeys(max_keys, n) + 15) / 16; };
+    return steps(kMostMerged) <= steps(rounded) ? kMostMerged : rounded;
+  }
   for (int64_t s = splits; s > 1; --s)
     if (s / MmaChunksPerCta(s) <= kMmaMaxCluster) return s;
   return splits;
@@ -1346,7 +1353,7 @@ void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms) {
   splits = std::min(splits, max_keys / kPagedMinSplitKeys);  // chunks of at least kPagedMinSplitKeys
   splits = std::min(splits, kMaxSplits);
   if (splits <= 1) return;
-  p.num_splits = mergedInClusters(splits);
+  p.num_splits = mergedInClusters(splits, max_keys);
 }
 
 int64_t PagedAttentionWorkspaceBytes(const PagedAttentionParams& p) {

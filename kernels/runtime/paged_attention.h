@@ -120,8 +120,9 @@ inline constexpr int64_t kPagedSplitWarpsPerSm = 12;
 // Chooses num_splits for the bound sizes: the most chunks that keep the (token, head group,
 // chunk) warps within kPagedSplitWarpsPerSm per multiprocessor of `num_sms`, where the block
 // table's width allows chunks of at least kPagedMinSplitKeys keys; then at most a fifth fewer,
-// so that the tensor-core kernel merges them without a second kernel (up to 96 chunks) or
-// leaves the fewest states for it (a multiple of 12 above).
+// so that the tensor-core kernel merges them without a second kernel (up to 96 chunks), or
+// above that 96 where the table's chunks take no more 16-key steps than at the count planned,
+// else the fewest states for the second kernel (a multiple of 12).
 void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms);
 // Device bytes the split needs: per (token, head, chunk) E partial sums, the running maximum
 // and the running sum (fp32); 0 without a split.

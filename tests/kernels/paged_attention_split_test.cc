@@ -46,6 +46,20 @@ void checkCovers(const PagedAttentionParams& p) {
         p.num_tokens * p.heads_q * p.num_splits * (p.head_size + 2) * static_cast<int64_t>(sizeof(float)));
 }
 
+// 16-key steps of one warp's chunk of the block table when it is cut into n chunks.
+int64_t stepsPerChunk(const PagedAttentionParams& p, int64_t n) {
+  return (PagedChunkKeys(p.max_blocks * p.block_size, n) + 15) / 16;
+}
+
+// The plan gives up at most a fifth of the `most` chunks allowed, or takes 96 (merged in
+// clusters, no combine kernel) where that lengthens no warp's chunk by a 16-key step against
+// the multiple of 12 it would otherwise plan.
+void checkRounding(const PagedAttentionParams& p, int64_t most) {
+  if (p.num_splits * 5 >= most * 4) return;
+  CHECK(p.num_splits == 96);
+  CHECK(stepsPerChunk(p, 96) <= stepsPerChunk(p, most - most % 12));
+}
+
 TEST_CASE("split-KV plan: small decode batches split their contexts to fill the GPU") {
   for (int64_t context : {33, 100, 1024, 4096, 32768}) {
     for (int64_t seqs : {1, 2, 8, 32, 64}) {
@@ -64,8 +78,8 @@ TEST_CASE("split-KV plan: small decode batches split their contexts to fill the 
       if (p.num_splits > 1) CHECK(warps <= target);
       if (most > 1) {
         CHECK(p.num_splits <= most);
-        CHECK(p.num_splits * 5 >= most * 4);
         CHECK(PagedAttentionKernels(p) == (p.num_splits <= 96 ? 1 : 2));
+        checkRounding(p, most);
       }
     }
   }
@@ -83,10 +97,21 @@ TEST_CASE("split-KV plan: every allowed chunk count is rounded to one merged wit
       continue;
     }
     CHECK(p.num_splits <= most);
-    CHECK(p.num_splits * 5 >= most * 4);
     CHECK(PagedAttentionKernels(p) == (p.num_splits <= 96 ? 1 : 2));
+    checkRounding(p, most);
     if (most > 96) CHECK(p.num_splits % 12 == 0);
   }
+}
+
+TEST_CASE("split-KV plan: above 96 chunks, 96 merged in clusters where no warp's chunk grows a step") {
+  PagedAttentionParams p = decodeBatch(1, 4096);  // 128 allowed: 120 chunks of 40 keys or 96 of 48, 3 steps each
+  PlanPagedAttentionSplits(p, 132);
+  CHECK(p.num_splits == 96);
+  CHECK(PagedAttentionKernels(p) == 1);
+  PagedAttentionParams longer = decodeBatch(1, 32768);  // 198 allowed: 192 chunks of 11 steps, 96 of 22
+  PlanPagedAttentionSplits(longer, 132);
+  CHECK(longer.num_splits == 192);
+  CHECK(PagedAttentionKernels(longer) == 2);
 }
 
 TEST_CASE("split-KV plan: batches that fill the GPU, and short contexts, take one pass") {
