@@ -52,29 +52,39 @@ struct Args {
 
 // Copies keys [lo, hi) of (seq, head) through the warp's ring. Row address of key j:
 // block table[j / 16], row j % 16, head: ((block * 16 + j % 16) * Hk + head) * 256.
-// kPitch: bytes between ring rows (256 packed; 272 as the tensor-core attention pads them).
+// The copy loop every order shares: `steps` stages of 8 keys' K and V rows (256 pieces of 16
+// bytes, 8 per lane) through a ring of S stages at `ring`, S - 1 in flight, rows kPitch bytes
+// apart (256 packed; 272 as the tensor-core attention once padded them). source(step, piece)
+// gives the global address of a piece: pieces 0..127 the 8 K rows, 128..255 the 8 V rows.
+template <int S, int kPitch, typename Source>
+__device__ void streamRing(int steps, uint32_t ring, int lane, unsigned* sink, Source&& source) {
+  int stage = 0;
+  for (int step = 0; step < steps; ++step) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int piece = lane + 32 * i;
+      cpAsync16(ring + stage * 16 * kPitch + (piece / 16) * kPitch + (piece % 16) * 16, source(step, piece));
+    }
+    commit();
+    stage = (stage + 1) % S;
+    if (step + 1 >= S - 1) waitGroups<S - 2>();
+  }
+  waitGroups<0>();
+  if (lane == 0) atomicAdd(sink, 1u);
+}
+
+// Keys [lo, hi) of (seq, head) through the warp's ring. Row of key j: block table[j / 16],
+// row j % 16, head: ((block * 16 + j % 16) * Hk + head) * 256 bytes.
 template <int S, int kPitch = kRowBytes>
 __device__ void streamKeys(const Args& a, int seq, int head, int lo, int hi, uint32_t ring, int lane,
                            unsigned* sink) {
   const int32_t* table = a.table + static_cast<int64_t>(seq) * a.blocks_per_seq;
-  int stage = 0, issued = 0;
-  for (int key0 = lo; key0 < hi; key0 += kKeysPerStage) {  // S - 1 stages in flight
-    // 8 keys x 256 bytes of K and of V: 256 pieces of 16 bytes, 8 per lane.
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int piece = lane + 32 * i, kv = piece / 128, key = key0 + (piece % 128) / 16, col = piece % 16;
-      const int kk = key < hi ? key : hi - 1;
-      const int64_t row = (static_cast<int64_t>(table[kk / kBlock]) * kBlock + kk % kBlock) * kHeads + head;
-      const int ring_row = piece / 16;  // 16 rows: 8 K then 8 V
-      cpAsync16(ring + stage * 16 * kPitch + ring_row * kPitch + col * 16,
-                (kv ? a.v : a.k) + row * kRowBytes + col * 16);
-    }
-    commit();
-    stage = (stage + 1) % S;
-    if (++issued >= S - 1) waitGroups<S - 2>();
-  }
-  waitGroups<0>();
-  if (lane == 0) atomicAdd(sink, 1u);
+  const int steps = (hi - lo + kKeysPerStage - 1) / kKeysPerStage;
+  streamRing<S, kPitch>(steps, ring, lane, sink, [&](int step, int piece) {
+    const int key = lo + step * kKeysPerStage + (piece % 128) / 16, kk = key < hi ? key : hi - 1;
+    const int64_t row = (static_cast<int64_t>(table[kk / kBlock]) * kBlock + kk % kBlock) * kHeads + head;
+    return (piece < 128 ? a.k : a.v) + row * kRowBytes + (piece % 16) * 16;
+  });
 }
 
 template <int kPitch>
@@ -110,19 +120,11 @@ __global__ void flatOrder(Args a, unsigned* sink) {  // each warp a contiguous r
   const uint8_t* k = a.k + w * a.flat_bytes_per_warp / 2;
   const uint8_t* v = a.v + w * a.flat_bytes_per_warp / 2;
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + warp * kStages * kStageBytes;
-  int stage = 0, issued = 0;
-  for (int64_t off = 0; off < a.flat_bytes_per_warp / 2; off += kKeysPerStage * kRowBytes) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int piece = lane + 32 * i, kv = piece / 128, byte = (piece % 128) * 16;
-      cpAsync16(ring + stage * kStageBytes + piece * 16, (kv ? v : k) + off + byte);
-    }
-    commit();
-    stage = (stage + 1) % kStages;
-    if (++issued >= kStages - 1) waitGroups<kStages - 2>();
-  }
-  waitGroups<0>();
-  if (lane == 0) atomicAdd(sink, 1u);
+  const int64_t stage_bytes = kKeysPerStage * kRowBytes;  // of K, and of V
+  streamRing<kStages, kRowBytes>(static_cast<int>(a.flat_bytes_per_warp / 2 / stage_bytes), ring, lane, sink,
+                                 [&](int step, int piece) {
+                                   return (piece < 128 ? k : v) + step * stage_bytes + (piece % 128) * 16;
+                                 });
 }
 
 template <typename F>
