@@ -13,6 +13,8 @@
 #include "compiler/runtime/cuda_libs.h"
 #include "compiler/runtime/gemm_tune.h"
 #include "kernels/runtime/attention.h"
+#include "kernels/runtime/dense_paged_view.h"
+#include "kernels/runtime/paged_attention.h"
 #include "kernels/runtime/l2_prefetch.h"
 #include "kernels/runtime/small_m_fp8_gemm.h"
 #include "compiler/runtime/nvrtc_compile.h"
@@ -119,7 +121,48 @@ DType attnType(DType d, const std::string& what) {
 }
 DType attnType(irpb::DType t, const std::string& what) { return attnType(lowering::fromPlanDType(t), what); }
 
-// The sm90 attention kernels for a rt.attention step (plan arg impl = "sm90"): split-KV decode
+// A one-token decode over dense K/V (rt.attention, impl = "sm90") on the paged attention
+// kernel through its identity view (kernels/runtime/dense_paged_view.h): the block table,
+// lengths and query starts uploaded once here, freed with the step with the split workspace.
+// Opt-in ($FXFUSE_DENSE_DECODE=paged) until its GPU tests and the attention table have run on
+// an H200 (docs/attention.md "Dense decode on the paged kernel"); empty otherwise or where the
+// view does not apply.
+std::function<cudaError_t(cudaStream_t)> pagedDenseDecode(const AttentionParams& q,
+                                                          std::vector<std::function<void()>>* cleanup) {
+  const char* env = std::getenv("FXFUSE_DENSE_DECODE");
+  if (!env || std::string(env) != "paged") return {};
+  DensePagedView view;
+  if (!PagedViewOfDenseAttention(q, &view).empty()) return {};
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return {};
+  PagedAttentionParams p = view.params;
+  PlanPagedAttentionSplits(p, sms);
+  // One allocation: the split workspace (fp32, at offset 0), then the int32 metadata.
+  const size_t ws_bytes = static_cast<size_t>(PagedAttentionWorkspaceBytes(p));
+  const std::vector<int32_t>* arrays[] = {&view.block_table, &view.seq_lens, &view.query_start_loc};
+  size_t bytes = ws_bytes;
+  for (const auto* a : arrays) bytes += a->size() * sizeof(int32_t);
+  void* base = nullptr;
+  if (cudaMalloc(&base, bytes) != cudaSuccess) return {};
+  cleanup->push_back([base] { cudaFree(base); });
+  int32_t* next = reinterpret_cast<int32_t*>(static_cast<char*>(base) + ws_bytes);
+  const int32_t* device_copy[3];
+  for (int i = 0; i < 3; ++i) {
+    if (cudaMemcpy(next, arrays[i]->data(), arrays[i]->size() * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess)
+      return {};
+    device_copy[i] = next;
+    next += arrays[i]->size();
+  }
+  p.block_table = device_copy[0];
+  p.seq_lens = device_copy[1];
+  p.query_start_loc = device_copy[2];
+  p.workspace = ws_bytes ? static_cast<float*>(base) : nullptr;
+  return [p](cudaStream_t s) { return LaunchPagedAttention(p, s); };
+}
+
+// The sm90 attention kernels for a rt.attention step (plan arg impl = "sm90"): a one-token
+// decode over dense K/V on the paged kernel (pagedDenseDecode, opt-in), else split-KV decode
 // for a few query rows per KV head without a causal mask, or a causal one of a single token
 // over a single key (torch's causal mask is top-left aligned: decode's bottom-right alignment
 // agrees only when Sq == Sk); else the wgmma prefill kernel. A causal block of 2..8 tokens
@@ -153,6 +196,7 @@ std::function<cudaError_t(cudaStream_t)> sm90Attention(const AttentionParams& q,
     x.out_dtype = out_dt;
     x.out_scale = q.out_scale;
   };
+  if (auto paged = pagedDenseDecode(q, cleanup)) return paged;
   const int64_t group = q.Hq / q.Hk;
   if (q.Sq <= 8 && group * q.Sq <= fa::kDecodeMaxRows && (!q.causal || (q.Sq == 1 && q.Sk == 1)) && q.Sk > 0) {
     fa::DecodeParams d;

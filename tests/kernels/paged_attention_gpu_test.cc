@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/reference/numerics.h"
+#include "kernels/runtime/dense_paged_view.h"
 #include "kernels/runtime/paged_attention.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -388,6 +389,114 @@ TEST_CASE("paged attention: rows shorter than 64 bytes (more copying lanes than 
           "[gpu][paged_attention]") {
   runCase({"e16", DType::BF16, false, false, 4, 2, 16, 16, {1, 1}, {40, 100}});
   runCase({"e32-fp8", DType::BF16, true, false, 4, 1, 32, 16, {1, 3}, {65, 20}});
+}
+
+// A dense one-token decode (rt.attention over K/V [B, Hk, Sk, E] in memory [B, rows, Hk, E], or
+// one cache every sequence reads) through the identity view the runtime uses
+// (kernels/runtime/dense_paged_view.h): each query attends over all Sk keys of its sequence,
+// in one pass and with the split planned for an H200, on both score paths.
+struct DenseCase {
+  int64_t batch, keys, rows, heads_q = 32, heads_kv = 8, head_size = 128;
+  bool broadcast = false, fp8_out = false;
+};
+
+void runDenseView(const DenseCase& d) {
+  const uint64_t seed = NextSeed();
+  INFO("dense view: B " << d.batch << " Sk " << d.keys << " rows " << d.rows << " E " << d.head_size
+                        << (d.broadcast ? " broadcast" : "") << (d.fp8_out ? " fp8 out" : "") << ", seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int64_t B = d.batch, Hq = d.heads_q, Hk = d.heads_kv, E = d.head_size;
+  const int64_t seq_stride = d.broadcast ? 0 : d.rows;  // in key rows of Hk * E
+  const size_t q_n = static_cast<size_t>(B * Hq * E);
+  const size_t cache_n = static_cast<size_t>(((d.broadcast ? 0 : B - 1) * d.rows + d.keys) * Hk * E);
+  const std::vector<uint16_t> q = kernels::testing::RandomD16(q_n, DType::BF16, 1.0f, rng);
+  const std::vector<uint16_t> k = kernels::testing::RandomD16(cache_n, DType::BF16, 1.0f, rng);
+  const std::vector<uint16_t> v = kernels::testing::RandomD16(cache_n, DType::BF16, 1.0f, rng);
+  DeviceBuffer dq(q_n * 2), dk(cache_n * 2), dv(cache_n * 2), dout(q_n * 2), dscale(sizeof(float));
+  dq.Upload(q);
+  dk.Upload(k);
+  dv.Upload(v);
+  const float out_scale = 0.01f;
+  dscale.Upload(std::vector<float>{out_scale});
+
+  AttentionParams a;
+  a.dtype = a.round_dtype = DType::BF16;
+  a.out_dtype = d.fp8_out ? DType::F8E4M3FN : DType::BF16;
+  a.out_scale = static_cast<const float*>(dscale.get());
+  a.q = dq.get();
+  a.k = dk.get();
+  a.v = dv.get();
+  a.out = dout.get();
+  a.B = B, a.Hq = Hq, a.Hk = Hk, a.Sq = 1, a.Sk = d.keys, a.E = a.Ev = E;
+  const int64_t qs[4] = {Hq * E, E, E, 1}, ks[4] = {seq_stride * Hk * E, E, Hk * E, 1};
+  std::copy(qs, qs + 4, a.q_stride);
+  std::copy(qs, qs + 4, a.o_stride);
+  std::copy(ks, ks + 4, a.k_stride);
+  std::copy(ks, ks + 4, a.v_stride);
+  a.scale = 1.0f / std::sqrt(static_cast<float>(E));
+  DensePagedView view;
+  REQUIRE(PagedViewOfDenseAttention(a, &view) == "");
+  DeviceBuffer dtable(view.block_table.size() * 4), dlens(view.seq_lens.size() * 4), dqsl(view.query_start_loc.size() * 4);
+  dtable.Upload(view.block_table);
+  dlens.Upload(view.seq_lens);
+  dqsl.Upload(view.query_start_loc);
+  PagedAttentionParams p = view.params;
+  p.block_table = static_cast<const int32_t*>(dtable.get());
+  p.seq_lens = static_cast<const int32_t*>(dlens.get());
+  p.query_start_loc = static_cast<const int32_t*>(dqsl.get());
+
+  // float64 attention of each query over its sequence's Sk keys, read the dense way.
+  std::vector<double> ref(q_n);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      auto at = [&](int64_t j, int64_t e) { return static_cast<size_t>(((b * seq_stride + j) * Hk + h / (Hq / Hk)) * E + e); };
+      std::vector<double> sc(static_cast<size_t>(d.keys));
+      double mx = -INFINITY, l = 0;
+      for (int64_t j = 0; j < d.keys; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < E; ++e)
+          dot += static_cast<double>(toFloat(q[static_cast<size_t>((b * Hq + h) * E + e)], DType::BF16)) *
+                 toFloat(k[at(j, e)], DType::BF16);
+        sc[static_cast<size_t>(j)] = dot * a.scale;
+        mx = std::max(mx, sc[static_cast<size_t>(j)]);
+      }
+      for (double& x : sc) l += (x = std::exp(x - mx));
+      for (int64_t e = 0; e < E; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j < d.keys; ++j) o += sc[static_cast<size_t>(j)] * toFloat(v[at(j, e)], DType::BF16);
+        ref[static_cast<size_t>((b * Hq + h) * E + e)] = o / l;
+      }
+    }
+  Case c{"dense-view", DType::BF16, false, d.fp8_out, Hq, Hk, E, p.block_size, {}, {}};
+  c.out_scale = out_scale;
+  for (const char* mma : {"1", "0"}) {
+    INFO("FXFUSE_PAGED_MMA=" << mma);
+    setenv("FXFUSE_PAGED_MMA", mma, 1);
+    PagedAttentionParams planned = p;
+    PlanPagedAttentionSplits(planned, 132);
+    DeviceBuffer workspace(static_cast<size_t>(std::max<int64_t>(PagedAttentionWorkspaceBytes(planned), 4)));
+    planned.workspace = static_cast<float*>(workspace.get());
+    for (const PagedAttentionParams* launch : {&p, &planned}) {
+      dout.Poison();
+      FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(*launch, nullptr));
+      FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
+      checkAttention(c, ref, dout, q_n, launch == &p ? "one pass" : "planned split");
+    }
+  }
+  unsetenv("FXFUSE_PAGED_MMA");
+}
+
+TEST_CASE("paged attention over a dense decode cache's identity view", "[gpu][paged_attention]") {
+  runDenseView({4, 1000, 1000});                  // blocks of 8 (1000 rows apart)
+  runDenseView({3, 4096, 4096});                  // blocks of 16, the attention table's layout
+  runDenseView({2, 300, 333, 8, 2, 64});          // rows not a multiple of 2: blocks of 1
+  runDenseView({1, 2049, 0, 8, 1, 128});          // one sequence, one KV head
+  DenseCase shared{5, 640, 0, 16, 4, 128};
+  shared.broadcast = true;                        // every sequence reads the same cache
+  runDenseView(shared);
+  DenseCase fp8{3, 777, 784, 32, 8, 128};
+  fp8.fp8_out = true;
+  runDenseView(fp8);
 }
 
 TEST_CASE("paged attention: bad params are refused", "[gpu][paged_attention]") {

@@ -1,8 +1,10 @@
 // Benchmark of the sm90 attention kernels (docs/benchmarks/attention.md): prefill at 16k tokens
 // per batch (32 query heads, 8 KV heads, head 128, causal and not, bf16 and FP8 output) and
-// split-KV decode (batch 1..64, context 1k..32k), plus the device-to-device copy ceiling.
-// CUDA events, warm-up, median of repeated launches; inputs random (uniform [-1, 1)), decode KV
-// caches rotated so that each launch reads from beyond L2. One JSON object per line on stdout.
+// decode (batch 1..64, context 1k..32k) on both decode kernels: the paged tensor-core kernel
+// over the dense cache's identity view (what the runtime runs, kernels/runtime/dense_paged_view.h)
+// and kernels/attention's split-KV kernel, timed alternately; plus the device-to-device copy
+// ceiling. CUDA events, warm-up, median of repeated launches; inputs random (uniform [-1, 1)),
+// decode KV caches rotated so that each launch reads from beyond L2. One JSON object per line.
 //   bench_attention [--quick]
 #include <cuda_runtime_api.h>
 
@@ -13,7 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/runtime/dense_paged_view.h"
 #include "kernels/runtime/fill.h"
+#include "kernels/runtime/paged_attention.h"
 #include "kernels/attention/attention.h"
 
 namespace {
@@ -60,6 +64,7 @@ double medianMs(F&& launch, int warmup, int reps) {
 }
 
 // Medians of two launches timed alternately (A, B, A, B, ...): clock and power drift hit both.
+// Each gets the round's index i (warm-up rounds first), to rotate inputs.
 template <class FA, class FB>
 std::pair<double, double> medianPairMs(FA&& fa, FB&& fb, int warmup, int reps) {
   cudaEvent_t e0, e1, e2;
@@ -67,16 +72,16 @@ std::pair<double, double> medianPairMs(FA&& fa, FB&& fb, int warmup, int reps) {
   CK(cudaEventCreate(&e1));
   CK(cudaEventCreate(&e2));
   for (int i = 0; i < warmup; ++i) {
-    fa();
-    fb();
+    fa(i);
+    fb(i);
   }
   CK(cudaDeviceSynchronize());
   std::vector<float> ta, tb;
   for (int i = 0; i < reps; ++i) {
     CK(cudaEventRecord(e0));
-    fa();
+    fa(warmup + i);
     CK(cudaEventRecord(e1));
-    fb();
+    fb(warmup + i);
     CK(cudaEventRecord(e2));
     CK(cudaEventSynchronize(e2));
     float x = 0, y = 0;
@@ -141,7 +146,8 @@ void prefill(int seqlen, bool causal, int reps) {
   p8.out = out8;
   p8.out_dtype = DType::F8E4M3FN;
   p8.out_scale = scale;
-  const auto ms = medianPairMs([&] { CK(LaunchPrefill(p, nullptr)); }, [&] { CK(LaunchPrefill(p8, nullptr)); }, 3, reps);
+  const auto ms = medianPairMs([&](int) { CK(LaunchPrefill(p, nullptr)); }, [&](int) { CK(LaunchPrefill(p8, nullptr)); },
+                               3, reps);
   const double flops = 4.0 * batch * hq * double(seqlen) * seqlen * E * (causal ? 0.5 : 1.0);
   for (int fp8 = 0; fp8 < 2; ++fp8) {
     const double t = fp8 ? ms.second : ms.first;
@@ -154,21 +160,74 @@ void prefill(int seqlen, bool causal, int reps) {
   CK(cudaFree(scale));
 }
 
+// The paged kernel's launch over the decode's dense [B, S, Hk, E] cache (k and v set per
+// launch): the identity view's metadata and the split workspace on the device, as the runtime
+// sets them up; `owned` collects the allocations.
+fxfuse::runtime::PagedAttentionParams pagedDecodeOf(const DecodeParams& d, int sms, std::vector<void*>* owned) {
+  namespace rt = fxfuse::runtime;
+  rt::AttentionParams a;
+  a.dtype = a.round_dtype = d.dtype;
+  a.out_dtype = d.out_dtype;
+  a.out_scale = d.out_scale;
+  a.q = d.q;
+  a.out = d.out;
+  a.B = d.batch, a.Hq = d.heads_q, a.Hk = d.heads_kv, a.Sq = 1, a.Sk = d.max_context_len;
+  a.E = a.Ev = d.head_size;
+  // rt.attention's [B, H, S, E] strides; the decode's are (batch, head, token) for q/out and
+  // (batch, token, head) for the cache.
+  const int64_t q4[4] = {d.q_stride[0], d.q_stride[1], d.q_stride[2], 1};
+  const int64_t o4[4] = {d.o_stride[0], d.o_stride[1], d.o_stride[2], 1};
+  const int64_t k4[4] = {d.k_stride[0], d.k_stride[2], d.k_stride[1], 1};
+  std::copy(q4, q4 + 4, a.q_stride);
+  std::copy(o4, o4 + 4, a.o_stride);
+  std::copy(k4, k4 + 4, a.k_stride);
+  std::copy(k4, k4 + 4, a.v_stride);
+  a.scale = d.softmax_scale;
+  rt::DensePagedView view;
+  const std::string why = rt::PagedViewOfDenseAttention(a, &view);
+  if (!why.empty()) {
+    std::fprintf(stderr, "the decode has no paged view: %s\n", why.c_str());
+    std::exit(1);
+  }
+  rt::PagedAttentionParams p = view.params;
+  rt::PlanPagedAttentionSplits(p, sms);
+  auto upload = [&](const std::vector<int32_t>& host) {
+    void* dev = nullptr;
+    CK(cudaMalloc(&dev, host.size() * sizeof(int32_t)));
+    CK(cudaMemcpy(dev, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    owned->push_back(dev);
+    return static_cast<const int32_t*>(dev);
+  };
+  p.block_table = upload(view.block_table);
+  p.seq_lens = upload(view.seq_lens);
+  p.query_start_loc = upload(view.query_start_loc);
+  if (const int64_t ws = rt::PagedAttentionWorkspaceBytes(p)) {
+    void* dev = nullptr;
+    CK(cudaMalloc(&dev, static_cast<size_t>(ws)));
+    owned->push_back(dev);
+    p.workspace = static_cast<float*>(dev);
+  }
+  return p;
+}
+
+// One decode shape on both kernels, timed alternately over rotated caches.
 void decode(int batch, int ctx, bool fp8, int reps) {
   const int hq = 32, hk = 8, E = 128;
   const size_t kv_elems = size_t{1} * batch * ctx * hk * E;
   const size_t kv_bytes = 2 * kv_elems * 2;
   const int copies = static_cast<int>(std::max<size_t>(1, (size_t{400} << 20) / kv_bytes + 1));
-  std::vector<void*> ks, vs;
+  std::vector<void*> ks, vs, owned;
   for (int c = 0; c < copies; ++c) {
     ks.push_back(devRandom(kv_elems, 10 + 2 * c));
     vs.push_back(devRandom(kv_elems, 11 + 2 * c));
   }
-  void* q = devRandom(size_t{1} * batch * hq * E, 4);
-  void* out = nullptr;
-  float* scale = nullptr;
+  owned.push_back(devRandom(size_t{1} * batch * hq * E, 4));
+  const void* q = owned.back();
+  void *out = nullptr, *scale = nullptr;
   CK(cudaMalloc(&out, size_t{1} * batch * hq * E * 2));
-  CK(cudaMalloc(reinterpret_cast<void**>(&scale), sizeof(float)));
+  CK(cudaMalloc(&scale, sizeof(float)));
+  owned.push_back(out);
+  owned.push_back(scale);
   const float s = 0.01f;
   CK(cudaMemcpy(scale, &s, sizeof(float), cudaMemcpyHostToDevice));
   DecodeParams p;
@@ -190,32 +249,42 @@ void decode(int batch, int ctx, bool fp8, int reps) {
   p.softmax_scale = 0.08838834764831845f;
   p.causal = true;
   p.out_dtype = fp8 ? DType::F8E4M3FN : DType::BF16;
-  p.out_scale = fp8 ? scale : nullptr;
+  p.out_scale = fp8 ? static_cast<const float*>(scale) : nullptr;
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const size_t ws_bytes = DecodeWorkspaceBytes(p, sms);
-  void* ws = nullptr;
-  if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
-  p.workspace = ws;
-  const double ms = medianMs(
+  if (const size_t ws_bytes = DecodeWorkspaceBytes(p, sms)) {
+    CK(cudaMalloc(&p.workspace, ws_bytes));
+    owned.push_back(p.workspace);
+  }
+  fxfuse::runtime::PagedAttentionParams paged = pagedDecodeOf(p, sms, &owned);
+  const auto ms = medianPairMs(
       [&](int i) {
-        p.k_cache = ks[static_cast<size_t>(i % copies)];
-        p.v_cache = vs[static_cast<size_t>(i % copies)];
+        paged.key_cache = ks[static_cast<size_t>(i % copies)];
+        paged.value_cache = vs[static_cast<size_t>(i % copies)];
+        CK(fxfuse::runtime::LaunchPagedAttention(paged, nullptr));
+      },
+      [&](int i) {
+        p.k_cache = ks[static_cast<size_t>((i + copies / 2) % copies)];  // a copy the other did not just read
+        p.v_cache = vs[static_cast<size_t>((i + copies / 2) % copies)];
         CK(LaunchDecode(p, nullptr));
       },
       3, reps);
   const double bytes = double(kv_bytes) + 2.0 * 2 * batch * hq * E;
-  std::printf(
-      "{\"kind\": \"decode\", \"batch\": %d, \"ctx\": %d, \"out\": \"%s\", \"splits\": %d, \"ms\": %.5f, \"gbps\": %.1f}\n",
-      batch, ctx, fp8 ? "fp8" : "bf16", DecodeSplits(p, sms), ms, bytes / ms / 1e6);
+  const struct {
+    const char* kernel;
+    long splits;
+    double ms;
+  } rows[] = {{"paged", static_cast<long>(paged.num_splits), ms.first}, {"split", DecodeSplits(p, sms), ms.second}};
+  for (const auto& r : rows)
+    std::printf(
+        "{\"kind\": \"decode\", \"kernel\": \"%s\", \"batch\": %d, \"ctx\": %d, \"out\": \"%s\", \"splits\": %ld, "
+        "\"ms\": %.5f, \"gbps\": %.1f}\n",
+        r.kernel, batch, ctx, fp8 ? "fp8" : "bf16", r.splits, r.ms, bytes / r.ms / 1e6);
   std::fflush(stdout);
   for (void* x : ks) CK(cudaFree(x));
   for (void* x : vs) CK(cudaFree(x));
-  CK(cudaFree(q));
-  CK(cudaFree(out));
-  CK(cudaFree(scale));
-  if (ws) CK(cudaFree(ws));
+  for (void* x : owned) CK(cudaFree(x));
 }
 
 }  // namespace
