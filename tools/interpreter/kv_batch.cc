@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/checked_math.h"
 #include "ir/status.h"
 #include "tools/interpreter/interpreter.h"
 
@@ -57,10 +58,25 @@ int64_t kvBlocksNeeded(const KvBatchPlan& plan, bool sum) {
   return sum ? total : most;
 }
 
+namespace {
+
+// Elements of placeKvBlocks' host vectors: a block id per cache block, the block table, a slot
+// per token.
+int64_t metadataElements(const KvBatchPlan& p, int64_t num_blocks, int64_t max_blocks) {
+  const char* what = "kv batch metadata";
+  return ir::addOrFail(ir::addOrFail(num_blocks, ir::mulOrFail(p.batch(), max_blocks, what), what), p.tokens, what);
+}
+
+}  // namespace
+
 void placeKvBlocks(KvBatchPlan& p, int64_t num_blocks, int64_t max_blocks, uint64_t seed) {
   if (max_blocks < kvBlocksNeeded(p, false) || num_blocks < kvBlocksNeeded(p, true))
     fail("kv batch: {} needs {} blocks per sequence and {} in all; the bindings give {} and {}", p.describe(),
          kvBlocksNeeded(p, false), kvBlocksNeeded(p, true), max_blocks, num_blocks);
+  // Refused before the vectors are built: a billion-key context is one line, not minutes of
+  // shuffling gigabytes of block ids first.
+  Storage::requireRoomFor(metadataElements(p, num_blocks, max_blocks),
+                          fmt::format("the block table and slot mapping of {} sequences", p.batch()));
   p.num_blocks = num_blocks;
   p.max_blocks = max_blocks;
   std::vector<int64_t> ids(static_cast<size_t>(num_blocks));
@@ -162,6 +178,14 @@ void Interpreter::planKvBatch() {
   bindKv(seqs_sym, batch);
   bindKv(max_sym, std::max<int64_t>(1, kvBlocksNeeded(plan, false)));
   bindKv(blocks_sym, kvBlocksNeeded(plan, true) + 2);  // spare blocks: the ids are not 0..n-1
+  // The K and V caches this batch binds, with the metadata, before any of it is built.
+  int64_t elements = metadataElements(plan, dim("key_cache", 0), dim("block_table", 1));
+  int64_t cache = 2;
+  for (size_t d = 0; d < n->input("key_cache")->type.rank(); ++d)
+    cache = ir::mulOrFail(cache, dim("key_cache", d), "kv batch: the key and value caches");
+  Storage::requireRoomFor(ir::addOrFail(elements, cache, "kv batch"),
+                          fmt::format("the KV caches and batch metadata of node '{}' ({}, {} sequences)", n->name,
+                                      n->target, plan.batch()));
   placeKvBlocks(plan, dim("key_cache", 0), dim("block_table", 1), options_.seed);
   kv_plan_ = std::move(plan);
 }

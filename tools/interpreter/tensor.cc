@@ -12,6 +12,8 @@
 #include <limits>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "ir/checked_math.h"
 
 namespace fxfuse::interp {
@@ -46,7 +48,18 @@ int64_t storageBudget() {
 }
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+[[noreturn]] void overBudget(int64_t need, const std::string& what) {
+  fail("the interpreter needs {:.1f} GiB more for {}, over its budget of {:.1f} GiB "
+       "(FXFUSE_INTERP_MAX_BYTES; by default half of this machine's memory); use smaller sizes (--bind)",
+       need / kGiB, what, storageBudget() / kGiB);
+}
 }  // namespace
+
+void Storage::requireRoomFor(int64_t elements, const std::string& what) {
+  const int64_t need = ir::bytesOrFail(std::max<int64_t>(elements, 1), sizeof(double), what);
+  if (need > storageBudget() - g_live_bytes.load()) overBudget(need, what);
+}
 
 Storage::Storage(size_t n) : n_(n) {
   if (n > static_cast<size_t>(std::numeric_limits<int64_t>::max())) fail("interpreter tensor of {} elements", n);
@@ -54,9 +67,7 @@ Storage::Storage(size_t n) : n_(n) {
   const int64_t live = g_live_bytes.fetch_add(need) + need;
   if (live > storageBudget()) {
     g_live_bytes.fetch_sub(need);
-    fail("the interpreter needs {:.1f} GiB more for a tensor of {} elements, over its budget of {:.1f} GiB "
-         "(FXFUSE_INTERP_MAX_BYTES; by default half of this machine's memory); use smaller sizes (--bind)",
-         need / kGiB, n, storageBudget() / kGiB);
+    overBudget(need, fmt::format("a tensor of {} elements", n));
   }
   size_t bytes = static_cast<size_t>(need);
   if (bytes >= 2 * kHugePage) {

@@ -27,6 +27,11 @@ using Shape = std::vector<int64_t>;
 // faults for the weights of a real model).
 class Storage {
  public:
+  // Fails, as a constructor over the budget would, when `elements` more doubles do not fit the
+  // interpreter's storage budget now; allocates nothing. For plans whose host-side bookkeeping
+  // (a serving batch's block ids) grows with tensors that will be refused anyway.
+  static void requireRoomFor(int64_t elements, const std::string& what);
+
   explicit Storage(size_t n);
   Storage(size_t n, double fill) : Storage(n) { std::fill(p_, p_ + n_, fill); }
   ~Storage();
