@@ -142,6 +142,10 @@ run_case bind_huge 2 -- verify "$T/small.fxg" --bind s0=2305843009213693953; exp
 run_case bind_huge_run 2 -- run "$T/small.fxg" --cpu-only --bind s0=2305843009213693953
 run_case bind_budget 2 -- verify "$T/small.fxg" --bind s0=1099511627776; expect_msg bind_budget "budget"
 run_case bind_negative 2 -- verify "$T/small.fxg" --bind s0=-5; expect_msg bind_negative "negative"
+# Inputs that fit the budget one by one but not together (18,432 bytes of doubles, w alone
+# 16,384): refused before the first is made, naming the largest.
+FXFUSE_INTERP_MAX_BYTES=17000 run_case inputs_over_budget 2 -- verify "$T/mm.fxg"
+expect_msg inputs_over_budget "graph @main's inputs (the largest: 'w'"
 run_case hint_2_62 2 -- verify "$T/hint62.fxg"; expect_msg hint_2_62 "input 'x'"
 run_case hint_2_62_run 2 -- run "$T/hint62.fxg" --cpu-only
 run_case dim_int64_max 2 -- verify "$T/bigdim.fxg"

@@ -375,8 +375,27 @@ Tensor loadPayload(const ir::WeightInfo& w) {
 
 }  // namespace
 
+// Refuses inputs whose storage together is over the interpreter's budget before the first one
+// is made (an 8B model's weights would otherwise fill the budget for half a minute first).
+void Interpreter::requireRoomForInputs(const std::set<size_t>& given) {
+  const ir::Graph& g = *entry_;
+  int64_t total = 0, largest = 0;
+  std::string largest_name;
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const ir::Value* v = g.inputs()[i].value;
+    if (!v->isTensor() || given.count(i) || ir::isLiftedScalarInput(v)) continue;
+    const int64_t n = ir::numelOrFail(evalShape(v->type.shape, fmt::format("input '{}'", v->name)), "an input");
+    total = ir::addOrFail(total, n, "the graph's inputs");
+    if (n > largest) largest = n, largest_name = v->name;
+  }
+  if (total > 0)
+    Storage::requireRoomFor(total, fmt::format("the {} elements of graph @{}'s inputs (the largest: '{}', {} elements)",
+                                               total, g.name, largest_name, largest));
+}
+
 std::vector<RValue> Interpreter::makeInputs(uint64_t seed, const std::set<size_t>& given) {
   const ir::Graph& g = *entry_;
+  requireRoomForInputs(given);
   std::vector<RValue> out;
   std::unordered_map<std::string, const ir::WeightInfo*> weights;
   for (const auto& w : module_.weights) weights[w.fqn] = &w;

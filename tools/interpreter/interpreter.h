@@ -176,6 +176,8 @@ class Interpreter {
   void bindSymbols();
   // Binds the batch symbols of a paged-attention graph to a consistent batch (kv_batch.cc).
   void planKvBatch();
+  // makeInputs' refusal of inputs over the storage budget before any is made (inputs.cc).
+  void requireRoomForInputs(const std::set<size_t>& given);
   // A dimension equality the graph implies (broadcasting, matrix contraction).
   struct ShapeEquation {
     ir::SymExpr a, b;

@@ -47,12 +47,18 @@ int64_t storageBudget() {
   return budget;
 }
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// "12.3 GiB", "4.0 MiB" or "18432 bytes".
+std::string bytesText(int64_t bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0, kGiB = 1024.0 * kMiB;
+  if (bytes >= kGiB) return fmt::format("{:.1f} GiB", bytes / kGiB);
+  if (bytes >= kMiB) return fmt::format("{:.1f} MiB", bytes / kMiB);
+  return fmt::format("{} bytes", bytes);
+}
 
 [[noreturn]] void overBudget(int64_t need, const std::string& what) {
-  fail("the interpreter needs {:.1f} GiB more for {}, over its budget of {:.1f} GiB "
+  fail("the interpreter needs {} more for {}, over its budget of {} "
        "(FXFUSE_INTERP_MAX_BYTES; by default half of this machine's memory); use smaller sizes (--bind)",
-       need / kGiB, what, storageBudget() / kGiB);
+       bytesText(need), what, bytesText(storageBudget()));
 }
 }  // namespace
 
