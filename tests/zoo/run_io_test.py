@@ -2,7 +2,8 @@
 """`fxfuse run --input NAME=FILE --save-outputs DIR` on a real torch 2.11 archive with weights
 (CPU interpreter), and check_zoo's cpu_vs_torch column over a one-model zoo built from it: the
 file input takes effect, outputs are saved with their shape, a reference equal to the outputs
-passes and a perturbed one fails, stripped weights give `n/a`, bad --input values exit 2; and
+passes and a perturbed one fails (`n/a` when torch's own run of the archive already missed its
+eager logits, make_zoo.py's manifest), stripped weights give `n/a`, bad --input values exit 2; and
 on a graph with seeded weights, given weights replace exactly those inputs (given_inputs).
 
 Usage: run_io_test.py FXFUSE   (run from the repository root, as Bazel does)"""
@@ -87,6 +88,19 @@ def main():
         make_zoo.write_raw(os.path.join(d, "llamaz.logits.f32"), "f", bad)
         rc, res = column()
         check("cpu_vs_torch: perturbed reference fails", res.startswith("fail: max_abs"), res)
+        # torch's own run of the archive (make_zoo.py's manifest) missing the eager logits by less
+        # than the tolerance changes nothing; by more, the mismatch is the capture's: n/a.
+        absmax = max(abs(x) for x in bad)
+        ref["logits"]["absmax"] = absmax
+        json.dump(ref, open(os.path.join(d, "llamaz.reference.json"), "w"))
+        manifest = os.path.join(zoo, "manifest.json")
+        for drift, want in ((0.01 * absmax, "fail: max_abs"), (0.5 * absmax, "n/a: torch's own run of this graph")):
+            json.dump({"architectures": {"llamaz": {"forms": {"core_aten": {"max_abs_vs_eager": drift}}}}},
+                      open(manifest, "w"))
+            rc, res = column()
+            check("cpu_vs_torch: capture drift %.2f of absmax" % (drift / absmax),
+                  res.startswith(want) and (want.startswith("fail") or "; fxfuse: max_abs" in res), res)
+        os.remove(manifest)
         make_zoo.strip_pt2_weights(pt2)
         rc, res = column()
         check("cpu_vs_torch: stripped weights are n/a", res == "n/a: weights stripped", res)
