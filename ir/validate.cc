@@ -92,7 +92,16 @@ void checkWeight(const WeightInfo& w, const std::map<std::string, int64_t>& env,
     fail("{}: its size and strides need {} bytes of storage, its payload has {}", where, need, w.length);
 }
 
-// Names become launch-plan strings, which must be UTF-8 (ir/utf8.h).
+// Whether every string in `a` (lists included) is UTF-8.
+bool utf8Strings(const Attr& a) {
+  if (a.kind == Attr::Kind::String) return isUtf8(a.s);
+  for (const Attr& x : a.list)
+    if (!utf8Strings(x)) return false;
+  return true;
+}
+
+// Names and string arguments become launch-plan strings (a collective's process group and
+// reduction, layer names), which must be UTF-8 (ir/utf8.h); Python's strings always are.
 void checkUtf8Names(const Graph& g, const std::string& file) {
   auto check = [&](const std::string& name, const char* what) {
     if (!isUtf8(name)) fail("{}: graph {}: {} name is not UTF-8", file, isUtf8(g.name) ? g.name : "?", what);
@@ -106,6 +115,9 @@ void checkUtf8Names(const Graph& g, const std::string& file) {
     check(n->name, "a node's");
     for (const Value* v : n->outputs())
       if (v) check(v->name, "a node result's");
+    for (const Arg& a : n->args())
+      if (!utf8Strings(a.value))
+        fail("{}: node '{}' ({}): argument '{}' is not UTF-8", file, n->name, n->target, a.name);
   }
   for (const auto& out : g.outputs()) check(out.target, "an output's target");
 }

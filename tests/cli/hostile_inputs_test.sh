@@ -26,6 +26,15 @@ small = """fxfuse.module {
 }
 """
 w("small.fxg", small)
+with open(os.path.join(t, "latin1_group.fxg"), "wb") as f:  # a process group "tp:\xe1": Latin-1, not UTF-8
+    f.write(b"""fxfuse.module {
+  graph @main {
+    input %1 "x": bf16[4, 64]
+    %2: bf16[4, 64] = vllm.all_reduce.default(tensor=%1, group_name="tp:\xe1")  // all_reduce
+    output %2
+  }
+}
+""")
 with open(os.path.join(t, "latin1_name.fxg"), "wb") as f:  # an input named "sc\xe1le": Latin-1, not UTF-8
     f.write(small.replace('"x"', '"sc\\xe1le"').encode().replace(b"\\xe1", b"\xe1"))
 w("mm.fxg", """fxfuse.module {
@@ -232,6 +241,10 @@ done
 # finding: the plan of such a graph did not load back).
 run_case name_not_utf8 2 -- compile "$T/latin1_name.fxg" -o "$T/out.plan"
 expect_msg name_not_utf8 "an input's name is not UTF-8"
+# A string argument that becomes a plan string (the all-reduce's process group): refused at the
+# door, not written into a plan that no fxfuse reads back.
+run_case group_not_utf8 2 -- compile "$T/latin1_group.fxg" --world-size=2 --emit=plan-text -o "$T/out.plan"
+expect_msg group_not_utf8 "argument 'group_name' is not UTF-8"
 # A field this fxfuse does not know (field 127 inside the arena: a second `arena`, field 17,
 # merges into the first), a string that is not UTF-8, a matmul without its m: refused at load,
 # not ignored or thrown later (plan fuzz findings).
