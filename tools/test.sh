@@ -48,7 +48,7 @@ if python3 tests/architecture/check_layers.py --self-test && python3 tests/archi
 else
   failed=$((failed + 1)); echo "layering: FAILED"
 fi
-# No function over 150 lines in lowering or the runtime (docs/architecture.md).
+# No function over 150 lines in lowering, the runtime or the interpreter (docs/architecture.md).
 if python3 tests/architecture/check_function_length.py --self-test && python3 tests/architecture/check_function_length.py .; then
   passed=$((passed + 1)); echo "function length: PASSED"
 else

@@ -853,6 +853,97 @@ RValue symOp(const std::string& op, const std::vector<RValue>& a) {
   fail("symbolic op '{}' is not supported", op);
 }
 
+// auto_functionalized_v2: mutable argument `an` rebuilt as the view of its base that the node
+// records (`_<an>_base_index` with `_alias`, `_slice_*` or `_size`/`_stride`/`_storage_offset`),
+// or a clone of the argument itself when it has no base; none when neither is given.
+RValue viewOfBase(const std::map<std::string, RValue>& kw, const std::string& an, const std::vector<RValue>& bases) {
+  auto idx = kw.find("_" + an + "_base_index");
+  if (idx == kw.end() || idx->second.isNone()) {
+    auto direct = kw.find(an);
+    return direct != kw.end() && direct->second.isTensor() ? RValue::ofTensor(clonePreserve(direct->second.t)) : RValue{};
+  }
+  int64_t b = idx->second.i;
+  if (b < 0 || static_cast<size_t>(b) >= bases.size()) fail("_{}_base_index {} out of range", an, b);
+  Tensor base = bases[b].t;
+  auto opt = [&](const std::string& suffix) -> const RValue* {
+    auto f = kw.find("_" + an + "_" + suffix);
+    return f == kw.end() || f->second.isNone() ? nullptr : &f->second;
+  };
+  if (const RValue* al = opt("alias"); al && al->number() != 0) return RValue::ofTensor(base);
+  if (const RValue* sd = opt("slice_dim")) {
+    const RValue* ss = opt("slice_start");
+    const RValue* se = opt("slice_end");
+    return RValue::ofTensor(slice(base, static_cast<int64_t>(sd->number()), ss ? static_cast<int64_t>(ss->number()) : 0,
+                                  se ? static_cast<int64_t>(se->number()) : std::numeric_limits<int64_t>::max(), 1));
+  }
+  if (const RValue* sz = opt("size")) {
+    Shape size, stride;
+    for (const auto& e : sz->list) size.push_back(static_cast<int64_t>(symNumber(e)));
+    if (const RValue* st = opt("stride")) {
+      for (const auto& e : st->list) stride.push_back(static_cast<int64_t>(symNumber(e)));
+    } else {
+      stride = contiguousStrides(size);
+    }
+    const RValue* so = opt("storage_offset");
+    return RValue::ofTensor(asStrided(base, size, stride, so ? static_cast<int64_t>(so->number()) : base.offset));
+  }
+  return RValue::ofTensor(base);
+}
+
+// One auto_functionalized(_v2) node: the op runs on clones of its mutable arguments (v1), or on
+// views of clones of the bases (v2); the node's outputs are the op's own results, then the
+// mutated arguments (v1) or the new bases (v2).
+std::vector<RValue> runAutoFunctionalized(Interpreter& in, const ir::Node& n, const Env& env) {
+  const bool v2 = n.target == "higher_order.auto_functionalized_v2";
+  if (n.args().empty() || n.args()[0].value.kind != ir::Attr::Kind::Op) fail("the first argument must be the op");
+  Call c;
+  c.interp = &in;
+  c.node = nullptr;
+  c.target = n.args()[0].value.s;
+  c.schema = in.schemaFor(c.target);
+  if (!c.schema) fail("no schema for '{}': cannot tell which arguments it mutates", c.target);
+  std::map<std::string, RValue> kw;
+  for (size_t k = 1; k < n.args().size(); ++k) {
+    const auto& arg = n.args()[k];
+    if (arg.name.empty()) fail("auto_functionalized arguments must be named");
+    kw[arg.name] = resolve(in, arg.value, env);
+  }
+  std::vector<int> mut = c.schema->mutableArgs();
+  std::vector<RValue> bases, mut_vals(mut.size());
+  if (!v2) {
+    for (size_t k = 0; k < mut.size(); ++k) {
+      const std::string& an = c.schema->args[mut[k]].name;
+      auto it = kw.find(an);
+      if (it == kw.end() || it->second.isNone()) continue;
+      if (!it->second.isTensor()) fail("mutable argument '{}' is not a tensor", an);
+      it->second = RValue::ofTensor(clonePreserve(it->second.t));
+      mut_vals[k] = it->second;
+    }
+  } else {
+    if (auto bi = kw.find("_all_bases"); bi != kw.end()) bases = bi->second.list;
+    for (auto& b : bases)
+      if (b.isTensor()) b = RValue::ofTensor(clonePreserve(b.t));
+    for (size_t k = 0; k < mut.size(); ++k) {
+      const std::string& an = c.schema->args[mut[k]].name;
+      mut_vals[k] = kw[an] = viewOfBase(kw, an, bases);
+    }
+    // Drop the v2 bookkeeping kwargs before calling the op.
+    for (auto it = kw.begin(); it != kw.end();)
+      it = !it->first.empty() && it->first[0] == '_' && c.schema->argIndex(it->first) < 0 ? kw.erase(it) : std::next(it);
+  }
+  for (auto& [k, v] : kw) c.args.emplace_back(k, v);
+  const size_t extra = v2 ? bases.size() : mut.size();
+  if (n.numOutputs() < extra) fail("{} outputs, expected at least {}", n.numOutputs(), extra);
+  const size_t nret = n.numOutputs() - extra;
+  c.outs.assign(nret, RValue{});
+  for (size_t k = 0; k < nret; ++k) c.out_values.push_back(n.output(k));
+  in.dispatch(c);
+  std::vector<RValue> outs = c.outs;
+  outs.resize(nret);
+  for (auto& m : v2 ? bases : mut_vals) outs.push_back(m);
+  return outs;
+}
+
 }  // namespace
 
 std::vector<RValue> Interpreter::runGraph(const ir::Graph& g, std::vector<RValue> inputs) {
@@ -885,101 +976,7 @@ std::vector<RValue> Interpreter::runGraph(const ir::Graph& g, std::vector<RValue
         std::string op = n.target.substr(n.target.rfind('.') + 1);
         outs.push_back(symOp(op, a));
       } else if (n.target == "higher_order.auto_functionalized" || n.target == "higher_order.auto_functionalized_v2") {
-        bool v2 = n.target == "higher_order.auto_functionalized_v2";
-        if (n.args().empty() || n.args()[0].value.kind != ir::Attr::Kind::Op)
-          fail("the first argument must be the op");
-        Call c;
-        c.interp = this;
-        c.node = nullptr;
-        c.target = n.args()[0].value.s;
-        c.schema = schemaFor(c.target);
-        if (!c.schema) fail("no schema for '{}': cannot tell which arguments it mutates", c.target);
-        std::map<std::string, RValue> kw;
-        for (size_t k = 1; k < n.args().size(); ++k) {
-          const auto& arg = n.args()[k];
-          if (arg.name.empty()) fail("auto_functionalized arguments must be named");
-          kw[arg.name] = resolve(*this, arg.value, env);
-        }
-        std::vector<int> mut = c.schema->mutableArgs();
-        std::vector<RValue> new_bases;
-        std::vector<RValue> mut_vals(mut.size());
-        if (!v2) {
-          for (size_t k = 0; k < mut.size(); ++k) {
-            const std::string& an = c.schema->args[mut[k]].name;
-            auto it = kw.find(an);
-            if (it == kw.end() || it->second.isNone()) continue;
-            if (!it->second.isTensor()) fail("mutable argument '{}' is not a tensor", an);
-            it->second = RValue::ofTensor(clonePreserve(it->second.t));
-            mut_vals[k] = it->second;
-          }
-        } else {
-          auto bi = kw.find("_all_bases");
-          std::vector<RValue> bases;
-          if (bi != kw.end()) bases = bi->second.list;
-          for (auto& b : bases)
-            if (b.isTensor()) b = RValue::ofTensor(clonePreserve(b.t));
-          for (size_t k = 0; k < mut.size(); ++k) {
-            const std::string& an = c.schema->args[mut[k]].name;
-            auto idx = kw.find("_" + an + "_base_index");
-            RValue val;
-            if (idx != kw.end() && !idx->second.isNone()) {
-              int64_t b = idx->second.i;
-              if (b < 0 || static_cast<size_t>(b) >= bases.size()) fail("_{}_base_index {} out of range", an, b);
-              Tensor base = bases[b].t;
-              auto opt = [&](const std::string& suffix) -> const RValue* {
-                auto f = kw.find("_" + an + "_" + suffix);
-                return f == kw.end() || f->second.isNone() ? nullptr : &f->second;
-              };
-              Tensor view = base;
-              if (const RValue* al = opt("alias"); al && al->number() != 0) {
-                view = base;
-              } else if (const RValue* sd = opt("slice_dim")) {
-                const RValue* ss = opt("slice_start");
-                const RValue* se = opt("slice_end");
-                view = slice(base, static_cast<int64_t>(sd->number()), ss ? static_cast<int64_t>(ss->number()) : 0,
-                             se ? static_cast<int64_t>(se->number()) : std::numeric_limits<int64_t>::max(), 1);
-              } else if (const RValue* sz = opt("size")) {
-                Shape size, stride;
-                for (const auto& e : sz->list) size.push_back(static_cast<int64_t>(symNumber(e)));
-                if (const RValue* st = opt("stride")) {
-                  for (const auto& e : st->list) stride.push_back(static_cast<int64_t>(symNumber(e)));
-                } else {
-                  stride = contiguousStrides(size);
-                }
-                const RValue* so = opt("storage_offset");
-                view = asStrided(base, size, stride, so ? static_cast<int64_t>(so->number()) : base.offset);
-              }
-              val = RValue::ofTensor(view);
-            } else if (auto direct = kw.find(an); direct != kw.end() && direct->second.isTensor()) {
-              val = RValue::ofTensor(clonePreserve(direct->second.t));
-            }
-            kw[an] = val;
-            mut_vals[k] = val;
-          }
-          new_bases = bases;
-          // Drop the v2 bookkeeping kwargs before calling the op.
-          for (auto it = kw.begin(); it != kw.end();) {
-            if (!it->first.empty() && it->first[0] == '_' && c.schema->argIndex(it->first) < 0) {
-              it = kw.erase(it);
-            } else {
-              ++it;
-            }
-          }
-        }
-        for (auto& [k, v] : kw) c.args.emplace_back(k, v);
-        size_t extra = v2 ? new_bases.size() : mut.size();
-        if (n.numOutputs() < extra) fail("{} outputs, expected at least {}", n.numOutputs(), extra);
-        size_t nret = n.numOutputs() - extra;
-        c.outs.assign(nret, RValue{});
-        for (size_t k = 0; k < nret; ++k) c.out_values.push_back(n.output(k));
-        dispatch(c);
-        outs = c.outs;
-        outs.resize(nret);
-        if (v2) {
-          for (auto& b : new_bases) outs.push_back(b);
-        } else {
-          for (auto& m : mut_vals) outs.push_back(m);
-        }
+        outs = runAutoFunctionalized(*this, n, env);
       } else if (n.target == "higher_order.cond") {
         if (n.args().size() < 4) fail("cond takes (pred, true_graph, false_graph, operands)");
         RValue pred = resolve(*this, n.args()[0].value, env);

@@ -252,7 +252,10 @@ void rotary(const Tensor& positions, const Tensor& x, int64_t head_size, const T
 
 // ===================================================================================== vLLM
 
-void registerVllmOps(OpTable& t) {
+namespace {
+
+// vLLM's norm, quant, activation, rotary and GEMM custom ops (_C.*).
+void registerVllmNormQuantOps(OpTable& t) {
   t.add("_C.rms_norm", [](Call& c) {
     Tensor result = c.tensor("result", 0), input = c.tensor("input", 1);
     std::optional<Tensor> w = c.optTensor("weight", 2);
@@ -385,6 +388,10 @@ void registerVllmOps(OpTable& t) {
                                            std::nullopt, out.dtype, "cutlass_scaled_mm");
     writeInto(out, v, "out");
   });
+}
+
+// vLLM's attention and collective ops, and the FlashInfer fused all-reduce + norm.
+void registerVllmAttentionCollectiveOps(OpTable& t) {
   // Attention (single prefill sequence, empty KV cache: causal over the T tokens).
   t.add("vllm.unified_attention", [](Call& c) {
     Tensor q = c.tensor("query", 0);
@@ -486,9 +493,19 @@ void registerVllmOps(OpTable& t) {
   });
 }
 
+}  // namespace
+
+void registerVllmOps(OpTable& t) {
+  registerVllmNormQuantOps(t);
+  registerVllmAttentionCollectiveOps(t);
+}
+
 // ===================================================================================== fxfuse
 
-void registerFxfuseOps(OpTable& t) {
+namespace {
+
+// The canonical ops the passes lift every spelling into.
+void registerFxfuseCanonicalOps(OpTable& t) {
   t.add("fxfuse.rms_norm", [](Call& c) {
     Tensor x = c.tensor("input");
     std::optional<Tensor> w = c.optTensor("weight");
@@ -546,6 +563,10 @@ void registerFxfuseOps(OpTable& t) {
     if (op != "sum") fail("fxfuse.all_reduce: reduce_op '{}' is not supported", op);
     c.out(0, allReduceOf(c, c.tensor("input")));
   });
+}
+
+// The fused ops the fusion passes produce (docs/canonical-ops.md).
+void registerFxfuseFusedOps(OpTable& t) {
   // ------------------------------------------------------------------ fused
   t.add("fxfuse.rms_norm_quant", [](Call& c) {
     Tensor x = c.tensor("input");
@@ -646,6 +667,13 @@ void registerFxfuseOps(OpTable& t) {
   };
   t.add("fxfuse.all_reduce_rms_norm", [allReduceNorm](Call& c) { allReduceNorm(c, false); });
   t.add("fxfuse.all_reduce_rms_norm_quant", [allReduceNorm](Call& c) { allReduceNorm(c, true); });
+}
+
+}  // namespace
+
+void registerFxfuseOps(OpTable& t) {
+  registerFxfuseCanonicalOps(t);
+  registerFxfuseFusedOps(t);
 }
 
 }  // namespace fxfuse::interp

@@ -157,7 +157,10 @@ void triangle(Call& c, bool upper) {
 
 }  // namespace
 
-void registerElementwiseOps(OpTable& t) {
+namespace {
+
+// Arithmetic: add/sub/mul/div/pow and their variants, in opmath with one rounding.
+void registerArithmeticOps(OpTable& t) {
   // ------------------------------------------------------------------ arithmetic
   auto addLike = [](double sign) {
     return [sign](Call& c) {
@@ -234,6 +237,10 @@ void registerElementwiseOps(OpTable& t) {
     return std::isnan(x) || std::isnan(y) ? kNaN : std::min(x, y);
   });
   regBinary(t, "aten.atan2", Promo::IntToFloat, [](double x, double y, DType) { return std::atan2(x, y); });
+}
+
+// Comparisons, logic, NaN/inf tests, where, masked_fill and clamps.
+void registerLogicAndSelectOps(OpTable& t) {
   // ------------------------------------------------------------------ comparisons, logic
   regBinary(t, "aten.eq", Promo::Bool, [](double x, double y, DType) { return x == y ? 1.0 : 0.0; });
   regBinary(t, "aten.ne", Promo::Bool, [](double x, double y, DType) { return x != y ? 1.0 : 0.0; });
@@ -260,7 +267,6 @@ void registerElementwiseOps(OpTable& t) {
   t.alias("aten.__or__", "aten.bitwise_or");
   regBinary(t, "aten.bitwise_xor", Promo::Same, bitwise(2));
   t.alias("aten.__and__", "aten.bitwise_and");
-  t.alias("aten.__or__", "aten.bitwise_or");
   t.alias("aten.__xor__", "aten.bitwise_xor");
   t.add("aten.logical_not", [](Call& c) {
     unary(c, false, [](double x, DType) { return x == 0 ? 1.0 : 0.0; }, DType::BOOL);
@@ -333,6 +339,10 @@ void registerElementwiseOps(OpTable& t) {
     RValue lo = RValue::ofFloat(c.number("min_val", -1.0, 1)), hi = RValue::ofFloat(c.number("max_val", 1.0, 2));
     clampImpl(c, &lo, &hi);
   });
+}
+
+// Unary math, activations, triangles and dtype casts.
+void registerUnaryMathAndCastOps(OpTable& t) {
   // ------------------------------------------------------------------ unary math
   regUnary(t, "aten.neg", false, [](double x, DType) { return -x; });
   regUnary(t, "aten.abs", false, [](double x, DType) { return std::fabs(x); });
@@ -408,6 +418,14 @@ void registerElementwiseOps(OpTable& t) {
   });
   t.add("aten.type_as", [](Call& c) { castOp(c, c.tensor("other", 1).dtype, true); });
   t.add("aten._to_dtype", [](Call& c) { castOp(c, c.dtype("dtype", 1), false); });
+}
+
+}  // namespace
+
+void registerElementwiseOps(OpTable& t) {
+  registerArithmeticOps(t);
+  registerLogicAndSelectOps(t);
+  registerUnaryMathAndCastOps(t);
 }
 
 }  // namespace fxfuse::interp

@@ -174,7 +174,10 @@ void histcOp(Call& c) {
 
 }  // namespace
 
-void registerReductionOps(OpTable& t) {
+namespace {
+
+// Sums, means, products, norms, extrema and arg-extrema.
+void registerSumMaxOps(OpTable& t) {
   t.add("aten.histc", histcOp);
   t.add("aten.sum", [](Call& c) {
     Tensor x = c.tensor("self", 0);
@@ -273,6 +276,10 @@ void registerReductionOps(OpTable& t) {
   t.add("aten.min", maxmin(false));
   t.add("aten.argmax", [](Call& c) { argExtreme(c, true); });
   t.add("aten.argmin", [](Call& c) { argExtreme(c, false); });
+}
+
+// any/all, variance, logsumexp, softmaxes and scans.
+void registerStatSoftmaxScanOps(OpTable& t) {
   auto anyAll = [](bool any) {
     return [any](Call& c) {
       Tensor x = c.tensor("self", 0);
@@ -331,6 +338,13 @@ void registerReductionOps(OpTable& t) {
     });
     c.out(0, out);
   });
+}
+
+}  // namespace
+
+void registerReductionOps(OpTable& t) {
+  registerSumMaxOps(t);
+  registerStatSoftmaxScanOps(t);
 }
 
 }  // namespace fxfuse::interp

@@ -237,9 +237,8 @@ Tensor catTensors(Call& c, const std::vector<RValue>& items, int64_t dim) {
   return out;
 }
 
-}  // namespace
-
-void registerShapeOps(OpTable& t) {
+// Views and layout changes: view/reshape, permutes, expands, squeezes, slices, selects, clones.
+void registerViewOps(OpTable& t) {
   t.add("aten.view", [](Call& c) { viewOp(c, "size"); });
   t.add("aten.reshape", [](Call& c) { viewOp(c, "shape"); });
   t.add("aten._unsafe_view", [](Call& c) { viewOp(c, "size"); });
@@ -336,6 +335,10 @@ void registerShapeOps(OpTable& t) {
     int64_t off = c.has("storage_offset", 3) ? c.integer("storage_offset", 0, 3) : x.offset;
     c.out(0, asStrided(x, c.ints("size", 1), c.ints("stride", 2), off));
   });
+}
+
+// Scatters into slices, concatenation, stacking, splitting.
+void registerJoinSplitOps(OpTable& t) {
   t.add("aten.slice_scatter", [](Call& c) {
     Tensor x = c.tensor("self", 0);
     Tensor src = c.tensor("src", 1);
@@ -366,7 +369,6 @@ void registerShapeOps(OpTable& t) {
     copyInto(out, x);
     c.out(0, out);
   });
-  t.alias("aten.concat", "aten.cat");
   t.alias("aten.concatenate", "aten.cat");
   t.add("aten.stack", [](Call& c) {
     std::vector<RValue> items = c.list("tensors", 0);
@@ -428,6 +430,10 @@ void registerShapeOps(OpTable& t) {
     for (int64_t i = 0; i < x.shape[dim]; ++i) parts.push_back(select(x, dim, i));
     outViews(c, parts);
   });
+}
+
+// Advanced indexing, index_put, index_select, gather and embedding.
+void registerIndexingOps(OpTable& t) {
   t.add("aten.index", indexOp);
   t.alias("aten._unsafe_index", "aten.index");
   t.add("aten.index_put", [](Call& c) { indexPutOp(c, false); });
@@ -485,6 +491,10 @@ void registerShapeOps(OpTable& t) {
     }
     c.out(0, out);
   });
+}
+
+// Repeats, constant padding, differences, flips and rolls.
+void registerRepeatPadOps(OpTable& t) {
   t.add("aten.repeat", [](Call& c) {
     Tensor x = c.tensor("self", 0);
     Shape reps = c.ints("repeats", 1);
@@ -614,6 +624,10 @@ void registerShapeOps(OpTable& t) {
     copyInto(out, reshape(cur, x.shape));
     c.out(0, out);
   });
+}
+
+// Copies, dropout (inference: identity), SymInt queries and runtime asserts.
+void registerCopyAndQueryOps(OpTable& t) {
   // Copies.
   t.add("aten.copy", [](Call& c) {
     Tensor x = c.tensor("self", 0);
@@ -696,6 +710,16 @@ void registerShapeOps(OpTable& t) {
     if (c.has("max") && v > c.number("max", 0.0)) fail("size {} above its constrained maximum {}", v, c.number("max", 0.0));
   });
   t.alias("aten.sym_constrain_range", "aten.sym_constrain_range_for_size");
+}
+
+}  // namespace
+
+void registerShapeOps(OpTable& t) {
+  registerViewOps(t);
+  registerJoinSplitOps(t);
+  registerIndexingOps(t);
+  registerRepeatPadOps(t);
+  registerCopyAndQueryOps(t);
 }
 
 }  // namespace fxfuse::interp
