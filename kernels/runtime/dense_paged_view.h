@@ -1,6 +1,7 @@
 // Decode attention over dense per-sequence K/V as one step of the paged attention kernel
 // (paged_attention.h). A dense decode (rt.attention, one query token per sequence, K/V viewed
-// [B, Hk, Sk, E] over memory laid out [B, rows, Hk, E], rows >= Sk) reads memory that already is
+// [B, Hk, Sk, E] over memory whose sequences are `rows` key rows of [Hk, E] apart; rows = 0 for
+// one sequence or a batch-broadcast cache) reads memory that already is
 // vLLM's flash layout [blocks, bs, Hk, E] for any bs dividing `rows`: sequence b's keys are the
 // blocks b * rows / bs + 0, 1, ... So an identity block table, every sequence's length Sk and one
 // query per sequence describe it, and the decode gets the paged kernel's tensor-core ring

@@ -152,8 +152,9 @@ def run_vs_torch(fxfuse, command, path, tmpdir, timeout, drift):
     if p.returncode != 0:
         return classify(p.returncode, p.stdout, p.stderr, command)
     rc, line = compare_reference.compare(ref, out)
-    if rc == 1 and unfaithful_capture(path, ref, drift):
-        return unfaithful_capture(path, ref, drift) + "; fxfuse: " + line
+    capture = unfaithful_capture(path, ref, drift) if rc == 1 else None
+    if capture:
+        return capture + "; fxfuse: " + line
     return ("pass" if rc == 0 else "fail: " if rc == 1 else "fail: bad output files: ") + ("" if rc == 0 else line)
 
 
