@@ -561,6 +561,217 @@ Stage stageFromName(const std::string& s) {
   return Stage::Unspecified;
 }
 
+// One module-level line (producer, symbol, schema, weight, guard, meta, graph): its fields into
+// `m`; a `graph @name {` line opens `g` (and forgets the previous graph's value ids).
+void parseModuleEntry(LineParser& p, Module& m, Graph*& g, std::map<uint32_t, Value*>& values,
+                      const std::string& filename, int lineno) {
+  std::string kw = p.ident();
+  if (kw == "producer") {
+    while (!p.atEnd()) {
+      std::string key = p.ident();
+      p.expect("=");
+      if (key == "tool") m.producer.tool = p.str();
+      else if (key == "torch") m.producer.torch_version = p.str();
+      else if (key == "schema") m.producer.source_schema = p.str();
+      else if (key == "stage") m.producer.stage = stageFromName(p.ident());
+      else if (key == "functional") m.producer.functional = p.ident() == "true";
+      else p.error("unknown producer field '" + key + "'");
+    }
+  } else if (kw == "symbol") {
+    std::string name = p.ident();
+    SymbolInfo& s = m.symbols.getOrAdd(name);
+    while (!p.atEnd()) {
+      std::string key = p.ident();
+      p.expect("=");
+      if (key == "range") {
+        p.expect("[");
+        if (!p.eat("?")) s.min = p.integer();
+        p.expect(",");
+        if (!p.eat("?")) s.max = p.integer();
+        p.expect("]");
+      } else if (key == "hint") {
+        s.hint = p.integer();
+      } else if (key == "source") {
+        s.source = p.str();
+      } else {
+        p.error("unknown symbol field '" + key + "'");
+      }
+    }
+  } else if (kw == "schema") {
+    std::string target = p.str();
+    m.op_schemas[target] = p.str();
+  } else if (kw == "weight") {
+    WeightInfo w;
+    w.fqn = p.str();
+    p.expect(":");
+    Value tmp;
+    p.type(tmp);
+    w.type = tmp.type;
+    w.is_param = p.ident() == "parameter";
+    m.weights.push_back(std::move(w));
+  } else if (kw == "guard") {
+    std::string cond = p.str();
+    std::string reason = p.str();
+    m.addGuard(parseSymExpr(cond, filename + ":" + std::to_string(lineno)), reason);
+  } else if (kw == "meta") {
+    std::string k = p.str();
+    m.metadata[k] = p.str();
+  } else if (kw == "graph") {
+    p.expect("@");
+    std::string name = p.ident();
+    p.expect("{");
+    g = m.addGraph(name);
+    values.clear();
+  } else {
+    p.error("unknown module entry '" + kw + "'");
+  }
+  if (!p.atEnd()) p.error("unexpected trailing text");
+}
+
+// `input %ID "name": TYPE [kind] ["target"] [value=NUMBER]` of graph `g`.
+void parseInputLine(LineParser& p, Graph& g, std::map<uint32_t, Value*>& values) {
+  p.expect("input");
+  p.expect("%");
+  int64_t id = p.integer();
+  std::string name = p.str();
+  p.expect(":");
+  Value tmp;
+  p.type(tmp);
+  InputKind kind = InputKind::UserInput;
+  std::string target;
+  std::optional<double> scalar_value;
+  if (!p.atEnd() && !p.peek("\"") && !p.peek("value=")) {
+    std::string k = p.ident();
+    kind = k == "parameter" ? InputKind::Parameter : k == "buffer" ? InputKind::Buffer
+         : k == "constant" ? InputKind::ConstantTensor : k == "custom_obj" ? InputKind::CustomObj
+         : k == "token" ? InputKind::Token : k == "user" ? InputKind::UserInput
+         : (p.error("unknown input kind '" + k + "'"), InputKind::UserInput);
+  }
+  if (!p.atEnd() && !p.peek("value=")) target = p.str();
+  if (p.eat("value=")) {
+    scalar_value = p.attr(values).asDouble();
+    if (!scalar_value) p.error("value= needs a number");
+    if (tmp.kind != ValueKind::Tensor || tmp.type.rank() != 0) p.error("value= on an input that is not a 0-d tensor");
+  }
+  if (!p.atEnd()) p.error("unexpected trailing text");
+  if (values.count(static_cast<uint32_t>(id))) p.error("value %" + std::to_string(id) + " defined twice");
+  Value* v = g.addInput(tmp.kind, name, kind, target);
+  v->type = tmp.type;
+  v->sym = tmp.sym;
+  v->opaque_type = tmp.opaque_type;
+  v->scalar_value = scalar_value;
+  values[static_cast<uint32_t>(id)] = v;
+}
+
+// `output %ID [kind] ["target"]` or `output=CONSTANT [kind]` of graph `g`.
+void parseOutputLine(LineParser& p, Graph& g, const std::map<uint32_t, Value*>& values) {
+  p.expect("output");
+  Value* v = nullptr;
+  Attr constant;
+  if (p.eat("=")) {
+    constant = p.attr(values);
+  } else {
+    p.expect("%");
+    int64_t id = p.integer();
+    auto it = values.find(static_cast<uint32_t>(id));
+    if (it == values.end()) p.error("output of undefined value %" + std::to_string(id));
+    v = it->second;
+  }
+  OutputKind kind = OutputKind::UserOutput;
+  std::string target;
+  if (!p.atEnd() && !p.peek("\"")) {
+    std::string k = p.ident();
+    kind = k == "buffer_mutation" ? OutputKind::BufferMutation : k == "user_input_mutation" ? OutputKind::UserInputMutation
+         : k == "loss" ? OutputKind::LossOutput : k == "other" ? OutputKind::Other : k == "user" ? OutputKind::UserOutput
+         : (p.error("unknown output kind '" + k + "'"), OutputKind::UserOutput);
+  }
+  if (!p.atEnd()) target = p.str();
+  if (v) {
+    g.addOutput(v, kind, target);
+  } else {
+    g.addConstantOutput(constant, kind);
+  }
+}
+
+// Whether the next argument of a node line starts with `name=` (but not `==`).
+bool namedArgument(const LineParser& p) {
+  LineParser look = p;
+  look.ws();
+  std::string rest = look.rest();
+  size_t k = 0;
+  while (k < rest.size() && (std::isalnum(static_cast<unsigned char>(rest[k])) || rest[k] == '_')) ++k;
+  return k > 0 && k < rest.size() && rest[k] == '=' && !std::isdigit(static_cast<unsigned char>(rest[0]));
+}
+
+// A node line: [OUTS =] TARGET(ARGS) [sympy] [loc("f":N)]  // name
+void parseNodeLine(LineParser& p, Graph& g, std::map<uint32_t, Value*>& values) {
+  std::vector<std::pair<int64_t, Value>> outs;  // id (-1 = None slot) and type
+  bool has_outputs = p.peek("%") || p.peek("_,") || p.peek("_ ");
+  if (has_outputs) {
+    while (true) {
+      if (p.eat("_")) {
+        outs.push_back({-1, Value{}});
+      } else {
+        p.expect("%");
+        int64_t id = p.integer();
+        p.expect(":");
+        Value tmp;
+        p.type(tmp);
+        outs.push_back({id, std::move(tmp)});
+      }
+      if (p.eat("=")) break;
+      p.expect(",");
+    }
+  }
+  std::string target = p.ident();
+  p.expect("(");
+  std::vector<Arg> args;
+  bool keyword = false;
+  if (!p.eat(")")) {
+    while (true) {
+      if (p.eat("*,")) keyword = true;
+      Arg a;
+      a.keyword = keyword;
+      if (namedArgument(p)) {
+        a.name = p.ident();
+        p.expect("=");
+      }
+      a.value = p.attr(values);
+      args.push_back(std::move(a));
+      if (p.eat(")")) break;
+      p.expect(",");
+    }
+  }
+  NodeKind kind = NodeKind::Op;
+  if (target.rfind("higher_order.", 0) == 0) kind = NodeKind::Hop;
+  else if (target.rfind("fxfuse.", 0) == 0) kind = NodeKind::Fxfuse;
+  else if (target.rfind("_operator.", 0) == 0 || target.rfind("math.", 0) == 0 || target.rfind("torch.sym", 0) == 0)
+    kind = NodeKind::SymPy;
+  if (p.eat("sympy")) kind = NodeKind::SymPy;
+  SourceLoc loc;
+  if (p.eat("loc(")) {
+    loc.file = p.str();
+    p.expect(":");
+    loc.line = static_cast<int>(p.integer());
+    p.expect(")");
+  }
+  std::string name;
+  if (p.eat("//")) name = p.takeRest();
+  if (!p.atEnd()) p.error("unexpected trailing text");
+  Node* n = g.createNode(target, kind, std::move(args), outs.size(), nullptr, name.empty() ? "node" : name);
+  n->loc = loc;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i].first < 0) continue;
+    uint32_t id = static_cast<uint32_t>(outs[i].first);
+    if (values.count(id)) p.error("value %" + std::to_string(id) + " defined twice");
+    Value* v = n->setOutput(i, outs[i].second.kind);
+    v->type = outs[i].second.type;
+    v->sym = outs[i].second.sym;
+    v->opaque_type = outs[i].second.opaque_type;
+    values[id] = v;
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Module> parseFxg(std::string_view text, const std::string& filename) {
@@ -591,222 +802,17 @@ std::unique_ptr<Module> parseFxg(std::string_view text, const std::string& filen
       p.expect("fxfuse.module");
       p.expect("{");
       in_module = true;
-      continue;
-    }
-    if (!g) {
-      if (p.eat("}")) {
-        done = true;
-        continue;
-      }
-      std::string kw = p.ident();
-      if (kw == "producer") {
-        while (!p.atEnd()) {
-          std::string key = p.ident();
-          p.expect("=");
-          if (key == "tool") m->producer.tool = p.str();
-          else if (key == "torch") m->producer.torch_version = p.str();
-          else if (key == "schema") m->producer.source_schema = p.str();
-          else if (key == "stage") m->producer.stage = stageFromName(p.ident());
-          else if (key == "functional") m->producer.functional = p.ident() == "true";
-          else p.error("unknown producer field '" + key + "'");
-        }
-      } else if (kw == "symbol") {
-        std::string name = p.ident();
-        SymbolInfo& s = m->symbols.getOrAdd(name);
-        while (!p.atEnd()) {
-          std::string key = p.ident();
-          p.expect("=");
-          if (key == "range") {
-            p.expect("[");
-            if (!p.eat("?")) s.min = p.integer();
-            p.expect(",");
-            if (!p.eat("?")) s.max = p.integer();
-            p.expect("]");
-          } else if (key == "hint") {
-            s.hint = p.integer();
-          } else if (key == "source") {
-            s.source = p.str();
-          } else {
-            p.error("unknown symbol field '" + key + "'");
-          }
-        }
-      } else if (kw == "schema") {
-        std::string target = p.str();
-        m->op_schemas[target] = p.str();
-      } else if (kw == "weight") {
-        WeightInfo w;
-        w.fqn = p.str();
-        p.expect(":");
-        Value tmp;
-        p.type(tmp);
-        w.type = tmp.type;
-        w.is_param = p.ident() == "parameter";
-        m->weights.push_back(std::move(w));
-      } else if (kw == "guard") {
-        std::string cond = p.str();
-        std::string reason = p.str();
-        m->addGuard(parseSymExpr(cond, filename + ":" + std::to_string(lineno)), reason);
-      } else if (kw == "meta") {
-        std::string k = p.str();
-        m->metadata[k] = p.str();
-      } else if (kw == "graph") {
-        p.expect("@");
-        std::string name = p.ident();
-        p.expect("{");
-        g = m->addGraph(name);
-        values.clear();
-      } else {
-        p.error("unknown module entry '" + kw + "'");
-      }
-      if (!p.atEnd()) p.error("unexpected trailing text");
-      continue;
-    }
-    // Inside a graph.
-    if (p.eat("}")) {
+    } else if (!g) {
+      if (p.eat("}")) done = true;
+      else parseModuleEntry(p, *m, g, values, filename, lineno);
+    } else if (p.eat("}")) {
       g = nullptr;
-      continue;
-    }
-    if (p.peek("input ")) {
-      p.expect("input");
-      p.expect("%");
-      int64_t id = p.integer();
-      std::string name = p.str();
-      p.expect(":");
-      Value tmp;
-      p.type(tmp);
-      InputKind kind = InputKind::UserInput;
-      std::string target;
-      std::optional<double> scalar_value;
-      if (!p.atEnd() && !p.peek("\"") && !p.peek("value=")) {
-        std::string k = p.ident();
-        kind = k == "parameter" ? InputKind::Parameter : k == "buffer" ? InputKind::Buffer
-             : k == "constant" ? InputKind::ConstantTensor : k == "custom_obj" ? InputKind::CustomObj
-             : k == "token" ? InputKind::Token : k == "user" ? InputKind::UserInput
-             : (p.error("unknown input kind '" + k + "'"), InputKind::UserInput);
-      }
-      if (!p.atEnd() && !p.peek("value=")) target = p.str();
-      if (p.eat("value=")) {
-        scalar_value = p.attr(values).asDouble();
-        if (!scalar_value) p.error("value= needs a number");
-        if (tmp.kind != ValueKind::Tensor || tmp.type.rank() != 0) p.error("value= on an input that is not a 0-d tensor");
-      }
-      if (!p.atEnd()) p.error("unexpected trailing text");
-      if (values.count(static_cast<uint32_t>(id))) p.error("value %" + std::to_string(id) + " defined twice");
-      Value* v = g->addInput(tmp.kind, name, kind, target);
-      v->type = tmp.type;
-      v->sym = tmp.sym;
-      v->opaque_type = tmp.opaque_type;
-      v->scalar_value = scalar_value;
-      values[static_cast<uint32_t>(id)] = v;
-      continue;
-    }
-    if (p.peek("output ") || p.peek("output=")) {
-      p.expect("output");
-      Value* v = nullptr;
-      Attr constant;
-      if (p.eat("=")) {
-        constant = p.attr(values);
-      } else {
-        p.expect("%");
-        int64_t id = p.integer();
-        auto it = values.find(static_cast<uint32_t>(id));
-        if (it == values.end()) p.error("output of undefined value %" + std::to_string(id));
-        v = it->second;
-      }
-      OutputKind kind = OutputKind::UserOutput;
-      std::string target;
-      if (!p.atEnd() && !p.peek("\"")) {
-        std::string k = p.ident();
-        kind = k == "buffer_mutation" ? OutputKind::BufferMutation : k == "user_input_mutation" ? OutputKind::UserInputMutation
-             : k == "loss" ? OutputKind::LossOutput : k == "other" ? OutputKind::Other : k == "user" ? OutputKind::UserOutput
-             : (p.error("unknown output kind '" + k + "'"), OutputKind::UserOutput);
-      }
-      if (!p.atEnd()) target = p.str();
-      if (v) {
-        g->addOutput(v, kind, target);
-      } else {
-        g->addConstantOutput(constant, kind);
-      }
-      continue;
-    }
-    // Node line: [OUTS =] TARGET(ARGS) [sympy] [loc("f":N)]  // name
-    std::vector<std::pair<int64_t, Value>> outs;  // id (-1 = None slot) and type
-    bool has_outputs = p.peek("%") || p.peek("_,") || p.peek("_ ");
-    if (has_outputs) {
-      while (true) {
-        if (p.eat("_")) {
-          outs.push_back({-1, Value{}});
-        } else {
-          p.expect("%");
-          int64_t id = p.integer();
-          p.expect(":");
-          Value tmp;
-          p.type(tmp);
-          outs.push_back({id, std::move(tmp)});
-        }
-        if (p.eat("=")) break;
-        p.expect(",");
-      }
-    }
-    std::string target = p.ident();
-    p.expect("(");
-    std::vector<Arg> args;
-    bool keyword = false;
-    if (!p.eat(")")) {
-      while (true) {
-        if (p.eat("*,")) keyword = true;
-        Arg a;
-        a.keyword = keyword;
-        // A leading `name=` (but not `==`).
-        size_t save = p.pos();
-        (void)save;
-        LineParser look = p;
-        bool named = false;
-        {
-          look.ws();
-          std::string rest = look.rest();
-          size_t k = 0;
-          while (k < rest.size() && (std::isalnum(static_cast<unsigned char>(rest[k])) || rest[k] == '_')) ++k;
-          if (k > 0 && k < rest.size() && rest[k] == '=' && !std::isdigit(static_cast<unsigned char>(rest[0])))
-            named = true;
-        }
-        if (named) {
-          a.name = p.ident();
-          p.expect("=");
-        }
-        a.value = p.attr(values);
-        args.push_back(std::move(a));
-        if (p.eat(")")) break;
-        p.expect(",");
-      }
-    }
-    NodeKind kind = NodeKind::Op;
-    if (target.rfind("higher_order.", 0) == 0) kind = NodeKind::Hop;
-    else if (target.rfind("fxfuse.", 0) == 0) kind = NodeKind::Fxfuse;
-    else if (target.rfind("_operator.", 0) == 0 || target.rfind("math.", 0) == 0 || target.rfind("torch.sym", 0) == 0)
-      kind = NodeKind::SymPy;
-    if (p.eat("sympy")) kind = NodeKind::SymPy;
-    SourceLoc loc;
-    if (p.eat("loc(")) {
-      loc.file = p.str();
-      p.expect(":");
-      loc.line = static_cast<int>(p.integer());
-      p.expect(")");
-    }
-    std::string name;
-    if (p.eat("//")) name = p.takeRest();
-    if (!p.atEnd()) p.error("unexpected trailing text");
-    Node* n = g->createNode(target, kind, std::move(args), outs.size(), nullptr, name.empty() ? "node" : name);
-    n->loc = loc;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      if (outs[i].first < 0) continue;
-      uint32_t id = static_cast<uint32_t>(outs[i].first);
-      if (values.count(id)) p.error("value %" + std::to_string(id) + " defined twice");
-      Value* v = n->setOutput(i, outs[i].second.kind);
-      v->type = outs[i].second.type;
-      v->sym = outs[i].second.sym;
-      v->opaque_type = outs[i].second.opaque_type;
-      values[id] = v;
+    } else if (p.peek("input ")) {
+      parseInputLine(p, *g, values);
+    } else if (p.peek("output ") || p.peek("output=")) {
+      parseOutputLine(p, *g, values);
+    } else {
+      parseNodeLine(p, *g, values);
     }
   }
   if (!in_module) fail("{}: not an .fxg file (no 'fxfuse.module {{' line)", filename);
