@@ -127,190 +127,242 @@ class CanonicalizeOpsPass : public Pass {
     return false;
   }
 
+  using CustomOpRule = bool (CanonicalizeOpsPass::*)(compiler::Rewriter&, const AfCall&, PassContext&);
+
+  // One rule per vLLM custom op inside auto_functionalized (the picture above).
   bool customOp(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
+    static const std::map<std::string, CustomOpRule> kRules = {
+        {"_C.rms_norm.default", &CanonicalizeOpsPass::rmsNorm},
+        {"_C.fused_add_rms_norm.default", &CanonicalizeOpsPass::fusedAddRmsNorm},
+        {"_C.static_scaled_fp8_quant.default", &CanonicalizeOpsPass::scaledFp8Quant},
+        {"_C.dynamic_per_token_scaled_fp8_quant.default", &CanonicalizeOpsPass::scaledFp8Quant},
+        {"_C.dynamic_scaled_fp8_quant.default", &CanonicalizeOpsPass::scaledFp8Quant},
+        {"_C.per_token_group_fp8_quant.default", &CanonicalizeOpsPass::groupFp8Quant},
+        {"_C.silu_and_mul.default", &CanonicalizeOpsPass::siluAndMul},
+        {"vllm.unified_attention_with_output.default", &CanonicalizeOpsPass::unifiedAttention},
+        {"_C.rms_norm_static_fp8_quant.default", &CanonicalizeOpsPass::rmsNormStaticQuant},
+        {"_C.fused_add_rms_norm_static_fp8_quant.default", &CanonicalizeOpsPass::fusedAddRmsNormStaticQuant},
+        {"_C.rms_norm_dynamic_per_token_quant.default", &CanonicalizeOpsPass::rmsNormDynamicTokenQuant},
+        {"_C.silu_and_mul_quant.default", &CanonicalizeOpsPass::siluAndMulQuant},
+    };
+    auto it = kRules.find(af.op);
+    return it != kRules.end() && (this->*it->second)(rw, af, ctx);
+  }
+
+  static ir::Attr epsilonOf(const AfCall& af) {
+    const ir::Attr* e = af.kw("epsilon");
+    return e ? *e : ir::Attr::none();
+  }
+
+  // _C.rms_norm(result, input, weight, epsilon) -> rms_norm.
+  bool rmsNorm(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
+    ir::Node* n = af.node;
+    ir::Value* in = af.value("input");
+    std::vector<Out> outs(1);
+    outs[0].replaces = af.mutOut("result");
+    if (!in || !anyUsed(outs)) return false;
+    emit(rw, "rms_norm", {A("input", V(in)), A("weight", V(af.value("weight"))), A("epsilon", epsilonOf(af)),
+                          A("norm_dtype", D(in->type.dtype))}, outs, n, ctx, "_C.rms_norm");
+    return true;
+  }
+
+  // _C.fused_add_rms_norm(input, residual, weight, epsilon), in place -> fused_add_rms_norm.
+  bool fusedAddRmsNorm(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
+    ir::Node* n = af.node;
+    ir::Value* in = af.value("input");
+    ir::Value* res = af.value("residual");
+    std::vector<Out> outs(2);
+    outs[0].replaces = af.mutOut("input");
+    outs[1].replaces = af.mutOut("residual");
+    if (!in || !res || !anyUsed(outs)) return false;
+    emit(rw, "fused_add_rms_norm",
+         {A("input", V(in)), A("residual", V(res)), A("weight", V(af.value("weight"))), A("epsilon", epsilonOf(af)),
+          A("variance_of_rounded_sum", B(true)), A("norm_dtype", D(res->type.dtype))},
+         outs, n, ctx, "_C.fused_add_rms_norm");
+    return true;
+  }
+
+  // _C.static_scaled_fp8_quant (a one-element scale), _C.dynamic_per_token_scaled_fp8_quant and
+  // _C.dynamic_scaled_fp8_quant -> quant_fp8 of kind static_tensor, dynamic_token, dynamic_tensor.
+  bool scaledFp8Quant(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
     const std::string& op = af.op;
     ir::Node* n = af.node;
-    auto eps = [&]() { const ir::Attr* e = af.kw("epsilon"); return e ? *e : ir::Attr::none(); };
-    if (op == "_C.rms_norm.default") {
-      ir::Value* in = af.value("input");
-      std::vector<Out> outs(1);
-      outs[0].replaces = af.mutOut("result");
-      if (!in || !anyUsed(outs)) return false;
-      emit(rw, "rms_norm", {A("input", V(in)), A("weight", V(af.value("weight"))), A("epsilon", eps()),
-                            A("norm_dtype", D(in->type.dtype))}, outs, n, ctx, "_C.rms_norm");
-      return true;
-    }
-    if (op == "_C.fused_add_rms_norm.default") {
-      ir::Value* in = af.value("input");
-      ir::Value* res = af.value("residual");
-      std::vector<Out> outs(2);
-      outs[0].replaces = af.mutOut("input");
-      outs[1].replaces = af.mutOut("residual");
-      if (!in || !res || !anyUsed(outs)) return false;
-      emit(rw, "fused_add_rms_norm",
-           {A("input", V(in)), A("residual", V(res)), A("weight", V(af.value("weight"))), A("epsilon", eps()),
-            A("variance_of_rounded_sum", B(true)), A("norm_dtype", D(res->type.dtype))},
-           outs, n, ctx, "_C.fused_add_rms_norm");
-      return true;
-    }
-    if (op == "_C.static_scaled_fp8_quant.default" || op == "_C.dynamic_per_token_scaled_fp8_quant.default" ||
-        op == "_C.dynamic_scaled_fp8_quant.default") {
-      ir::Value* in = af.value("input");
-      std::vector<Out> outs(2);
-      outs[0].replaces = af.mutOut("result");
-      std::vector<ir::Arg> args = {A("input", V(in))};
-      if (op == "_C.static_scaled_fp8_quant.default") {
-        ir::Value* scale = af.value("scale");
-        if (const ir::Attr* gs = af.kw("group_shape"); gs && !gs->isNone()) {
-          ctx.rejected("quant_fp8", n->name, "static quant with a group_shape is not canonicalized");
-          return false;
-        }
-        if (!scale || compiler::constNumel(scale).value_or(0) != 1) {
-          ctx.rejected("quant_fp8", n->name, "static scale is not a one-element tensor");
-          return false;
-        }
-        args.push_back(A("scale", V(scale)));
-        args.push_back(A("kind", S("static_tensor")));
-      } else if (op == "_C.dynamic_per_token_scaled_fp8_quant.default") {
-        outs[1].replaces = af.mutOut("scale");
-        args.push_back(A("scale", ir::Attr::none()));
-        args.push_back(A("kind", S("dynamic_token")));
-        ir::Value* ub = af.value("scale_ub");
-        if (ub) args.push_back(A("scale_ub", V(ub)));
-        args.push_back(A("divide", B(true)));
-      } else {
-        outs[1].replaces = af.mutOut("scale");
-        args.push_back(A("scale", ir::Attr::none()));
-        args.push_back(A("kind", S("dynamic_tensor")));
-        args.push_back(A("min_scale", F(0.0)));
-      }
-      if (!in || !anyUsed(outs)) return false;
-      emit(rw, "quant_fp8", std::move(args), outs, n, ctx, compiler::shortTarget(op));
-      return true;
-    }
-    if (op == "_C.per_token_group_fp8_quant.default") {
-      ir::Value* in = af.value("input");
-      std::vector<Out> outs(2);
-      outs[0].replaces = af.mutOut("output_q");
-      outs[1].replaces = af.mutOut("output_s");
-      if (!in || !anyUsed(outs)) return false;
-      const ir::Attr* gs = af.kw("group_size");
-      const ir::Attr* e = af.kw("eps");
-      const ir::Attr* fmax = af.kw("fp8_max");
-      if (!gs || !gs->asInt() || !e || !e->asDouble()) return false;
-      if (fmax && fmax->asDouble() && !compiler::approxEqual(*fmax->asDouble(), compiler::kFp8Max)) {
-        ctx.rejected("quant_fp8", n->name, "per_token_group_fp8_quant with fp8_max != 448");
+    ir::Value* in = af.value("input");
+    std::vector<Out> outs(2);
+    outs[0].replaces = af.mutOut("result");
+    std::vector<ir::Arg> args = {A("input", V(in))};
+    if (op == "_C.static_scaled_fp8_quant.default") {
+      ir::Value* scale = af.value("scale");
+      if (const ir::Attr* gs = af.kw("group_shape"); gs && !gs->isNone()) {
+        ctx.rejected("quant_fp8", n->name, "static quant with a group_shape is not canonicalized");
         return false;
       }
-      bool col_major = false;
-      if (ir::Value* s = af.value("output_s"); s && s->type.rank() == 2 && s->type.stride.size() == 2) {
-        const auto& st = s->type.stride;
-        col_major = st[0].isInt() && st[0].intValue() == 1 && !(s->type.shape[0].isInt() && s->type.shape[0].intValue() == 1);
-      }
-      const ir::Attr* ue8m0 = af.kw("scale_ue8m0");
-      emit(rw, "quant_fp8",
-           {A("input", V(in)), A("scale", ir::Attr::none()), A("kind", S("dynamic_group")), A("group_size", *gs),
-            A("column_major_scales", B(col_major)), A("divide", B(true)), A("min_abs", *e), A("min_scale", F(0.0)),
-            A("scale_ue8m0", B(ue8m0 && ue8m0->kind == ir::Attr::Kind::Bool && ue8m0->b))},
-           outs, n, ctx, "_C.per_token_group_fp8_quant");
-      return true;
-    }
-    if (op == "_C.silu_and_mul.default") {
-      ir::Value* in = af.value("input");
-      std::vector<Out> outs(1);
-      outs[0].replaces = af.mutOut("result");
-      if (!in || !anyUsed(outs)) return false;
-      emit(rw, "silu_and_mul", {A("input", V(in))}, outs, n, ctx, "_C.silu_and_mul");
-      return true;
-    }
-    if (op == "vllm.unified_attention_with_output.default") {
-      std::vector<Out> outs(1);
-      outs[0].replaces = af.mutOut("output");
-      if (!anyUsed(outs)) return false;
-      if (ir::Value* bs = af.mutOut("output_block_scale"); bs && bs->numUses() > 0) {
-        ctx.rejected("attention", n->name, "output_block_scale (NVFP4) is not supported");
+      if (!scale || compiler::constNumel(scale).value_or(0) != 1) {
+        ctx.rejected("quant_fp8", n->name, "static scale is not a one-element tensor");
         return false;
       }
-      const ir::Attr* layer = af.kw("layer_name");
-      std::vector<ir::Arg> args = {A("query", V(af.value("query"))), A("key", V(af.value("key"))),
-                                   A("value", V(af.value("value")))};
-      ir::Value* oscale = af.value("output_scale");
-      std::string op_name = "attention";
-      if (oscale) {
-        args.insert(args.begin() + 3, A("output_scale", V(oscale)));
-        op_name = "attention_quant";
-      }
-      args.push_back(A("layout", S("vllm")));
-      args.push_back(A("layer_name", layer ? *layer : S("")));
-      emit(rw, op_name, std::move(args), outs, n, ctx, "vllm.unified_attention_with_output");
-      return true;
+      args.push_back(A("scale", V(scale)));
+      args.push_back(A("kind", S("static_tensor")));
+    } else if (op == "_C.dynamic_per_token_scaled_fp8_quant.default") {
+      outs[1].replaces = af.mutOut("scale");
+      args.push_back(A("scale", ir::Attr::none()));
+      args.push_back(A("kind", S("dynamic_token")));
+      ir::Value* ub = af.value("scale_ub");
+      if (ub) args.push_back(A("scale_ub", V(ub)));
+      args.push_back(A("divide", B(true)));
+    } else {
+      outs[1].replaces = af.mutOut("scale");
+      args.push_back(A("scale", ir::Attr::none()));
+      args.push_back(A("kind", S("dynamic_tensor")));
+      args.push_back(A("min_scale", F(0.0)));
     }
-    // vLLM's own fused ops: represent them as the equivalent fxfuse fused ops.
-    if (op == "_C.rms_norm_static_fp8_quant.default") {
-      std::vector<Out> outs(2);
-      outs[0].replaces = af.mutOut("result");
-      ir::Value* in = af.value("input");
-      if (!in || !anyUsed(outs)) return false;
-      emit(rw, "rms_norm_quant",
-           {A("input", V(in)), A("weight", V(af.value("weight"))), A("epsilon", eps()), A("scale", V(af.value("scale"))),
-            A("kind", S("static_tensor")), A("norm_dtype", D(in->type.dtype))},
-           outs, n, ctx, "_C.rms_norm_static_fp8_quant");
-      return true;
+    if (!in || !anyUsed(outs)) return false;
+    emit(rw, "quant_fp8", std::move(args), outs, n, ctx, compiler::shortTarget(op));
+    return true;
+  }
+
+  // _C.per_token_group_fp8_quant -> quant_fp8 of kind dynamic_group (fp8_max 448 only).
+  bool groupFp8Quant(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
+    ir::Node* n = af.node;
+    ir::Value* in = af.value("input");
+    std::vector<Out> outs(2);
+    outs[0].replaces = af.mutOut("output_q");
+    outs[1].replaces = af.mutOut("output_s");
+    if (!in || !anyUsed(outs)) return false;
+    const ir::Attr* gs = af.kw("group_size");
+    const ir::Attr* e = af.kw("eps");
+    const ir::Attr* fmax = af.kw("fp8_max");
+    if (!gs || !gs->asInt() || !e || !e->asDouble()) return false;
+    if (fmax && fmax->asDouble() && !compiler::approxEqual(*fmax->asDouble(), compiler::kFp8Max)) {
+      ctx.rejected("quant_fp8", n->name, "per_token_group_fp8_quant with fp8_max != 448");
+      return false;
     }
-    if (op == "_C.fused_add_rms_norm_static_fp8_quant.default") {
+    bool col_major = false;
+    if (ir::Value* s = af.value("output_s"); s && s->type.rank() == 2 && s->type.stride.size() == 2) {
+      const auto& st = s->type.stride;
+      col_major = st[0].isInt() && st[0].intValue() == 1 && !(s->type.shape[0].isInt() && s->type.shape[0].intValue() == 1);
+    }
+    const ir::Attr* ue8m0 = af.kw("scale_ue8m0");
+    emit(rw, "quant_fp8",
+         {A("input", V(in)), A("scale", ir::Attr::none()), A("kind", S("dynamic_group")), A("group_size", *gs),
+          A("column_major_scales", B(col_major)), A("divide", B(true)), A("min_abs", *e), A("min_scale", F(0.0)),
+          A("scale_ue8m0", B(ue8m0 && ue8m0->kind == ir::Attr::Kind::Bool && ue8m0->b))},
+         outs, n, ctx, "_C.per_token_group_fp8_quant");
+    return true;
+  }
+
+  // _C.silu_and_mul(result, input) -> silu_and_mul.
+  bool siluAndMul(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
+    ir::Node* n = af.node;
+    ir::Value* in = af.value("input");
+    std::vector<Out> outs(1);
+    outs[0].replaces = af.mutOut("result");
+    if (!in || !anyUsed(outs)) return false;
+    emit(rw, "silu_and_mul", {A("input", V(in))}, outs, n, ctx, "_C.silu_and_mul");
+    return true;
+  }
+
+  // vllm.unified_attention_with_output -> attention (layout vllm), attention_quant with an
+  // output scale; NVFP4 block scales refused.
+  bool unifiedAttention(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
+    ir::Node* n = af.node;
+    std::vector<Out> outs(1);
+    outs[0].replaces = af.mutOut("output");
+    if (!anyUsed(outs)) return false;
+    if (ir::Value* bs = af.mutOut("output_block_scale"); bs && bs->numUses() > 0) {
+      ctx.rejected("attention", n->name, "output_block_scale (NVFP4) is not supported");
+      return false;
+    }
+    const ir::Attr* layer = af.kw("layer_name");
+    std::vector<ir::Arg> args = {A("query", V(af.value("query"))), A("key", V(af.value("key"))),
+                                 A("value", V(af.value("value")))};
+    ir::Value* oscale = af.value("output_scale");
+    std::string op_name = "attention";
+    if (oscale) {
+      args.insert(args.begin() + 3, A("output_scale", V(oscale)));
+      op_name = "attention_quant";
+    }
+    args.push_back(A("layout", S("vllm")));
+    args.push_back(A("layer_name", layer ? *layer : S("")));
+    emit(rw, op_name, std::move(args), outs, n, ctx, "vllm.unified_attention_with_output");
+    return true;
+  }
+
+  // vLLM's own fused ops become the equivalent fxfuse fused ops: _C.rms_norm_static_fp8_quant ->
+  // rms_norm_quant.
+  bool rmsNormStaticQuant(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
+    ir::Node* n = af.node;
+    std::vector<Out> outs(2);
+    outs[0].replaces = af.mutOut("result");
+    ir::Value* in = af.value("input");
+    if (!in || !anyUsed(outs)) return false;
+    emit(rw, "rms_norm_quant",
+         {A("input", V(in)), A("weight", V(af.value("weight"))), A("epsilon", epsilonOf(af)), A("scale", V(af.value("scale"))),
+          A("kind", S("static_tensor")), A("norm_dtype", D(in->type.dtype))},
+         outs, n, ctx, "_C.rms_norm_static_fp8_quant");
+    return true;
+  }
+
+  // _C.fused_add_rms_norm_static_fp8_quant -> fused_add_rms_norm_quant.
+  bool fusedAddRmsNormStaticQuant(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
+    ir::Node* n = af.node;
+    std::vector<Out> outs(3);
+    outs[0].replaces = af.mutOut("result");
+    outs[1].replaces = af.mutOut("residual");
+    ir::Value* in = af.value("input");
+    ir::Value* res = af.value("residual");
+    if (!in || !res || !anyUsed(outs)) return false;
+    emit(rw, "fused_add_rms_norm_quant",
+         {A("input", V(in)), A("residual", V(res)), A("weight", V(af.value("weight"))), A("epsilon", epsilonOf(af)),
+          A("scale", V(af.value("scale"))), A("kind", S("static_tensor")), A("variance_of_rounded_sum", B(true)),
+          A("norm_dtype", D(res->type.dtype))},
+         outs, n, ctx, "_C.fused_add_rms_norm_static_fp8_quant");
+    return true;
+  }
+
+  // _C.rms_norm_dynamic_per_token_quant (with or without a residual) -> the fused op.
+  bool rmsNormDynamicTokenQuant(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
+    ir::Node* n = af.node;
+    ir::Value* in = af.value("input");
+    ir::Value* res = af.value("residual");
+    if (!in) return false;
+    std::vector<ir::Arg> common = {A("epsilon", epsilonOf(af)), A("scale", ir::Attr::none()), A("kind", S("dynamic_token"))};
+    if (ir::Value* ub = af.value("scale_ub")) common.push_back(A("scale_ub", V(ub)));
+    if (res) {
       std::vector<Out> outs(3);
       outs[0].replaces = af.mutOut("result");
       outs[1].replaces = af.mutOut("residual");
-      ir::Value* in = af.value("input");
-      ir::Value* res = af.value("residual");
-      if (!in || !res || !anyUsed(outs)) return false;
-      emit(rw, "fused_add_rms_norm_quant",
-           {A("input", V(in)), A("residual", V(res)), A("weight", V(af.value("weight"))), A("epsilon", eps()),
-            A("scale", V(af.value("scale"))), A("kind", S("static_tensor")), A("variance_of_rounded_sum", B(true)),
-            A("norm_dtype", D(res->type.dtype))},
-           outs, n, ctx, "_C.fused_add_rms_norm_static_fp8_quant");
-      return true;
-    }
-    if (op == "_C.rms_norm_dynamic_per_token_quant.default") {
-      ir::Value* in = af.value("input");
-      ir::Value* res = af.value("residual");
-      if (!in) return false;
-      std::vector<ir::Arg> common = {A("epsilon", eps()), A("scale", ir::Attr::none()), A("kind", S("dynamic_token"))};
-      if (ir::Value* ub = af.value("scale_ub")) common.push_back(A("scale_ub", V(ub)));
-      if (res) {
-        std::vector<Out> outs(3);
-        outs[0].replaces = af.mutOut("result");
-        outs[1].replaces = af.mutOut("residual");
-        outs[2].replaces = af.mutOut("scale");
-        if (!anyUsed(outs)) return false;
-        std::vector<ir::Arg> args = {A("input", V(in)), A("residual", V(res)), A("weight", V(af.value("weight")))};
-        args.insert(args.end(), common.begin(), common.end());
-        args.push_back(A("variance_of_rounded_sum", B(false)));
-        args.push_back(A("norm_dtype", D(in->type.dtype)));
-        args.push_back(A("divide", B(true)));
-        emit(rw, "fused_add_rms_norm_quant", std::move(args), outs, n, ctx, "_C.rms_norm_dynamic_per_token_quant");
-      } else {
-        std::vector<Out> outs(2);
-        outs[0].replaces = af.mutOut("result");
-        outs[1].replaces = af.mutOut("scale");
-        if (!anyUsed(outs)) return false;
-        std::vector<ir::Arg> args = {A("input", V(in)), A("weight", V(af.value("weight")))};
-        args.insert(args.end(), common.begin(), common.end());
-        args.push_back(A("norm_dtype", D(in->type.dtype)));
-        args.push_back(A("divide", B(true)));
-        emit(rw, "rms_norm_quant", std::move(args), outs, n, ctx, "_C.rms_norm_dynamic_per_token_quant");
-      }
-      return true;
-    }
-    if (op == "_C.silu_and_mul_quant.default") {
-      std::vector<Out> outs(1);
-      outs[0].replaces = af.mutOut("result");
+      outs[2].replaces = af.mutOut("scale");
       if (!anyUsed(outs)) return false;
-      emit(rw, "silu_and_mul_quant", {A("input", V(af.value("input"))), A("scale", V(af.value("scale")))}, outs, n,
-           ctx, "_C.silu_and_mul_quant");
-      return true;
+      std::vector<ir::Arg> args = {A("input", V(in)), A("residual", V(res)), A("weight", V(af.value("weight")))};
+      args.insert(args.end(), common.begin(), common.end());
+      args.push_back(A("variance_of_rounded_sum", B(false)));
+      args.push_back(A("norm_dtype", D(in->type.dtype)));
+      args.push_back(A("divide", B(true)));
+      emit(rw, "fused_add_rms_norm_quant", std::move(args), outs, n, ctx, "_C.rms_norm_dynamic_per_token_quant");
+    } else {
+      std::vector<Out> outs(2);
+      outs[0].replaces = af.mutOut("result");
+      outs[1].replaces = af.mutOut("scale");
+      if (!anyUsed(outs)) return false;
+      std::vector<ir::Arg> args = {A("input", V(in)), A("weight", V(af.value("weight")))};
+      args.insert(args.end(), common.begin(), common.end());
+      args.push_back(A("norm_dtype", D(in->type.dtype)));
+      args.push_back(A("divide", B(true)));
+      emit(rw, "rms_norm_quant", std::move(args), outs, n, ctx, "_C.rms_norm_dynamic_per_token_quant");
     }
-    return false;
+    return true;
+  }
+
+  // _C.silu_and_mul_quant -> silu_and_mul_quant.
+  bool siluAndMulQuant(compiler::Rewriter& rw, const AfCall& af, PassContext& ctx) {
+    ir::Node* n = af.node;
+    std::vector<Out> outs(1);
+    outs[0].replaces = af.mutOut("result");
+    if (!anyUsed(outs)) return false;
+    emit(rw, "silu_and_mul_quant", {A("input", V(af.value("input"))), A("scale", V(af.value("scale")))}, outs, n,
+         ctx, "_C.silu_and_mul_quant");
+    return true;
   }
 
   bool builtin(compiler::Rewriter& rw, ir::Node* n, PassContext& ctx) {
