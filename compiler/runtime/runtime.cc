@@ -136,28 +136,11 @@ std::function<cudaError_t(cudaStream_t)> pagedDenseDecode(const AttentionParams&
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return {};
-  PagedAttentionParams p = view.params;
-  PlanPagedAttentionSplits(p, sms);
-  // One allocation: the split workspace (fp32, at offset 0), then the int32 metadata.
-  const size_t ws_bytes = static_cast<size_t>(PagedAttentionWorkspaceBytes(p));
-  const std::vector<int32_t>* arrays[] = {&view.block_table, &view.seq_lens, &view.query_start_loc};
-  size_t bytes = ws_bytes;
-  for (const auto* a : arrays) bytes += a->size() * sizeof(int32_t);
-  void* base = nullptr;
-  if (cudaMalloc(&base, bytes) != cudaSuccess) return {};
-  cleanup->push_back([base] { cudaFree(base); });
-  int32_t* next = reinterpret_cast<int32_t*>(static_cast<char*>(base) + ws_bytes);
-  const int32_t* device_copy[3];
-  for (int i = 0; i < 3; ++i) {
-    if (cudaMemcpy(next, arrays[i]->data(), arrays[i]->size() * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess)
-      return {};
-    device_copy[i] = next;
-    next += arrays[i]->size();
-  }
-  p.block_table = device_copy[0];
-  p.seq_lens = device_copy[1];
-  p.query_start_loc = device_copy[2];
-  p.workspace = ws_bytes ? static_cast<float*>(base) : nullptr;
+  PagedAttentionParams p;
+  void* memory = nullptr;
+  const cudaError_t prepared = PrepareDensePagedView(view, sms, &p, &memory);
+  if (memory) cleanup->push_back([memory] { cudaFree(memory); });
+  if (prepared != cudaSuccess) return {};
   return [p](cudaStream_t s) { return LaunchPagedAttention(p, s); };
 }
 

@@ -1,5 +1,5 @@
 // The paged view of a dense decode attention (dense_paged_view.h): checks the layout, picks the
-// block size, and writes the identity metadata.
+// block size, writes the identity metadata, and uploads it for a launch.
 #include "kernels/runtime/dense_paged_view.h"
 
 #include <climits>
@@ -95,6 +95,33 @@ std::string PagedViewOfDenseAttention(const AttentionParams& a, DensePagedView* 
   for (int64_t b = 0; b <= a.B; ++b) v.query_start_loc[static_cast<size_t>(b)] = static_cast<int32_t>(b);
   *view = std::move(v);
   return "";
+}
+
+cudaError_t PrepareDensePagedView(const DensePagedView& view, int num_sms, PagedAttentionParams* params,
+                                  void** device_memory) {
+  PagedAttentionParams p = view.params;
+  PlanPagedAttentionSplits(p, num_sms);
+  // The split workspace (fp32) at offset 0, then the int32 arrays.
+  const size_t ws_bytes = static_cast<size_t>(PagedAttentionWorkspaceBytes(p));
+  const std::vector<int32_t>* arrays[] = {&view.block_table, &view.seq_lens, &view.query_start_loc};
+  size_t bytes = ws_bytes;
+  for (const auto* a : arrays) bytes += a->size() * sizeof(int32_t);
+  *device_memory = nullptr;
+  if (cudaError_t e = cudaMalloc(device_memory, bytes); e != cudaSuccess) return e;
+  int32_t* next = reinterpret_cast<int32_t*>(static_cast<char*>(*device_memory) + ws_bytes);
+  const int32_t* copies[3];
+  for (int i = 0; i < 3; ++i) {
+    const size_t n = arrays[i]->size() * sizeof(int32_t);
+    if (cudaError_t e = cudaMemcpy(next, arrays[i]->data(), n, cudaMemcpyHostToDevice); e != cudaSuccess) return e;
+    copies[i] = next;
+    next += arrays[i]->size();
+  }
+  p.block_table = copies[0];
+  p.seq_lens = copies[1];
+  p.query_start_loc = copies[2];
+  p.workspace = ws_bytes ? static_cast<float*>(*device_memory) : nullptr;
+  *params = p;
+  return cudaSuccess;
 }
 
 }  // namespace fxfuse::runtime

@@ -13,7 +13,7 @@
 //               |                                                    seq_lens[b] = Sk, qsl[b] = b
 //         out [B, Hq, 1, E]                                          paged_attention -> out [T, Hq, E]
 //
-// Plain C++ (no device code): the caller uploads the three int32 arrays and sets their pointers.
+// Host code only (no kernels): PrepareDensePagedView uploads the metadata for a launch.
 #pragma once
 
 #include <cstdint>
@@ -42,5 +42,12 @@ inline constexpr int64_t kDenseViewBlockSize = 16;
 // output the paged kernel rounds differently, K and V laid out differently, rows that are not
 // [rows, Hk, E] contiguous, sizes past the kernel's int32 metadata).
 std::string PagedViewOfDenseAttention(const AttentionParams& a, DensePagedView* view);
+
+// The launch params of `view` on this device: the split planned for `num_sms`, and one device
+// allocation (*device_memory, the caller's to cudaFree) holding the split workspace and copies of
+// the three metadata arrays, whose pointers *params gets. Synchronous (cudaMemcpy): call it when a
+// step is prepared, not per launch.
+cudaError_t PrepareDensePagedView(const DensePagedView& view, int num_sms, PagedAttentionParams* params,
+                                  void** device_memory);
 
 }  // namespace fxfuse::runtime

@@ -472,16 +472,18 @@ void runDenseView(const DenseCase& d) {
   for (const char* mma : {"1", "0"}) {
     INFO("FXFUSE_PAGED_MMA=" << mma);
     setenv("FXFUSE_PAGED_MMA", mma, 1);
-    PagedAttentionParams planned = p;
-    PlanPagedAttentionSplits(planned, 132);
-    DeviceBuffer workspace(static_cast<size_t>(std::max<int64_t>(PagedAttentionWorkspaceBytes(planned), 4)));
-    planned.workspace = static_cast<float*>(workspace.get());
+    // The planned split as the runtime prepares it (PrepareDensePagedView: its own uploads).
+    PagedAttentionParams planned;
+    void* prepared = nullptr;
+    const cudaError_t prepare = PrepareDensePagedView(view, 132, &planned, &prepared);
     for (const PagedAttentionParams* launch : {&p, &planned}) {
+      FXFUSE_CUDA_REQUIRE(prepare);
       dout.Poison();
       FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(*launch, nullptr));
       FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
-      checkAttention(c, ref, dout, q_n, launch == &p ? "one pass" : "planned split");
+      checkAttention(c, ref, dout, q_n, launch == &p ? "one pass" : "planned split, prepared as the runtime does");
     }
+    cudaFree(prepared);
   }
   unsetenv("FXFUSE_PAGED_MMA");
 }

@@ -161,8 +161,8 @@ void prefill(int seqlen, bool causal, int reps) {
 }
 
 // The paged kernel's launch over the decode's dense [B, S, Hk, E] cache (k and v set per
-// launch): the identity view's metadata and the split workspace on the device, as the runtime
-// sets them up; `owned` collects the allocations.
+// launch), prepared as the runtime prepares it (PrepareDensePagedView); `owned` collects the
+// allocation.
 fxfuse::runtime::PagedAttentionParams pagedDecodeOf(const DecodeParams& d, int sms, std::vector<void*>* owned) {
   namespace rt = fxfuse::runtime;
   rt::AttentionParams a;
@@ -189,24 +189,10 @@ fxfuse::runtime::PagedAttentionParams pagedDecodeOf(const DecodeParams& d, int s
     std::fprintf(stderr, "the decode has no paged view: %s\n", why.c_str());
     std::exit(1);
   }
-  rt::PagedAttentionParams p = view.params;
-  rt::PlanPagedAttentionSplits(p, sms);
-  auto upload = [&](const std::vector<int32_t>& host) {
-    void* dev = nullptr;
-    CK(cudaMalloc(&dev, host.size() * sizeof(int32_t)));
-    CK(cudaMemcpy(dev, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    owned->push_back(dev);
-    return static_cast<const int32_t*>(dev);
-  };
-  p.block_table = upload(view.block_table);
-  p.seq_lens = upload(view.seq_lens);
-  p.query_start_loc = upload(view.query_start_loc);
-  if (const int64_t ws = rt::PagedAttentionWorkspaceBytes(p)) {
-    void* dev = nullptr;
-    CK(cudaMalloc(&dev, static_cast<size_t>(ws)));
-    owned->push_back(dev);
-    p.workspace = static_cast<float*>(dev);
-  }
+  rt::PagedAttentionParams p;
+  void* memory = nullptr;
+  CK(rt::PrepareDensePagedView(view, sms, &p, &memory));
+  owned->push_back(memory);
   return p;
 }
 
