@@ -5,8 +5,10 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "compiler/runtime/runtime.h"
 #include "ir/status.h"
@@ -64,6 +66,10 @@ void Session::fuseGemmEpilogues() {
         g.dtype != p.out_dtype || !onlyTheSiluReads(plan_, static_cast<int>(si), st.matmul().d(), g))
       continue;
     p.gated_silu = g.epilogue;
+    // A block of the gated kernel holds gate/up pairs, so it takes fewer K slices: a count timed
+    // for the plain GEMM that it cannot take falls back to the kernel's rule.
+    const std::vector<int> splits = SmallMFp8GemmSplitChoices(p);
+    if (std::find(splits.begin(), splits.end(), p.splits) == splits.end()) p.splits = 0;
     if (SmallMFp8GemmUnsupported(p)) continue;
     gemm.run = [p, where = gemm.where](cudaStream_t s) {
       if (const cudaError_t e = LaunchSmallMFp8Gemm(p, s); e != cudaSuccess)

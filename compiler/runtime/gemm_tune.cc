@@ -254,16 +254,40 @@ OwnGemmPolicy ownGemmPolicy() {
   }();
   return policy;
 }
+
+// Times and checks every own-kernel candidate against cuBLASLt's output in `reference` (empty
+// when cuBLASLt did not run: nothing agrees then). Returns the fastest agreeing candidate, or
+// -1; `us` gets each candidate's time (negative: failed to run) and `why` the first mismatch.
+int fastestAgreeingCandidate(const GemmCall& call, const std::vector<OwnGemmCandidate>& own,
+                             const std::vector<float>& reference, cudaDataType_t d_type, TuningScratch& t,
+                             cudaStream_t stream, const std::string& where, std::vector<double>* us,
+                             std::string* why) {
+  int best = -1;
+  for (size_t i = 0; i < own.size(); ++i) {
+    us->push_back(timeLaunch([&] { return own[i].launch(t.buffers[1], stream) == cudaSuccess; }, t.flush, stream,
+                             t.start, t.stop));
+    checkCuda(cudaStreamSynchronize(stream), where + ": timing the own kernel");
+    if (us->back() < 0 || reference.empty()) continue;
+    std::string mismatch;
+    if (!outputsAgree(downloadAsFloat(t.buffers[1], call.d_bytes, d_type, where), reference, &mismatch)) {
+      if (why->empty()) *why = own[i].label + ": " + mismatch;
+      continue;
+    }
+    if (best < 0 || us->back() < (*us)[static_cast<size_t>(best)]) best = static_cast<int>(i);
+  }
+  return best;
+}
 }  // namespace
 
-OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, const OwnGemmLaunch& own,
+OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, const std::vector<OwnGemmCandidate>& own,
                             cudaDataType_t d_type, bool tune, cudaStream_t stream, const std::string& key,
                             const std::string& where) {
   const OwnGemmPolicy policy = ownGemmPolicy();
   if (policy == OwnGemmPolicy::kNever) return OwnGemmChoice{false, "; own kernel off (FXFUSE_OWN_GEMM=never)", false};
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   checkCuda(cudaStreamIsCapturing(stream, &capturing), where);
-  if (!tune || capturing != cudaStreamCaptureStatusNone) return OwnGemmChoice{false, "; own kernel not timed", false};
+  if (!tune || capturing != cudaStreamCaptureStatusNone || own.empty())
+    return OwnGemmChoice{false, "; own kernel not timed", false};
   static std::mutex own_mutex;
   static std::map<std::string, OwnGemmChoice> own_cache;
   {
@@ -275,21 +299,30 @@ OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, cons
   {
     TuningScratch t(2, call.d_bytes, where);
     const double lt_us = timeCandidate(call, choice.algo, t.buffers[0], t.flush, stream, t.start, t.stop);
-    const double own_us = timeLaunch([&] { return own(t.buffers[1], stream) == cudaSuccess; }, t.flush, stream,
-                                     t.start, t.stop);
-    checkCuda(cudaStreamSynchronize(stream), where + ": timing the own kernel");
+    checkCuda(cudaStreamSynchronize(stream), where + ": timing cuBLASLt");
+    const std::vector<float> reference =
+        lt_us >= 0 ? downloadAsFloat(t.buffers[0], call.d_bytes, d_type, where) : std::vector<float>{};
+    std::vector<double> us;
     std::string why;
-    const bool agree = own_us >= 0 && lt_us >= 0 &&
-                       outputsAgree(downloadAsFloat(t.buffers[1], call.d_bytes, d_type, where),
-                                    downloadAsFloat(t.buffers[0], call.d_bytes, d_type, where), &why);
+    c.candidate = fastestAgreeingCandidate(call, own, reference, d_type, t, stream, where, &us, &why);
+    const bool ran = std::any_of(us.begin(), us.end(), [](double v) { return v >= 0; });
+    const bool agree = c.candidate >= 0;
+    const double own_us = agree ? us[static_cast<size_t>(c.candidate)] : -1;
     c.use = agree && (own_us < lt_us || policy == OwnGemmPolicy::kAlways);
     c.eligible = agree && policy == OwnGemmPolicy::kTimed;
-    c.summary = own_us < 0   ? std::string("; own kernel failed to run")
-                : lt_us < 0  ? std::string("; own kernel not compared (cuBLASLt did not run)")
-                : !agree     ? fmt::format("; own kernel refused: output differs from cuBLASLt's ({})", why)
-                             : fmt::format("; own kernel {:.1f} us vs {:.1f} us: {}{}", own_us, lt_us,
-                                           c.use ? "own kernel" : "cuBLASLt",
-                                           policy == OwnGemmPolicy::kAlways ? " (FXFUSE_OWN_GEMM=always)" : "");
+    std::string others;  // the other candidates' times, when there were several
+    for (size_t i = 0; i < own.size() && own.size() > 1; ++i)
+      if (static_cast<int>(i) != c.candidate)
+        others += fmt::format("{}{} {}", others.empty() ? " (" : ", ", own[i].label,
+                              us[i] < 0 ? std::string("failed") : fmt::format("{:.1f} us", us[i]));
+    if (!others.empty()) others += ")";
+    c.summary = !ran          ? std::string("; own kernel failed to run")
+                : lt_us < 0   ? std::string("; own kernel not compared (cuBLASLt did not run)")
+                : !agree      ? fmt::format("; own kernel refused: output differs from cuBLASLt's ({})", why)
+                              : fmt::format("; own kernel ({}) {:.1f} us{} vs {:.1f} us: {}{}",
+                                            own[static_cast<size_t>(c.candidate)].label, own_us, others, lt_us,
+                                            c.use ? "own kernel" : "cuBLASLt",
+                                            policy == OwnGemmPolicy::kAlways ? " (FXFUSE_OWN_GEMM=always)" : "");
   }
   std::lock_guard<std::mutex> lock(own_mutex);
   own_cache[key] = c;

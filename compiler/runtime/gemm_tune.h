@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace fxfuse::runtime {
 
@@ -45,20 +46,26 @@ struct GemmChoice {
 GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeuristicResult_t* results, int found,
                                int first, bool tune, cudaStream_t stream, const std::string& key, const std::string& where);
 
-// fxfuse's own kernel for a call that cuBLASLt also serves (the small-M FP8 GEMM): times `own`
-// (writing into the D pointer it is given) against cuBLASLt's `choice` on the same operands,
-// both into scratch outputs, L2 flushed, and keeps the own kernel when its output agrees with
-// cuBLASLt's up to accumulation order and it is faster. `d_type`: D's type (bf16, f16, f32).
-// Cached in-process by `key`; `tune` false or a capturing stream: cuBLASLt, nothing timed.
+// fxfuse's own kernel for a call that cuBLASLt also serves (the small-M FP8 GEMM), in one or
+// more configurations (its K split): times each candidate (writing into the D pointer it is
+// given) and cuBLASLt's `choice` on the same operands, all into scratch outputs, L2 flushed;
+// keeps the fastest candidate whose output agrees with cuBLASLt's up to accumulation order,
+// and uses it when it is faster than cuBLASLt. `d_type`: D's type (bf16, f16, f32). Cached
+// in-process by `key`; `tune` false or a capturing stream: cuBLASLt, nothing timed.
+using OwnGemmLaunch = std::function<cudaError_t(void* d, cudaStream_t stream)>;
+struct OwnGemmCandidate {
+  std::string label;  // e.g. "4 K slices"
+  OwnGemmLaunch launch;
+};
 struct OwnGemmChoice {
   bool use = false;
-  std::string summary;  // appended to the algorithm's summary, e.g. "; own kernel 4.1 us vs 11.3 us: own kernel"
+  std::string summary;  // appended to the algorithm's summary, e.g. "; own kernel (4 K slices) 4.1 us vs 11.3 us: own kernel"
   // The own kernel ran and agrees with cuBLASLt under the timed policy: either may run the step,
   // so Session::chooseOwnGemmsInStep may pick by timing the whole step.
   bool eligible = false;
+  int candidate = -1;  // the fastest agreeing candidate, -1 when none ran and agreed
 };
-using OwnGemmLaunch = std::function<cudaError_t(void* d, cudaStream_t stream)>;
-OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, const OwnGemmLaunch& own,
+OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, const std::vector<OwnGemmCandidate>& own,
                             cudaDataType_t d_type, bool tune, cudaStream_t stream, const std::string& key,
                             const std::string& where);
 

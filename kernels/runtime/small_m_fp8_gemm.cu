@@ -27,7 +27,9 @@
 // gated-SiLU epilogue a block's tiles are pairs: its first half are gate tiles (weight rows
 // < N/2), its second half the matching up tiles, so each gate/up pair of outputs meets in the
 // block's shared memory and becomes one FP8 value of silu_and_mul_quant.
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/device/cp_async.cuh"
 #include "kernels/device/mbarrier.cuh"
@@ -240,7 +242,7 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
   Launch l{p, 1, 0, tiles / 2};
-  l.splits = SmallMFp8GemmSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
+  l.splits = p.splits > 0 ? p.splits : SmallMFp8GemmSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
   if (kGated && l.splits > kWarps / 2) l.splits = kWarps / 2;  // at least one gate/up pair per block
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
   const int64_t per = kWarps / l.splits;
@@ -278,6 +280,15 @@ int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots) {
   return best;
 }
 
+std::vector<int> SmallMFp8GemmSplitChoices(const SmallMFp8GemmParams& p) {
+  if (p.M > kSmallMFp8MmaSyncMaxRows) return SmallMFp8GemmWgmmaSplitChoices(p.K);
+  const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
+  const int most = p.gated_silu.out ? kWarps / 2 : kWarps;  // a gated block holds a gate/up pair
+  std::vector<int> choices{1};
+  for (int s = 2; s <= most && s <= k_steps; s *= 2) choices.push_back(s);
+  return choices;
+}
+
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
   if (p.M < 1 || p.M > kSmallMFp8MaxRows) return "M must be 1..64";
   if (p.N < 1 || p.K < 16 || p.K % 16 != 0) return "N must be positive and K a positive multiple of 16";
@@ -295,6 +306,11 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
     if (p.N % (2 * kRowsPerTile) != 0) return "the gated-SiLU epilogue needs N = 2d with d a multiple of 16";
     if (p.out_dtype == DType::F32 || p.bias) return "the gated-SiLU epilogue rounds to BF16 or F16, without bias";
     if (!g.scale || g.out_row_stride < p.N / 2) return "the gated-SiLU epilogue needs its scale and rows covering N/2";
+  }
+  if (p.splits != 0) {
+    const std::vector<int> choices = SmallMFp8GemmSplitChoices(p);
+    if (std::find(choices.begin(), choices.end(), p.splits) == choices.end())
+      return "splits must be 0 (the kernel's rule) or one of SmallMFp8GemmSplitChoices";
   }
   return nullptr;
 }

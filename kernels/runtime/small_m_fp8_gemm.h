@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "proto/dtype.h"
 
@@ -26,6 +27,8 @@ using ::fxfuse::DType;
 // tiles of 8 tokens per warp); 17..64 rows run on the wgmma kernel (small_m_fp8_gemm_wgmma.cu).
 inline constexpr int64_t kSmallMFp8MaxRows = 64;
 inline constexpr int64_t kSmallMFp8MmaSyncMaxRows = 16;
+// The most CTAs of the wgmma kernel per weight tile (its cluster): 8 measured slower than 4.
+inline constexpr int kSmallMFp8WgmmaMaxSplits = 4;
 
 // The gated-SiLU epilogue of the mma.sync kernel (at most 16 rows): the step after a
 // gate/up projection, vLLM's silu_and_mul_quant, done by the GEMM on its own output. With N =
@@ -57,11 +60,17 @@ struct SmallMFp8GemmParams {
   int64_t out_row_stride = 0;
   DType out_dtype = DType::BF16;   // BF16, F16 or F32
   SmallMFp8GatedSilu gated_silu;   // set: the epilogue above (out_dtype BF16 or F16, no bias)
+  // Slices of K per weight tile: 0 = the kernel's rule for this GPU (SmallMFp8GemmSplits,
+  // SmallMFp8GemmWgmmaSplits), else one of SmallMFp8GemmSplitChoices(*this). The rules model
+  // waves of equal CTAs; the runtime times every choice on the step's operands instead and
+  // keeps the fastest (docs/runtime.md "Matmul algorithms").
+  int splits = 0;
 };
 
 // Why the kernel cannot take `p` (sizes, dtypes, alignment: K, the row strides and the x/w
 // pointers must be multiples of 16 bytes; the gated-SiLU epilogue takes at most 16 rows, an N
-// of two halves of whole 16-row tiles, a D16 output and no bias), or nullptr when it can.
+// of two halves of whole 16-row tiles, a D16 output and no bias; splits 0 or one of
+// SmallMFp8GemmSplitChoices(p)), or nullptr when it can.
 // Host-only; no GPU needed.
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p);
 
@@ -76,12 +85,21 @@ int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots);
 // whose CTAs all fit in one wave with at least two 128-byte K steps each, else 1. Host-only.
 int SmallMFp8GemmWgmmaSplits(int64_t N, int64_t K, int64_t cta_slots);
 
+// The slice counts the kernel that LaunchSmallMFp8Gemm picks for p.M can run, in increasing
+// order: the mma.sync kernel (M <= 16) 1, 2, 4 and 8 warps per tile, at most one per 128-byte K
+// step and at most 4 with the gated-SiLU epilogue; the wgmma kernel 1, 2 and 4 CTAs per
+// cluster, at least two 128-byte K steps each. Host-only.
+std::vector<int> SmallMFp8GemmSplitChoices(const SmallMFp8GemmParams& p);
+// The wgmma kernel's part of it, for any M: 1, then 2 and 4 where K has two steps per slice.
+std::vector<int> SmallMFp8GemmWgmmaSplitChoices(int64_t K);
+
 // cudaErrorInvalidValue when SmallMFp8GemmUnsupported(p) says why, else the launch error. Up to
 // kSmallMFp8MmaSyncMaxRows rows run on the mma.sync kernel, more on the wgmma kernel.
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream);
 
 // The wgmma kernel alone, for any M the launcher takes (the GPU test runs it at M <= 16 too);
-// the caller has checked SmallMFp8GemmUnsupported(p). cudaErrorNotSupported when the driver
+// the caller has checked SmallMFp8GemmUnsupported(p) (p.splits, when set, one of 1, 2, 4 with
+// two K steps per slice, else cudaErrorInvalidValue). cudaErrorNotSupported when the driver
 // cannot encode its tensor maps.
 cudaError_t LaunchSmallMFp8GemmWgmma(const SmallMFp8GemmParams& p, cudaStream_t stream);
 

@@ -28,7 +28,9 @@
 // Accumulation: Hopper's FP8 MMA adds into its accumulator with about 14 bits, not fp32's 24
 // (chaining a step's four MMA measured errors past 2^-12 of the sum of |products| at K = 128).
 // Each MMA here starts from zero and its 32-term sum is added to the accumulator in fp32.
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/device/mbarrier.cuh"
 #include "kernels/device/pdl.cuh"
@@ -46,8 +48,7 @@ constexpr int kRows = 64;        // weight rows per tile: the wgmma's M
 constexpr int kStepBytes = 128;  // K bytes per ring stage: one swizzle row
 constexpr int kMmaK = 32;        // K bytes per wgmma
 constexpr int kMmasPerStep = kStepBytes / kMmaK;
-// The largest cluster: 8 CTAs per tile measured slower than 4 (docs/runtime.md).
-constexpr int kMaxSplits = 4;
+constexpr int kMaxSplits = kSmallMFp8WgmmaMaxSplits;
 constexpr int kAlign = 1024;     // the swizzle pattern repeats every 8 rows of 128 bytes
 constexpr int kRingStages = 4;   // the launcher's ring; the kernel template takes others for sweeps
 
@@ -278,7 +279,8 @@ cudaError_t launchWgmma(const SmallMFp8GemmParams& p, cudaStream_t stream) {
       !makeOperandMap(&l.token_map, p.x, p.M, p.K, p.x_row_stride, kTokens))
     return cudaErrorNotSupported;
   const int64_t tiles = (p.N + kRows - 1) / kRows, k_steps = (p.K + kStepBytes - 1) / kStepBytes;
-  l.splits = SmallMFp8GemmWgmmaSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
+  l.splits = p.splits > 0 ? p.splits
+                           : SmallMFp8GemmWgmmaSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
   const dim3 grid(static_cast<unsigned>(tiles * l.splits));
   return kernels::LaunchProgrammaticInClusters(kernel, grid, dim3(kThreads), L::kSmemBytes, l.splits, stream, l);
@@ -297,7 +299,19 @@ int SmallMFp8GemmWgmmaSplits(int64_t N, int64_t K, int64_t cta_slots) {
   return best;
 }
 
+std::vector<int> SmallMFp8GemmWgmmaSplitChoices(int64_t K) {
+  const int64_t k_steps = (K + kStepBytes - 1) / kStepBytes;
+  std::vector<int> choices{1};  // each rank finishes 64 / s rows in groups of 4: s divides 16
+  for (int s = 2; s <= kMaxSplits; s *= 2)
+    if (k_steps >= 2 * s) choices.push_back(s);
+  return choices;
+}
+
 cudaError_t LaunchSmallMFp8GemmWgmma(const SmallMFp8GemmParams& p, cudaStream_t stream) {
+  if (p.splits != 0) {
+    const std::vector<int> choices = SmallMFp8GemmWgmmaSplitChoices(p.K);
+    if (std::find(choices.begin(), choices.end(), p.splits) == choices.end()) return cudaErrorInvalidValue;
+  }
   return p.M <= 32 ? launchWgmma<32>(p, stream) : launchWgmma<64>(p, stream);
 }
 

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/runtime/small_m_fp8_gemm.h"
 
@@ -82,6 +83,41 @@ TEST_CASE("small-M FP8 GEMM gated-SiLU epilogue: what it takes and refuses", "[g
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
   p = gatedSilu(4, 64, 256);
   p.gated_silu.out = nullptr;  // no epilogue, and no output either
+  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+}
+
+TEST_CASE("small-M FP8 GEMM: the K splits the runtime may time", "[gemm]") {
+  using V = std::vector<int>;
+  // mma.sync kernel (M <= 16): 1, 2, 4, 8 warps per tile, at most one per 128-byte K step.
+  CHECK(SmallMFp8GemmSplitChoices(decode(1, 6144, 4096)) == V{1, 2, 4, 8});
+  CHECK(SmallMFp8GemmSplitChoices(decode(16, 6144, 384)) == V{1, 2});  // 3 steps
+  CHECK(SmallMFp8GemmSplitChoices(decode(8, 16, 16)) == V{1});
+  // The gated-SiLU epilogue: a block holds gate/up pairs, so at most 4.
+  CHECK(SmallMFp8GemmSplitChoices(gatedSilu(4, 64, 4096)) == V{1, 2, 4});
+  // wgmma kernel (M 17..64): clusters of 1, 2, 4 CTAs with two K steps each.
+  CHECK(SmallMFp8GemmSplitChoices(decode(64, 28672, 4096)) == V{1, 2, 4});
+  CHECK(SmallMFp8GemmSplitChoices(decode(17, 64, 512)) == V{1, 2});  // 4 steps
+  CHECK(SmallMFp8GemmSplitChoices(decode(33, 64, 384)) == V{1});     // 3 steps
+  CHECK(SmallMFp8GemmWgmmaSplitChoices(1024) == V{1, 2, 4});
+  // Every choice is taken, anything else refused before any CUDA call.
+  for (const SmallMFp8GemmParams& base : {decode(1, 6144, 4096), decode(64, 28672, 4096), gatedSilu(4, 64, 4096)})
+    for (int s : SmallMFp8GemmSplitChoices(base)) {
+      SmallMFp8GemmParams p = base;
+      p.splits = s;
+      CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
+    }
+  SmallMFp8GemmParams p = decode(64, 28672, 4096);
+  for (int s : {3, 8, -1}) {
+    p.splits = s;
+    CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+    CHECK(LaunchSmallMFp8Gemm(p, nullptr) == cudaErrorInvalidValue);
+    CHECK(LaunchSmallMFp8GemmWgmma(p, nullptr) == cudaErrorInvalidValue);
+  }
+  p = gatedSilu(4, 64, 4096);
+  p.splits = 8;  // the plain kernel takes 8, the gated one does not
+  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+  p = decode(8, 16, 256);
+  p.splits = 4;  // 2 K steps: at most 2 slices
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
 }
 

@@ -40,6 +40,7 @@ struct Case {
   DType bias_dtype = DType::BF16;
   int64_t x_pad = 0, w_pad = 0, out_pad = 0;  // extra row stride (bytes for x/w, elements for out)
   bool wgmma = false;  // LaunchSmallMFp8GemmWgmma whatever M is (the launcher picks by M)
+  int splits = 0;      // K slices per tile: 0 = the kernel's rule
 };
 
 // Random e4m3 bytes of moderate magnitude (|v| <= 2^4, both signs, subnormals included), never NaN.
@@ -114,6 +115,7 @@ void runCase(const Case& c) {
   p.scale_w = static_cast<const float*>(dsw.get());
   if (c.bias) p.bias = dbias.get(), p.bias_dtype = c.bias_dtype;
   p.out = dout.get(), p.out_row_stride = os, p.out_dtype = c.out_dtype;
+  p.splits = c.splits;
   REQUIRE(SmallMFp8GemmUnsupported(p) == nullptr);
   FXFUSE_CUDA_REQUIRE(c.wgmma ? LaunchSmallMFp8GemmWgmma(p, nullptr) : LaunchSmallMFp8Gemm(p, nullptr));
   FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
@@ -148,7 +150,8 @@ void runCase(const Case& c) {
         log << "  (" << m << ", " << n << "): got " << g << " want " << want << " bound " << bound << "\n";
     }
   INFO("M " << c.M << " N " << c.N << " K " << c.K << " out " << kernels::DTypeName(c.out_dtype) << " bias "
-            << c.bias << (c.wgmma ? " wgmma" : "") << " seed " << seed << ": " << failures << " failures\n"
+            << c.bias << (c.wgmma ? " wgmma" : "") << " splits " << c.splits << " seed " << seed << ": " << failures
+            << " failures\n"
             << log.str());
   CHECK(failures == 0);
   if (c.out_dtype == DType::F32)
@@ -219,6 +222,31 @@ TEST_CASE("small-M FP8 GEMM (wgmma): Llama-3.1-8B and 70B decode shapes", "[gpu]
   runCase({64, 1024, 14336});  // down (a slice of its 4096 rows)
   runCase({32, 28672, 4096});  // gate/up
   runCase({64, 1280, 8192});   // 70B qkv (a slice)
+}
+
+// The runtime times every K split of SmallMFp8GemmSplitChoices and runs the fastest, so each
+// must be right, not only the rule's: both kernels, a partial tile, a K whose last slices are
+// short or empty, and Llama K's (row slices of the weights, to keep the CPU reference short).
+TEST_CASE("small-M FP8 GEMM: every K split the runtime may choose", "[gpu][gemm]") {
+  const Case shapes[] = {{1, 200, 1040}, {16, 200, 1040}, {33, 200, 1040}, {64, 200, 1040},
+                         {8, 1024, 4096}, {64, 2048, 4096}, {40, 512, 14336}};
+  for (const Case& shape : shapes) {
+    SmallMFp8GemmParams p;
+    p.M = shape.M, p.N = shape.N, p.K = shape.K;
+    const std::vector<int> choices = SmallMFp8GemmSplitChoices(p);
+    REQUIRE(choices.size() >= 2);
+    for (int s : choices) {
+      Case c = shape;
+      c.splits = s;
+      runCase(c);
+    }
+  }
+  for (int s : SmallMFp8GemmWgmmaSplitChoices(1040)) {  // the wgmma kernel at M <= 16
+    Case c{16, 200, 1040};
+    c.wgmma = true;
+    c.splits = s;
+    runCase(c);
+  }
 }
 
 }  // namespace
