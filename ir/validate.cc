@@ -180,10 +180,13 @@ const char* attrKindName(const Attr& a) {
   }
 }
 
-// What is wrong with `a` in the slot `s`, or empty.
-std::string argProblem(const SchemaArg& s, const Attr& a) {
+// What is wrong with `a` in the slot `s`, or empty. `exact`: fxfuse's own ops, whose tensor
+// slots take tensor values only (no op of torch's wraps a number there for them, and the
+// interpreter and lowering read those slots as values: a number would read as absent).
+std::string argProblem(const SchemaArg& s, const Attr& a, bool exact) {
   if (a.isNone()) return s.is_optional || s.default_value ? "" : "is None but the schema requires a value";
-  if (s.is_tensor && !s.is_list && !fitsTensorSlot(a))
+  const bool tensor_value = a.kind == Attr::Kind::Value && a.value && a.value->isTensor();
+  if (s.is_tensor && !s.is_list && !(exact ? tensor_value : fitsTensorSlot(a)))
     return std::string("must be a tensor, got ") + attrKindName(a);
   if (s.is_tensor && s.is_list) {
     if (a.kind != Attr::Kind::List) return std::string("must be a list of tensors, got ") + attrKindName(a);
@@ -274,7 +277,7 @@ void validateNodesAgainstSchemas(const Module& m, const std::string& file) {
         if (!a) {
           if (!sa.default_value && !sa.is_optional) problem = "is missing";
         } else {
-          problem = argProblem(sa, *a);
+          problem = argProblem(sa, *a, n.kind == NodeKind::Fxfuse);
         }
         if (!problem.empty())
           fail("{}: node '{}' ({}): argument '{}' {}", file, n.name, n.target, sa.name, problem);

@@ -60,6 +60,16 @@ w("negsize.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[-5, 64]').replace("
 w("infsize.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[oo, 64]').replace("%2: f32[s0, 64]", "%2: f32[int_oo, 64]"))
 w("missing_operand.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default()"))
 w("string_operand.fxg", small.replace("aten.neg.default(self=%1)", 'aten.neg.default(self="hello")'))
+w("number_residual.fxg", """fxfuse.module {
+  graph @main {
+    input %1 "x": bf16[4, 64]
+    input %2 "w": bf16[64]
+    %3: bf16[4, 64], %4: bf16[4, 64] = fxfuse.fused_add_rms_norm.default(input=%1, residual=52, weight=%2, epsilon=1e-05)  // norm
+    output %3
+    output %4
+  }
+}
+""")
 w("extra_positional.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(%1, %1)"))
 w("unknown_keyword.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(self=%1, alpha=2)"))
 w("positional_and_keyword.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default(%1, self=%1)"))
@@ -193,6 +203,10 @@ expect_msg unbind_rank_verify "node 'unbind' (aten.unbind.int): output 0 is 2-D,
 run_case string_operand_plan 2 -- compile "$T/string_operand.fxg" --emit=plan -o "$T/p.pb"
 expect_msg string_operand_plan "must be a tensor, got a string"
 run_case string_operand_verify 2 -- verify "$T/string_operand.fxg"
+# A number in a tensor slot of fxfuse's own ops (aten's wrap numbers into 0-d tensors; ours never
+# do, and lowering read it as no residual: a pipeline fuzz finding).
+run_case number_residual_plan 2 -- compile "$T/number_residual.fxg" --emit=plan -o "$T/p.pb"
+expect_msg number_residual_plan "node 'norm' (fxfuse.fused_add_rms_norm.default): argument 'residual' must be a tensor, got an integer"
 run_case unknown_op_compile 2 -- compile "$T/unknown_op.fxg"; expect_msg unknown_op_compile "unknown op aten.frobnicate.default"
 run_case unknown_op_verify 2 -- verify "$T/unknown_op.fxg"
 run_case unknown_op_convert 0 -- convert "$T/unknown_op.fxg" -o "$T/out.fxg"
