@@ -299,244 +299,305 @@ void setKvMetadata(const pb::Plan& plan, rt::Session& s, Inputs& owned, const in
 
 }  // namespace
 
-void registerRun(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("run", "Run a launch plan (or a graph) on the GPU; optionally compare with the CPU");
-  static std::string input, device = "cuda";
-  static std::vector<std::string> binds, consts;
-  static uint64_t seed = 0;
-  static bool compare = false, describe = false, no_cache = false, cpu_only = false, check_nodes = false,
-              strict = false, no_gemm_tune = false;
-  static int world_size = kDefaultWorldSize;
-  static std::vector<std::string> passes, input_files;
-  static std::string save_outputs, save_inputs;
-  static double rtol = -1, atol = -1, mismatch_frac = 0.001;
-  static MultiGpuFlags mg;
-  static std::string kv_cache;
-  static int64_t kv_block_size = compiler::CompileOptions::kDefaultKvBlockSize;
-  static interp::KvBatchOptions kv_batch;
-  cmd->add_option("input", input, "launch plan (binary or text) or graph (.pt2, .json, .pb, .fxg, FX text); recognized by content")->required();
-  cmd->add_option("--input", input_files,
+namespace {
+
+// The flags of `fxfuse run` (static storage: CLI11 writes them when it parses).
+struct RunFlags {
+  std::string input, device = "cuda";
+  std::vector<std::string> binds, consts;
+  uint64_t seed = 0;
+  bool compare = false, describe = false, no_cache = false, cpu_only = false, check_nodes = false, strict = false,
+       no_gemm_tune = false;
+  int world_size = kDefaultWorldSize;
+  std::vector<std::string> passes, input_files;
+  std::string save_outputs, save_inputs;
+  double rtol = -1, atol = -1, mismatch_frac = 0.001;
+  MultiGpuFlags mg;
+  std::string kv_cache;
+  int64_t kv_block_size = compiler::CompileOptions::kDefaultKvBlockSize;
+  interp::KvBatchOptions kv_batch;
+};
+
+void addRunFlags(CLI::App* cmd, RunFlags& f) {
+  cmd->add_option("input", f.input, "launch plan (binary or text) or graph (.pt2, .json, .pb, .fxg, FX text); recognized by content")->required();
+  cmd->add_option("--input", f.input_files,
                   "NAME=FILE: graph input NAME from raw little-endian data of its dtype and shape, instead of "
                   "seeded values (repeatable)");
-  cmd->add_option("--save-outputs", save_outputs,
+  cmd->add_option("--save-outputs", f.save_outputs,
                   "write each tensor output as DIR/output_<i>.f32 (float32, little-endian) and DIR/outputs.json");
-  cmd->add_option("--save-inputs", save_inputs,
+  cmd->add_option("--save-inputs", f.save_inputs,
                   "write each tensor input the run uses as DIR/input_<i>.bin (its dtype, the format --input reads) "
                   "and DIR/inputs.json");
-  cmd->add_option("--device", device, "device to run on (cuda)");
-  cmd->add_option("--bind", binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
-  cmd->add_option("--seed", seed, "seed of the random inputs");
-  cmd->add_option("--const", consts,
+  cmd->add_option("--device", f.device, "device to run on (cuda)");
+  cmd->add_option("--bind", f.binds, "symbol value SYMBOL=N (repeatable; default: the symbol's hint)");
+  cmd->add_option("--seed", f.seed, "seed of the random inputs");
+  cmd->add_option("--const", f.consts,
                   "value of a lifted scalar input (0-d CPU tensor), e.g. --const arg3_1=1e-06 (repeatable)");
-  cmd->add_option("--world-size", world_size, "tensor-parallel world size (graphs only)")->check(WorldSizeRange());
-  cmd->add_option("--passes", passes, "compiler passes for a graph input (default: the full pipeline)")->delimiter(',');
-  cmd->add_flag("--compare-cpu", compare, "compare the outputs with the CPU interpreter on the same inputs");
-  cmd->add_option("--rtol", rtol, "relative tolerance (default: per dtype, as fxfuse verify)")->check(FiniteRange(0, 1e30));
-  cmd->add_option("--atol", atol, "absolute tolerance (default: per dtype)")->check(FiniteRange(0, 1e30));
-  cmd->add_option("--mismatch-frac", mismatch_frac, "fraction of out-of-tolerance elements allowed (default 0.001)")
+  cmd->add_option("--world-size", f.world_size, "tensor-parallel world size (graphs only)")->check(WorldSizeRange());
+  cmd->add_option("--passes", f.passes, "compiler passes for a graph input (default: the full pipeline)")->delimiter(',');
+  cmd->add_flag("--compare-cpu", f.compare, "compare the outputs with the CPU interpreter on the same inputs");
+  cmd->add_option("--rtol", f.rtol, "relative tolerance (default: per dtype, as fxfuse verify)")->check(FiniteRange(0, 1e30));
+  cmd->add_option("--atol", f.atol, "absolute tolerance (default: per dtype)")->check(FiniteRange(0, 1e30));
+  cmd->add_option("--mismatch-frac", f.mismatch_frac, "fraction of out-of-tolerance elements allowed (default 0.001)")
       ->check(FiniteRange(0, 1));
-  cmd->add_flag("--describe", describe, "print the plan's steps and arena report, then exit (no GPU needed)");
-  cmd->add_flag("--no-kernel-cache", no_cache, "compile generated kernels without the disk cache");
-  cmd->add_flag("--cpu-only", cpu_only, "everything but the GPU: lower, make the inputs, run the CPU interpreter");
-  cmd->add_flag("--check-nodes", check_nodes,
+  cmd->add_flag("--describe", f.describe, "print the plan's steps and arena report, then exit (no GPU needed)");
+  cmd->add_flag("--no-kernel-cache", f.no_cache, "compile generated kernels without the disk cache");
+  cmd->add_flag("--cpu-only", f.cpu_only, "everything but the GPU: lower, make the inputs, run the CPU interpreter");
+  cmd->add_flag("--check-nodes", f.check_nodes,
                 "graphs only, with --compare-cpu: also run the node-by-node check when the outputs match");
-  cmd->add_flag("--strict", strict, "with --compare-cpu: the outputs must match; no node-by-node proof");
-  cmd->add_flag("--no-gemm-tune", no_gemm_tune, "cuBLASLt's first heuristic algorithm for matmuls (no timing)");
-  addKvCacheFlags(cmd, kv_cache, kv_block_size);
-  addKvBatchFlags(cmd, kv_batch);
-  addMultiGpuFlags(cmd, mg);
-  cmd->callback([&exit_code] {
-    // World size > 1: this process launches one rank per GPU and waits (multigpu.h).
-    const int world = runWorldSize(input, lowering::isPlanFile(input), world_size);
-    if (!describe && !cpu_only && launchRanks(mg, world, exit_code)) return;
-    if (check_nodes && (lowering::isPlanFile(input) || !compare)) fail("--check-nodes needs a graph input and --compare-cpu");
-    compiler::CompileOptions kv;
-    kv.kv_cache_dtype = kv_cache;
-    kv.kv_block_size = kv_block_size;
-    Loaded l = loadInput(input, world_size, compare && !describe, passes, consts, kv);
-    if (describe) {
-      progress::end();
-      std::fputs(lowering::describePlan(l.plan).c_str(), stdout);
-      std::fputs(describeMatmulSelection(l.plan).c_str(), stdout);
-      exit_code = 0;
-      return;
+  cmd->add_flag("--strict", f.strict, "with --compare-cpu: the outputs must match; no node-by-node proof");
+  cmd->add_flag("--no-gemm-tune", f.no_gemm_tune, "cuBLASLt's first heuristic algorithm for matmuls (no timing)");
+  addKvCacheFlags(cmd, f.kv_cache, f.kv_block_size);
+  addKvBatchFlags(cmd, f.kv_batch);
+  addMultiGpuFlags(cmd, f.mg);
+}
+
+// The plan's inputs bound to the host values the interpreter made (symbolic inputs are bound
+// through the symbols; lifted scalars by value).
+void setHostInputs(rt::Session& s, const pb::Plan& plan, const std::vector<interp::RValue>& host, Inputs& owned) {
+  for (int i = 0; i < plan.inputs_size(); ++i) {
+    const auto& pi = plan.inputs(i);
+    if (pi.is_symint()) continue;
+    const interp::RValue& v = host.at(static_cast<size_t>(i));
+    if (!v.isTensor()) fail("input {} ('{}') is not a tensor in the graph", i, pi.name());
+    if (pi.is_scalar()) {
+      s.setScalar(static_cast<size_t>(i), v.t.item());
+      continue;
     }
-    if (!cpu_only) requireDevice(device);
-    std::unique_ptr<rt::Communicator> comm = cpu_only ? nullptr : rankCommunicator(mg, world);  // selects GPU `rank`
-    // Inputs from the interpreter (same values for both sides). It binds the symbols: --bind,
-    // then what the graph's shape equations determine, then hints.
-    std::unique_ptr<ir::Module> ref_module = l.graph ? std::move(l.graph) : ir::loadModuleForCompute(input);
-    ir::applyConstFlags(*ref_module, consts);
-    useScalarsOfPlan(l.plan, *ref_module);
-    interp::Options io;
-    io.bind = parseBinds(binds);
-    io.seed = seed;
-    io.world_size = std::max(1, l.plan.world_size());
-    io.rank = std::max(0, mg.rank);  // activations depend on the rank (lockstep.h)
-    io.kv = kv_batch;  // paged attention: the serving batch (both sides get the same metadata)
-    interp::Interpreter in(*ref_module, io);
-    std::vector<std::string> input_names;
-    for (const auto& pi : l.plan.inputs()) input_names.push_back(pi.name());
-    progress::stage("making inputs");
-    std::vector<interp::RValue> host_inputs = in.makeInputs(seed, inputFileIndices(input_files, input_names));
-    if (static_cast<int>(host_inputs.size()) != l.plan.inputs_size())
-      fail("the graph has {} inputs, the plan {}", host_inputs.size(), l.plan.inputs_size());
-    auto env = symbolValues(l.plan, in.bindings());
-    if (!input_files.empty()) applyInputFiles(input_files, input_names, host_inputs);
-    if (!save_inputs.empty()) saveInputs(save_inputs, input_names, host_inputs);
-    auto save = [&](const std::vector<const interp::Tensor*>& tensors) {
-      if (save_outputs.empty()) return;
-      std::vector<SavedOutput> outs;
-      for (int i = 0; i < l.plan.outputs_size(); ++i)
-        outs.push_back({l.plan.outputs(i).name(), i < static_cast<int>(tensors.size()) ? tensors[static_cast<size_t>(i)] : nullptr});
-      saveOutputs(save_outputs, outs);
-    };
-    progress::stage(compare || cpu_only ? "running the CPU interpreter" : "running the plan");
-    if (cpu_only && world > 1) {  // every rank's reference, in lockstep
-      auto all = lockstepReference(*ref_module, io, world, seed);
-      progress::end();
-      for (int r = 0; r < world; ++r)
-        for (int i = 0; i < l.plan.outputs_size() && i < static_cast<int>(all[static_cast<size_t>(r)].size()); ++i)
-          if (all[static_cast<size_t>(r)][static_cast<size_t>(i)].isTensor())
-            std::printf("cpu rank %d output %d %s: %s\n", r, i, l.plan.outputs(i).name().c_str(),
-                        summary(all[static_cast<size_t>(r)][static_cast<size_t>(i)].t).c_str());
-      exit_code = 0;
-      return;
-    }
-    if (cpu_only) {
-      std::vector<interp::RValue> ref = in.run(host_inputs);
-      progress::end();
-      std::vector<const interp::Tensor*> saved;
-      for (int i = 0; i < l.plan.outputs_size() && i < static_cast<int>(ref.size()); ++i) {
-        saved.push_back(ref[static_cast<size_t>(i)].isTensor() ? &ref[static_cast<size_t>(i)].t : nullptr);
-        if (ref[static_cast<size_t>(i)].isTensor())
-          std::printf("cpu output %d %s: %s\n", i, l.plan.outputs(i).name().c_str(), summary(ref[static_cast<size_t>(i)].t).c_str());
-      }
-      save(saved);
-      exit_code = 0;
-      return;
-    }
-    rt::LoadOptions lo;
-    lo.use_cache = !no_cache;
-    auto t0 = std::chrono::steady_clock::now();
-    auto prog = rt::Program::fromPlan(l.plan, lo);
-    double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    rt::Session s(*prog, comm.get());
-    if (mg.allreduce != "auto") s.setAllReduceAlgorithm(allReduceAlgorithm(mg));
-    if (no_gemm_tune) s.setGemmTuning(false);
-    s.bind(env);
+    s.setInput(static_cast<size_t>(i), upload(v.t, s.tensor(pi.tensor()), owned.owned));
+  }
+}
+
+// --save-outputs: the plan's outputs (null: not a tensor) under their names.
+void saveRunOutputs(const std::string& dir, const pb::Plan& plan, const std::vector<const interp::Tensor*>& tensors) {
+  if (dir.empty()) return;
+  std::vector<SavedOutput> outs;
+  for (int i = 0; i < plan.outputs_size(); ++i)
+    outs.push_back({plan.outputs(i).name(), i < static_cast<int>(tensors.size()) ? tensors[static_cast<size_t>(i)] : nullptr});
+  saveOutputs(dir, outs);
+}
+
+// --cpu-only: the interpreter's outputs, printed (and saved); at world size > 1 every rank's, in
+// lockstep.
+void runCpuOnly(const RunFlags& f, const pb::Plan& plan, ir::Module& ref_module, interp::Interpreter& in,
+                const interp::Options& io, int world, const std::vector<interp::RValue>& host_inputs) {
+  if (world > 1) {
+    auto all = lockstepReference(ref_module, io, world, f.seed);
+    progress::end();
+    for (int r = 0; r < world; ++r)
+      for (int i = 0; i < plan.outputs_size() && i < static_cast<int>(all[static_cast<size_t>(r)].size()); ++i)
+        if (all[static_cast<size_t>(r)][static_cast<size_t>(i)].isTensor())
+          std::printf("cpu rank %d output %d %s: %s\n", r, i, plan.outputs(i).name().c_str(),
+                      summary(all[static_cast<size_t>(r)][static_cast<size_t>(i)].t).c_str());
+    return;
+  }
+  std::vector<interp::RValue> ref = in.run(host_inputs);
+  progress::end();
+  std::vector<const interp::Tensor*> saved;
+  for (int i = 0; i < plan.outputs_size() && i < static_cast<int>(ref.size()); ++i) {
+    saved.push_back(ref[static_cast<size_t>(i)].isTensor() ? &ref[static_cast<size_t>(i)].t : nullptr);
+    if (ref[static_cast<size_t>(i)].isTensor())
+      std::printf("cpu output %d %s: %s\n", i, plan.outputs(i).name().c_str(), summary(ref[static_cast<size_t>(i)].t).c_str());
+  }
+  saveRunOutputs(f.save_outputs, plan, saved);
+}
+
+// The plan's outputs downloaded into `got_all` (empty for symbolic ones) and printed; with
+// --compare-cpu each is compared with `ref`. Returns whether every comparison passed.
+bool printAndCompareOutputs(const RunFlags& f, const pb::Plan& plan, const rt::Session& s,
+                            const std::vector<interp::RValue>& ref, const interp::CompareOptions& co,
+                            std::vector<std::optional<interp::Tensor>>* got_all) {
+  bool all_pass = true;
+  for (int i = 0; i < plan.outputs_size(); ++i) {
+    const auto& po = plan.outputs(i);
+    got_all->emplace_back();
+    if (po.is_symint()) continue;
+    interp::Tensor got = download(s.output(static_cast<size_t>(i)));
+    got_all->back() = got;
+    std::printf("output %d %s: %s\n", i, po.name().c_str(), summary(got).c_str());
+    if (!f.compare) continue;
+    auto rep = interp::compareValues(po.name(), ref.at(static_cast<size_t>(i)), interp::RValue::ofTensor(got), co);
+    std::printf("  vs cpu: %s  max_abs %.4g  max_rel %.4g  mismatches %lld/%lld%s  (%s)%s%s\n",
+                rep.pass ? "PASS" : "FAIL", rep.max_abs, rep.max_rel, static_cast<long long>(rep.mismatches),
+                static_cast<long long>(rep.elements),
+                rep.fp8_differing ? fmt::format("  fp8 differing {} (max {} steps)", rep.fp8_differing, rep.fp8_max_step).c_str() : "",
+                rep.tolerance.c_str(), rep.note.empty() ? "" : "  ", rep.note.c_str());
+    if (!rep.pass) printMismatches(ref.at(static_cast<size_t>(i)), got, co, 6);
+    all_pass = all_pass && rep.pass;
+  }
+  return all_pass;
+}
+
+// What the node-by-node check needs of the run so far.
+struct DeviceRun {
+  const RunFlags& f;
+  const rt::Session& session;  // the plan's session: the node plan runs with its tuning choice
+  rt::Communicator* comm;
+  const interp::Options& io;
+  int world;
+  const std::vector<interp::RValue>& host_inputs;
+  const std::map<std::string, int64_t>& env;
+  const rt::LoadOptions& load;
+  cudaStream_t stream;
+};
+
+// Outputs differ (or --check-nodes): is every kernel right on its own inputs, the difference
+// only rounding carried forward? Runs the node-exposing plan on the GPU (node_check.h;
+// docs/runtime.md "Parity"). Returns whether it proved so.
+bool proveOnDevice(const DeviceRun& r, const std::vector<interp::RValue>& ref,
+                   const std::vector<std::optional<interp::Tensor>>& got_all, const interp::CompareOptions& co,
+                   bool all_pass) {
+  const RunFlags& f = r.f;
+  compiler::CompileOptions cop;
+  cop.world_size = f.world_size;
+  cop.passes = f.passes;
+  cop.kv_cache_dtype = f.kv_cache;
+  cop.kv_block_size = f.kv_block_size;
+  auto run_plan = [&](const pb::Plan& plan) {
+    auto program = rt::Program::fromPlan(plan, r.load);
+    rt::Session s(*program, r.comm);
+    if (f.mg.allreduce != "auto") s.setAllReduceAlgorithm(allReduceAlgorithm(f.mg));
+    s.setGemmTuning(r.session.gemmTuning());  // the same algorithms (tuned choices are cached per shape)
+    s.bind(r.env);
     Inputs owned;
-    for (int i = 0; i < l.plan.inputs_size(); ++i) {
-      const auto& pi = l.plan.inputs(i);
-      if (pi.is_symint()) continue;
-      if (!host_inputs[static_cast<size_t>(i)].isTensor()) fail("input {} ('{}') is not a tensor in the graph", i, pi.name());
-      if (pi.is_scalar()) {
-        s.setScalar(static_cast<size_t>(i), host_inputs[static_cast<size_t>(i)].t.item());
-        continue;
-      }
-      s.setInput(static_cast<size_t>(i), upload(host_inputs[static_cast<size_t>(i)].t, s.tensor(pi.tensor()), owned.owned));
+    setHostInputs(s, plan, r.host_inputs, owned);
+    s.run(r.stream);
+    cudaCheck(cudaStreamSynchronize(r.stream), "running the node-exposing plan");
+    std::vector<std::optional<interp::Tensor>> vals;
+    for (int i = 0; i < plan.outputs_size(); ++i) {
+      vals.emplace_back();
+      if (!plan.outputs(i).is_symint()) vals.back() = download(s.output(static_cast<size_t>(i)));
     }
-    cudaStream_t stream;
-    cudaCheck(cudaStreamCreate(&stream), "creating a stream");
-    s.run(stream);
-    cudaCheck(cudaStreamSynchronize(stream), "running the plan");
-    std::string binds_s;
-    for (const auto& [k, v] : env) binds_s += fmt::format(" {}={}", k, v);
-    progress::clear();
-    std::printf("plan: %d steps, %d launches, %d generated kernels (%d from cache, load %.0f ms), arena %lld bytes;%s\n",
-                l.plan.steps_size(), s.launchesPerRun(), l.plan.kernels_size(), prog->cacheHits(), load_ms,
-                static_cast<long long>(s.arenaBytes()), binds_s.c_str());
-    if (!s.fusedAlgorithms().empty()) {
-      std::string algos;
-      for (const auto& a : s.fusedAlgorithms()) algos += (algos.empty() ? "" : ", ") + a;
-      std::printf("fused all-reduce steps (world size %d): %s\n", world, algos.c_str());
-    }
-    printMatmulAlgorithms(s);
-    printGemmEpilogues(s);
-    std::vector<interp::RValue> ref;
-    if (compare) ref = world > 1 ? lockstepReference(*ref_module, io, world, seed).at(static_cast<size_t>(mg.rank))
-                                 : in.run(host_inputs);
-    interp::CompareOptions co;
-    if (rtol >= 0) co.rtol = rtol;
-    if (atol >= 0) co.atol = atol;
-    co.max_mismatch_frac = mismatch_frac;
-    progress::end();  // the rest prints as it goes
-    bool all_pass = true;
-    std::vector<std::optional<interp::Tensor>> got_all;
-    for (int i = 0; i < l.plan.outputs_size(); ++i) {
-      const auto& po = l.plan.outputs(i);
-      got_all.emplace_back();
-      if (po.is_symint()) continue;
-      interp::Tensor got = download(s.output(static_cast<size_t>(i)));
-      got_all.back() = got;
-      std::printf("output %d %s: %s\n", i, po.name().c_str(), summary(got).c_str());
-      if (compare) {
-        auto rep = interp::compareValues(po.name(), ref.at(static_cast<size_t>(i)), interp::RValue::ofTensor(got), co);
-        std::printf("  vs cpu: %s  max_abs %.4g  max_rel %.4g  mismatches %lld/%lld%s  (%s)%s%s\n",
-                    rep.pass ? "PASS" : "FAIL", rep.max_abs, rep.max_rel, static_cast<long long>(rep.mismatches),
-                    static_cast<long long>(rep.elements),
-                    rep.fp8_differing ? fmt::format("  fp8 differing {} (max {} steps)", rep.fp8_differing, rep.fp8_max_step).c_str() : "",
-                    rep.tolerance.c_str(), rep.note.empty() ? "" : "  ", rep.note.c_str());
-        if (!rep.pass) printMismatches(ref.at(static_cast<size_t>(i)), got, co, 6);
-        all_pass = all_pass && rep.pass;
-      }
-    }
-    {
-      std::vector<const interp::Tensor*> saved;
-      for (const auto& g : got_all) saved.push_back(g ? &*g : nullptr);
-      save(saved);
-    }
-    // Outputs differ: is every kernel right on its own inputs (the difference only rounding
-    // carried forward)? node_check.h; docs/runtime.md "Parity".
-    bool proven = false;
-    // World size > 1: every rank takes the same decision (any rank's outputs differ -> all run
-    // the check, whose gathers are collective); node_check_collective.h.
-    const bool any_differ = compare && comm && world > 1 ? !allRanksPass(*comm, all_pass) : !all_pass;
-    if (compare && !lowering::isPlanFile(input) && ((any_differ && !strict) || check_nodes)) {
-      compiler::CompileOptions cop;
-      cop.world_size = world_size;
-      cop.passes = passes;
-      cop.kv_cache_dtype = kv_cache;
-      cop.kv_block_size = kv_block_size;
-      auto run_plan = [&](const pb::Plan& plan) {
-        auto p2 = rt::Program::fromPlan(plan, lo);
-        rt::Session s2(*p2, comm.get());
-        if (mg.allreduce != "auto") s2.setAllReduceAlgorithm(allReduceAlgorithm(mg));
-        s2.setGemmTuning(s.gemmTuning());  // the same algorithms (tuned choices are cached per shape)
-        s2.bind(env);
-        Inputs owned2;
-        for (int i = 0; i < plan.inputs_size(); ++i) {
-          const auto& pi = plan.inputs(i);
-          if (pi.is_symint()) continue;
-          if (pi.is_scalar()) {
-            s2.setScalar(static_cast<size_t>(i), host_inputs[static_cast<size_t>(i)].t.item());
-            continue;
-          }
-          s2.setInput(static_cast<size_t>(i), upload(host_inputs[static_cast<size_t>(i)].t, s2.tensor(pi.tensor()), owned2.owned));
-        }
-        s2.run(stream);
-        cudaCheck(cudaStreamSynchronize(stream), "running the node-exposing plan");
-        std::vector<std::optional<interp::Tensor>> vals;
-        for (int i = 0; i < plan.outputs_size(); ++i) {
-          vals.emplace_back();
-          if (!plan.outputs(i).is_symint()) vals.back() = download(s2.output(static_cast<size_t>(i)));
-        }
-        return vals;
-      };
-      RankLink link = rankLink(comm.get(), io, world, seed);
-      NodeProof np = proveByNodes(input, cop, io, host_inputs, ref, got_all, run_plan, co, world > 1 ? &link : nullptr);
-      std::fputs(np.report.c_str(), stdout);
-      proven = np.proven;
-      if (!all_pass || check_nodes)
-        std::printf("node check (rank %d of %d): %s%s\n", std::max(0, mg.rank), world,
-                    proven ? "PROVEN: every node within one rounding step on its own inputs" : "not proven",
-                    proven && !all_pass ? "; the output differences are rounding carried forward" : "");
-    }
-    cudaStreamDestroy(stream);
-    if (compare)
-      std::printf("%s\n", all_pass ? "compare-cpu: PASS" : proven ? "compare-cpu: PASS (node-by-node)" : "compare-cpu: FAIL");
-    exit_code = all_pass || proven ? 0 : 1;
-  });
+    return vals;
+  };
+  RankLink link = rankLink(r.comm, r.io, r.world, f.seed);
+  NodeProof np = proveByNodes(f.input, cop, r.io, r.host_inputs, ref, got_all, run_plan, co, r.world > 1 ? &link : nullptr);
+  std::fputs(np.report.c_str(), stdout);
+  if (!all_pass || f.check_nodes)
+    std::printf("node check (rank %d of %d): %s%s\n", std::max(0, f.mg.rank), r.world,
+                np.proven ? "PROVEN: every node within one rounding step on its own inputs" : "not proven",
+                np.proven && !all_pass ? "; the output differences are rounding carried forward" : "");
+  return np.proven;
+}
+
+// The plan on the GPU: load, bind the host inputs, one run, the summary lines, the outputs
+// (compared with the interpreter under --compare-cpu, then proven node by node where they
+// differ). Returns the exit code.
+int runOnDevice(const RunFlags& f, const Loaded& l, ir::Module& ref_module, interp::Interpreter& in,
+                const interp::Options& io, int world, rt::Communicator* comm,
+                const std::vector<interp::RValue>& host_inputs, const std::map<std::string, int64_t>& env) {
+  rt::LoadOptions lo;
+  lo.use_cache = !f.no_cache;
+  auto t0 = std::chrono::steady_clock::now();
+  auto prog = rt::Program::fromPlan(l.plan, lo);
+  double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  rt::Session s(*prog, comm);
+  if (f.mg.allreduce != "auto") s.setAllReduceAlgorithm(allReduceAlgorithm(f.mg));
+  if (f.no_gemm_tune) s.setGemmTuning(false);
+  s.bind(env);
+  Inputs owned;
+  setHostInputs(s, l.plan, host_inputs, owned);
+  cudaStream_t stream;
+  cudaCheck(cudaStreamCreate(&stream), "creating a stream");
+  s.run(stream);
+  cudaCheck(cudaStreamSynchronize(stream), "running the plan");
+  std::string binds_s;
+  for (const auto& [k, v] : env) binds_s += fmt::format(" {}={}", k, v);
+  progress::clear();
+  std::printf("plan: %d steps, %d launches, %d generated kernels (%d from cache, load %.0f ms), arena %lld bytes;%s\n",
+              l.plan.steps_size(), s.launchesPerRun(), l.plan.kernels_size(), prog->cacheHits(), load_ms,
+              static_cast<long long>(s.arenaBytes()), binds_s.c_str());
+  if (!s.fusedAlgorithms().empty()) {
+    std::string algos;
+    for (const auto& a : s.fusedAlgorithms()) algos += (algos.empty() ? "" : ", ") + a;
+    std::printf("fused all-reduce steps (world size %d): %s\n", world, algos.c_str());
+  }
+  printMatmulAlgorithms(s);
+  printGemmEpilogues(s);
+  std::vector<interp::RValue> ref;
+  if (f.compare)
+    ref = world > 1 ? lockstepReference(ref_module, io, world, f.seed).at(static_cast<size_t>(f.mg.rank)) : in.run(host_inputs);
+  interp::CompareOptions co;
+  if (f.rtol >= 0) co.rtol = f.rtol;
+  if (f.atol >= 0) co.atol = f.atol;
+  co.max_mismatch_frac = f.mismatch_frac;
+  progress::end();  // the rest prints as it goes
+  std::vector<std::optional<interp::Tensor>> got_all;
+  const bool all_pass = printAndCompareOutputs(f, l.plan, s, ref, co, &got_all);
+  {
+    std::vector<const interp::Tensor*> saved;
+    for (const auto& g : got_all) saved.push_back(g ? &*g : nullptr);
+    saveRunOutputs(f.save_outputs, l.plan, saved);
+  }
+  // World size > 1: every rank takes the same decision (any rank's outputs differ -> all run
+  // the check, whose gathers are collective); node_check_collective.h.
+  const bool any_differ = f.compare && comm && world > 1 ? !allRanksPass(*comm, all_pass) : !all_pass;
+  bool proven = false;
+  if (f.compare && !lowering::isPlanFile(f.input) && ((any_differ && !f.strict) || f.check_nodes))
+    proven = proveOnDevice({f, s, comm, io, world, host_inputs, env, lo, stream}, ref, got_all, co, all_pass);
+  cudaStreamDestroy(stream);
+  if (f.compare)
+    std::printf("%s\n", all_pass ? "compare-cpu: PASS" : proven ? "compare-cpu: PASS (node-by-node)" : "compare-cpu: FAIL");
+  return all_pass || proven ? 0 : 1;
+}
+
+// One `fxfuse run`: load (and compile) the input; --describe prints the plan; otherwise the
+// interpreter makes the inputs (and binds the symbols), which run on the CPU (--cpu-only) or
+// the GPU. Returns the exit code.
+int runCommand(const RunFlags& f) {
+  // World size > 1: this process launches one rank per GPU and waits (multigpu.h).
+  const int world = runWorldSize(f.input, lowering::isPlanFile(f.input), f.world_size);
+  int launched_exit = 0;
+  if (!f.describe && !f.cpu_only && launchRanks(f.mg, world, launched_exit)) return launched_exit;
+  if (f.check_nodes && (lowering::isPlanFile(f.input) || !f.compare)) fail("--check-nodes needs a graph input and --compare-cpu");
+  compiler::CompileOptions kv;
+  kv.kv_cache_dtype = f.kv_cache;
+  kv.kv_block_size = f.kv_block_size;
+  Loaded l = loadInput(f.input, f.world_size, f.compare && !f.describe, f.passes, f.consts, kv);
+  if (f.describe) {
+    progress::end();
+    std::fputs(lowering::describePlan(l.plan).c_str(), stdout);
+    std::fputs(describeMatmulSelection(l.plan).c_str(), stdout);
+    return 0;
+  }
+  if (!f.cpu_only) requireDevice(f.device);
+  std::unique_ptr<rt::Communicator> comm = f.cpu_only ? nullptr : rankCommunicator(f.mg, world);  // selects GPU `rank`
+  // Inputs from the interpreter (same values for both sides). It binds the symbols: --bind,
+  // then what the graph's shape equations determine, then hints.
+  std::unique_ptr<ir::Module> ref_module = l.graph ? std::move(l.graph) : ir::loadModuleForCompute(f.input);
+  ir::applyConstFlags(*ref_module, f.consts);
+  useScalarsOfPlan(l.plan, *ref_module);
+  interp::Options io;
+  io.bind = parseBinds(f.binds);
+  io.seed = f.seed;
+  io.world_size = std::max(1, l.plan.world_size());
+  io.rank = std::max(0, f.mg.rank);  // activations depend on the rank (lockstep.h)
+  io.kv = f.kv_batch;  // paged attention: the serving batch (both sides get the same metadata)
+  interp::Interpreter in(*ref_module, io);
+  std::vector<std::string> input_names;
+  for (const auto& pi : l.plan.inputs()) input_names.push_back(pi.name());
+  progress::stage("making inputs");
+  std::vector<interp::RValue> host_inputs = in.makeInputs(f.seed, inputFileIndices(f.input_files, input_names));
+  if (static_cast<int>(host_inputs.size()) != l.plan.inputs_size())
+    fail("the graph has {} inputs, the plan {}", host_inputs.size(), l.plan.inputs_size());
+  auto env = symbolValues(l.plan, in.bindings());
+  if (!f.input_files.empty()) applyInputFiles(f.input_files, input_names, host_inputs);
+  if (!f.save_inputs.empty()) saveInputs(f.save_inputs, input_names, host_inputs);
+  progress::stage(f.compare || f.cpu_only ? "running the CPU interpreter" : "running the plan");
+  if (f.cpu_only) {
+    runCpuOnly(f, l.plan, *ref_module, in, io, world, host_inputs);
+    return 0;
+  }
+  return runOnDevice(f, l, *ref_module, in, io, world, comm.get(), host_inputs, env);
+}
+
+}  // namespace
+
+void registerRun(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("run", "Run a launch plan (or a graph) on the GPU; optionally compare with the CPU");
+  static RunFlags flags;
+  addRunFlags(cmd, flags);
+  cmd->callback([&exit_code] { exit_code = runCommand(flags); });
 }
 
 constexpr size_t kProfileGroupsShown = 25;
