@@ -607,6 +607,7 @@ class Lowerer {
 
   // ------------------------------------------------------------------ per-node lowering
   void lowerNode(Node& n);
+  void refuseDroppedMutation(const Node& n);
   bool tryAlias(Node& n);
   bool lowerRowComposite(Node& n);
   int trailingSource(Node& n, Value* x, const std::set<int64_t>& dims, std::vector<SymExpr>* shape);

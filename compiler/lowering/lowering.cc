@@ -595,12 +595,35 @@ void Lowerer::lowerEmpty(Node& n) {
   mat_[out] = freshFor(out);
 }
 
+// A node whose outputs nobody reads is skipped: right for a dead computation, wrong for an op
+// that writes one of its arguments in place (Tensor!), whose effect the plan would silently
+// leave out. The functionalize pass turns every mutation it can express into values; what it
+// leaves (a mutation a graph's caller sees through an input, of a view whose base is read
+// later, of a list) reaches lowering as such a node, and is refused here with its argument.
+void Lowerer::refuseDroppedMutation(const Node& n) {
+  const ir::OpSchema* s = ir::lookupSchema(m_.op_schemas, n.target, &schema_cache_);
+  if (!s) return;
+  for (int i : s->mutableArgs()) {
+    const Attr* a = n.arg(s->args[static_cast<size_t>(i)].name, i);
+    if (!a || !a->isValue() || !a->value || !a->value->isTensor()) continue;
+    const Value* v = a->value;
+    unsupported(n, fmt::format("writes its argument '{}' ({}{}) in place, which a launch plan would leave out: plans "
+                               "lower functional graphs, and the functionalize pass could not make this one "
+                               "functional (`fxfuse explain` says why)",
+                               s->args[static_cast<size_t>(i)].name, v->isGraphInput() ? "graph input " : "",
+                               v->name));
+  }
+}
+
 void Lowerer::lowerNode(Node& n) {
   const std::string& t = n.target;
   if (noopTargets().count(t) || lowered_ahead_.count(&n)) return;
   bool used = false;
   for (Value* v : n.outputs()) used = used || (v && v->numUses() > 0);
-  if (!used) return;  // dead (or only-side-effect nodes that a plan does not need)
+  if (!used) {
+    refuseDroppedMutation(n);
+    return;  // dead
+  }
   // Casts of a lifted scalar: host values, read by their users (num, operand, argScalar).
   if (n.numOutputs() == 1 && n.output(0) && ir::liftedScalarSource(n.output(0))) return;
   // Symbolic integer nodes: their values are expressions of the symbols.

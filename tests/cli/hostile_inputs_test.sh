@@ -60,6 +60,16 @@ w("negsize.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[-5, 64]').replace("
 w("infsize.fxg", small.replace('"x": f32[s0, 64]', '"x": f32[oo, 64]').replace("%2: f32[s0, 64]", "%2: f32[int_oo, 64]"))
 w("missing_operand.fxg", small.replace("aten.neg.default(self=%1)", "aten.neg.default()"))
 w("string_operand.fxg", small.replace("aten.neg.default(self=%1)", 'aten.neg.default(self="hello")'))
+w("inplace_input.fxg", """fxfuse.module {
+  graph @main {
+    input %1 "x": bf16[4, 64]
+    input %2 "r": bf16[4, 64]
+    input %3 "w": bf16[64]
+    _C.fused_add_rms_norm.default(input=%1, residual=%2, weight=%3, epsilon=1e-05)  // norm
+    output %1
+  }
+}
+""")
 w("number_residual.fxg", """fxfuse.module {
   graph @main {
     input %1 "x": bf16[4, 64]
@@ -203,6 +213,10 @@ expect_msg unbind_rank_verify "node 'unbind' (aten.unbind.int): output 0 is 2-D,
 run_case string_operand_plan 2 -- compile "$T/string_operand.fxg" --emit=plan -o "$T/p.pb"
 expect_msg string_operand_plan "must be a tensor, got a string"
 run_case string_operand_verify 2 -- verify "$T/string_operand.fxg"
+# An in-place op on a graph input (the functionalize pass leaves it: the caller sees the
+# write): refused at lowering, not dropped from the plan with the input returned unnormalized.
+run_case inplace_input_plan 2 -- compile "$T/inplace_input.fxg" --emit=plan -o "$T/p.pb"
+expect_msg inplace_input_plan "node 'norm' (_C.fused_add_rms_norm.default): writes its argument 'input' (graph input x) in place"
 # A number in a tensor slot of fxfuse's own ops (aten's wrap numbers into 0-d tensors; ours never
 # do, and lowering read it as no residual: a pipeline fuzz finding).
 run_case number_residual_plan 2 -- compile "$T/number_residual.fxg" --emit=plan -o "$T/p.pb"
