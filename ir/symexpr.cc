@@ -482,6 +482,11 @@ std::string strPrec(const SymExpr& e, int* prec) {
       return a + "//" + b;
     }
     case Kind::Opaque: {
+      // sympy's infinities are names, not calls: printed as the parser reads them.
+      if (e.args().empty() && (e.name() == "oo" || e.name() == "int_oo")) {
+        *prec = 2;
+        return e.name();
+      }
       std::string out = e.name() + "(";
       for (size_t i = 0; i < e.args().size(); ++i) out += (i ? ", " : "") + e.args()[i].str();
       *prec = 2;
