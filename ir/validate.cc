@@ -3,6 +3,7 @@
 #include "ir/validate.h"
 
 #include <map>
+#include <string_view>
 
 #include "ir/checked_math.h"
 #include "ir/op_schema.h"
@@ -180,9 +181,16 @@ const char* attrKindName(const Attr& a) {
   }
 }
 
-// What is wrong with `a` in the slot `s`, or empty. `exact`: fxfuse's own ops, whose tensor
-// slots take tensor values only (no op of torch's wraps a number there for them, and the
-// interpreter and lowering read those slots as values: a number would read as absent).
+// What is wrong with `a` in the slot `s`, or empty. `exact`: tensor slots take tensor values
+// only — every op but ATen's and prims' (numbersInTensorSlots): torch refuses a number for a
+// custom op's Tensor, and the passes, interpreter and lowering read those slots as values, so a
+// number would read as absent.
+// FX graphs of torch's own ops hold Python numbers where a schema says Tensor (`aten.add.Tensor(x,
+// 1e-06)`: torch wraps them into 0-d tensors); no other namespace's do.
+bool numbersInTensorSlots(std::string_view target) {
+  return target.rfind("aten.", 0) == 0 || target.rfind("prims.", 0) == 0;
+}
+
 std::string argProblem(const SchemaArg& s, const Attr& a, bool exact) {
   if (a.isNone()) return s.is_optional || s.default_value ? "" : "is None but the schema requires a value";
   const bool tensor_value = a.kind == Attr::Kind::Value && a.value && a.value->isTensor();
@@ -261,11 +269,35 @@ std::optional<size_t> splitPieceRank(std::string_view target, size_t input_rank)
   return std::nullopt;
 }
 
+namespace {
+
+// auto_functionalized(_v2) calls a mutating op with its arguments as keywords: each one the op's
+// schema names is checked against its slot as a direct call's would be (v2 passes the mutable
+// ones as base indices instead, so an absent argument is not an error here).
+void checkFunctionalizedCall(const Node& n, const Module& m, std::map<std::string, OpSchema, std::less<>>* cache,
+                             const std::string& file) {
+  const Attr* op = n.arg("_mutable_op", 0);
+  if (!op || op->kind != Attr::Kind::Op) return;
+  const OpSchema* s = lookupSchema(m.op_schemas, op->s, cache);
+  if (!s) return;
+  for (const SchemaArg& sa : s->args) {
+    const Attr* a = n.arg(sa.name, -1);
+    if (!a) continue;
+    const std::string problem = argProblem(sa, *a, !numbersInTensorSlots(op->s));
+    if (!problem.empty())
+      fail("{}: node '{}' ({} of {}): argument '{}' {}", file, n.name, n.target, op->s, sa.name, problem);
+  }
+}
+
+}  // namespace
+
 void validateNodesAgainstSchemas(const Module& m, const std::string& file) {
   std::map<std::string, OpSchema, std::less<>> cache;
   for (const auto& g : m.graphs()) {
     for (const auto& np : g->nodes()) {
       const Node& n = *np;
+      if (n.target == "higher_order.auto_functionalized" || n.target == "higher_order.auto_functionalized_v2")
+        checkFunctionalizedCall(n, m, &cache, file);
       if (n.kind != NodeKind::Op && n.kind != NodeKind::Fxfuse) continue;
       const OpSchema* s = lookupSchema(m.op_schemas, n.target, &cache);
       if (!s)
@@ -277,7 +309,7 @@ void validateNodesAgainstSchemas(const Module& m, const std::string& file) {
         if (!a) {
           if (!sa.default_value && !sa.is_optional) problem = "is missing";
         } else {
-          problem = argProblem(sa, *a, n.kind == NodeKind::Fxfuse);
+          problem = argProblem(sa, *a, !numbersInTensorSlots(n.target));
         }
         if (!problem.empty())
           fail("{}: node '{}' ({}): argument '{}' {}", file, n.name, n.target, sa.name, problem);

@@ -70,6 +70,15 @@ w("inplace_input.fxg", """fxfuse.module {
   }
 }
 """)
+w("number_weight_custom.fxg", """fxfuse.module {
+  graph @main {
+    input %1 "x": bf16[4, 64]
+    %2: bf16[4, 64] = aten.empty.memory_format(size=[4, 64], dtype=bf16)  // e
+    _, %3: bf16[4, 64] = higher_order.auto_functionalized(@_C.rms_norm.default, *, result=%2, input=%1, weight=0.5, epsilon=1e-05)  // norm
+    output %3
+  }
+}
+""")
 w("number_residual.fxg", """fxfuse.module {
   graph @main {
     input %1 "x": bf16[4, 64]
@@ -213,6 +222,10 @@ expect_msg unbind_rank_verify "node 'unbind' (aten.unbind.int): output 0 is 2-D,
 run_case string_operand_plan 2 -- compile "$T/string_operand.fxg" --emit=plan -o "$T/p.pb"
 expect_msg string_operand_plan "must be a tensor, got a string"
 run_case string_operand_verify 2 -- verify "$T/string_operand.fxg"
+# The same in a vLLM op, called through auto_functionalized: canonicalization read the number
+# as no weight and made an unweighted fxfuse.rms_norm of it.
+run_case number_weight_custom 2 -- compile "$T/number_weight_custom.fxg" -o "$T/out.fxg"
+expect_msg number_weight_custom "node 'norm' (higher_order.auto_functionalized of _C.rms_norm.default): argument 'weight' must be a tensor, got a float"
 # An in-place op on a graph input (the functionalize pass leaves it: the caller sees the
 # write): refused at lowering, not dropped from the plan with the input returned unnormalized.
 run_case inplace_input_plan 2 -- compile "$T/inplace_input.fxg" --emit=plan -o "$T/p.pb"
