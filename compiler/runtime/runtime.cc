@@ -124,13 +124,16 @@ DType attnType(irpb::DType t, const std::string& what) { return attnType(lowerin
 // A one-token decode over dense K/V (rt.attention, impl = "sm90") on the paged attention
 // kernel through its identity view (kernels/runtime/dense_paged_view.h): the block table,
 // lengths and query starts uploaded once here, freed with the step with the split workspace.
-// Opt-in ($FXFUSE_DENSE_DECODE=paged) until its GPU tests and the attention table have run on
-// an H200 (docs/attention.md "Dense decode on the paged kernel"); empty otherwise or where the
-// view does not apply.
+// The default: it beat the split-KV decode kernel and cuDNN on the H200's attention table
+// (docs/benchmarks/attention.md); $FXFUSE_DENSE_DECODE=split keeps the split-KV kernel for A/B
+// runs. Empty where the view does not apply.
 std::function<cudaError_t(cudaStream_t)> pagedDenseDecode(const AttentionParams& q,
                                                           std::vector<std::function<void()>>* cleanup) {
   const char* env = std::getenv("FXFUSE_DENSE_DECODE");
-  if (!env || std::string(env) != "paged") return {};
+  const std::string route = env ? env : "paged";
+  if (route != "paged" && route != "split" && !route.empty())
+    fail("FXFUSE_DENSE_DECODE={} is not one of paged, split", route);
+  if (route == "split") return {};
   DensePagedView view;
   if (!PagedViewOfDenseAttention(q, &view).empty()) return {};
   int dev = 0, sms = 0;
@@ -145,7 +148,7 @@ std::function<cudaError_t(cudaStream_t)> pagedDenseDecode(const AttentionParams&
 }
 
 // The sm90 attention kernels for a rt.attention step (plan arg impl = "sm90"): a one-token
-// decode over dense K/V on the paged kernel (pagedDenseDecode, opt-in), else split-KV decode
+// decode over dense K/V on the paged kernel (pagedDenseDecode), else split-KV decode
 // for a few query rows per KV head without a causal mask, or a causal one of a single token
 // over a single key (torch's causal mask is top-left aligned: decode's bottom-right alignment
 // agrees only when Sq == Sk); else the wgmma prefill kernel. A causal block of 2..8 tokens
