@@ -1178,6 +1178,12 @@ int64_t headsPerWarp(const PagedAttentionParams& p, int64_t ne) {
   return hpw;
 }
 
+// (token, head group) rows of `p`: the warps of one chunk each.
+int64_t rowsOf(const PagedAttentionParams& p) {
+  const int64_t ne = p.head_size <= 32 ? 1 : p.head_size <= 64 ? 2 : p.head_size <= 128 ? 4 : 8;
+  return p.num_tokens * (p.heads_q / headsPerWarp(p, ne));
+}
+
 bool isD16(DType t) { return t == DType::BF16 || t == DType::F16; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -1338,22 +1344,98 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
   return err;
 }
 
-void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms) {
-  p.num_splits = 1;
+namespace {
+
+// The split of `p` for at most `warps_per_sm` (token, head group, chunk) warps per multiprocessor.
+int64_t splitsForWarpTarget(const PagedAttentionParams& p, int num_sms, int64_t warps_per_sm) {
   const int64_t max_keys = p.max_blocks * p.block_size;
-  if (p.num_tokens <= 0 || p.heads_q <= 0 || p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0 ||
-      max_keys <= kPagedMinSplitKeys)
-    return;
-  const int64_t ne = p.head_size <= 32 ? 1 : p.head_size <= 64 ? 2 : p.head_size <= 128 ? 4 : 8;
-  const int64_t warps = p.num_tokens * (p.heads_q / headsPerWarp(p, ne));
-  const int64_t target = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * targetWarpsPerSm();
+  const int64_t target = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * warps_per_sm;
   // At most `target` warps: with the target a whole number of waves of resident warps, the last
   // wave is full rather than a few CTAs long.
-  int64_t splits = target / warps;
+  int64_t splits = target / rowsOf(p);
   splits = std::min(splits, max_keys / kPagedMinSplitKeys);  // chunks of at least kPagedMinSplitKeys
   splits = std::min(splits, kMaxSplits);
-  if (splits <= 1) return;
-  p.num_splits = mergedInClusters(splits, max_keys);
+  return splits <= 1 ? 1 : mergedInClusters(splits, max_keys);
+}
+
+// Whether every cluster of the tensor-core attention planned for `p` is resident at once (or
+// none is planned, or the count is unknown).
+bool clustersResident(const PagedAttentionParams& p, const PagedResidentClusters& resident) {
+  if (p.num_splits <= 1 || loadPathOf(p) != LoadPath::kRingMma) return true;
+  const int64_t chunks_per_cta = MmaChunksPerCta(p.num_splits), cluster = p.num_splits / chunks_per_cta;
+  if (cluster < 2 || cluster > kMmaMaxCluster) return true;
+  const int64_t at_once = resident ? resident(cluster, chunks_per_cta) : 0;
+  return at_once <= 0 || rowsOf(p) <= at_once;
+}
+
+// Clusters of `cluster` CTAs of `chunks_per_cta` warps of pagedAttentionMmaKernel<E, HPW, F>
+// resident at once on the current device; 0 where the runtime cannot say.
+template <int E, int HPW, CacheFormat F>
+int64_t residentMmaClusters(int64_t cluster, int64_t chunks_per_cta) {
+  constexpr auto kernel = pagedAttentionMmaKernel<E, HPW, F>;
+  constexpr int kBytes = MmaRing<E, F>::kBytes;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(cluster));
+  config.blockDim = dim3(static_cast<unsigned>(32 * chunks_per_cta));
+  config.dynamicSmemBytes = static_cast<size_t>(chunks_per_cta * kBytes);
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int count = 0;
+  if (kernels::device::ensureSmemLimit<kernel>(kMmaMaxWarps * kBytes) != cudaSuccess ||
+      cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: the caller plans without the limit
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace
+
+PagedResidentClusters DevicePagedResidentClusters(const PagedAttentionParams& p) {
+  if (p.head_size != 64 && p.head_size != 128) return {};
+  const int64_t hpw = headsPerWarp(p, p.head_size / 32);
+  const CacheFormat format = p.cache_dtype == DType::F8E4M3FN ? CacheFormat::kFp8
+                             : p.cache_dtype == DType::BF16   ? CacheFormat::kBf16
+                                                              : CacheFormat::kF16;
+  return [head_size = p.head_size, hpw, format](int64_t cluster, int64_t chunks_per_cta) -> int64_t {
+    auto byFormat = [&](auto e_tag, auto hpw_tag) -> int64_t {
+      constexpr int E = decltype(e_tag)::value, HPW = decltype(hpw_tag)::value;
+      if (format == CacheFormat::kFp8) return residentMmaClusters<E, HPW, CacheFormat::kFp8>(cluster, chunks_per_cta);
+      if (format == CacheFormat::kBf16) return residentMmaClusters<E, HPW, CacheFormat::kBf16>(cluster, chunks_per_cta);
+      return residentMmaClusters<E, HPW, CacheFormat::kF16>(cluster, chunks_per_cta);
+    };
+    auto byHeads = [&](auto e_tag) -> int64_t {
+      if (hpw == 8) return byFormat(e_tag, std::integral_constant<int, 8>{});
+      if (hpw == 4) return byFormat(e_tag, std::integral_constant<int, 4>{});
+      if (hpw == 2) return byFormat(e_tag, std::integral_constant<int, 2>{});
+      return byFormat(e_tag, std::integral_constant<int, 1>{});
+    };
+    return head_size == 64 ? byHeads(std::integral_constant<int, 64>{}) : byHeads(std::integral_constant<int, 128>{});
+  };
+}
+
+void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms, const PagedResidentClusters& resident) {
+  p.num_splits = 1;
+  if (p.num_tokens <= 0 || p.heads_q <= 0 || p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0 ||
+      p.max_blocks * p.block_size <= kPagedMinSplitKeys)
+    return;
+  // Clusters past the ones resident at once wait for a second wave, which runs a few of them
+  // alone (the H200 takes 30 clusters of 4 such CTAs: batch 4's 32 rows at 12 warps per SM ran
+  // 4 x 32k in 172 us). Half the warps per multiprocessor until they fit: batch 4 then takes
+  // clusters of 2 (135 us; clusters of 3, all resident, 156 us: docs/attention.md).
+  for (int64_t warps_per_sm = targetWarpsPerSm(); warps_per_sm >= 1; warps_per_sm /= 2) {
+    p.num_splits = splitsForWarpTarget(p, num_sms, warps_per_sm);
+    if (clustersResident(p, resident)) return;
+  }
+}
+
+void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms) {
+  PlanPagedAttentionSplits(p, num_sms, DevicePagedResidentClusters(p));
 }
 
 int64_t PagedAttentionWorkspaceBytes(const PagedAttentionParams& p) {

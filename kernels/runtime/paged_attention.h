@@ -29,6 +29,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "proto/dtype.h"
 
@@ -123,7 +124,20 @@ inline constexpr int64_t kPagedSplitWarpsPerSm = 12;
 // so that the tensor-core kernel merges them without a second kernel (up to 96 chunks), or
 // above that 96 where the table's chunks take no more 16-key steps than at the count planned,
 // else the fewest states for the second kernel (a multiple of 12).
+// Where that rounding plans thread-block clusters (2 to 8 CTAs per row) and more rows than
+// `resident` clusters are resident at once, it plans again for half the warps per
+// multiprocessor until they are (a second wave of clusters runs a few of them alone).
+//
+// `resident(cluster, chunks_per_cta)`: how many clusters of `cluster` tensor-core attention CTAs
+// of `chunks_per_cta` warps the GPU holds at once, 0 where unknown (no limit then). The
+// two-argument form asks the current device (DevicePagedResidentClusters).
+using PagedResidentClusters = std::function<int64_t(int64_t cluster, int64_t chunks_per_cta)>;
+void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms, const PagedResidentClusters& resident);
 void PlanPagedAttentionSplits(PagedAttentionParams& p, int num_sms);
+// cudaOccupancyMaxActiveClusters of the tensor-core attention kernel for p's head size, head
+// grouping and cache dtype on the current device (0 from the function where it cannot say;
+// empty for head sizes that kernel does not take).
+PagedResidentClusters DevicePagedResidentClusters(const PagedAttentionParams& p);
 // Device bytes the split needs: per (token, head, chunk) E partial sums, the running maximum
 // and the running sum (fp32); 0 without a split.
 int64_t PagedAttentionWorkspaceBytes(const PagedAttentionParams& p);

@@ -13,6 +13,14 @@
 namespace fxfuse::runtime {
 namespace {
 
+// No cluster limit (the planner's rounding alone), and the H200's (cudaOccupancyMaxActiveClusters
+// of the 12-warp tensor-core CTA, 192 KiB of rings, one per SM: 30 clusters of 4, 15 of 8).
+const PagedResidentClusters kUnknownResidency = [](int64_t, int64_t) { return int64_t{0}; };
+const PagedResidentClusters kH200Residency = [](int64_t cluster, int64_t chunks_per_cta) -> int64_t {
+  const int64_t twelve_warps[9] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
+  return chunks_per_cta == 12 ? twelve_warps[cluster] : 0;
+};
+
 PagedAttentionParams decodeBatch(int64_t seqs, int64_t context, int64_t heads_q = 32, int64_t block_size = 16) {
   PagedAttentionParams p;
   p.num_tokens = seqs;
@@ -65,7 +73,7 @@ TEST_CASE("split-KV plan: small decode batches split their contexts to fill the 
     for (int64_t seqs : {1, 2, 8, 32, 64}) {
       INFO("batch " << seqs << " x context " << context);
       PagedAttentionParams p = decodeBatch(seqs, context);
-      PlanPagedAttentionSplits(p, 132);
+      PlanPagedAttentionSplits(p, 132, kUnknownResidency);
       checkCovers(p);
       // one warp per (token, group of the 4 query heads sharing a KV head, chunk): never more
       // than kPagedSplitWarpsPerSm per SM (132 SMs); the most chunks that allows (unless the
@@ -89,7 +97,7 @@ TEST_CASE("split-KV plan: every allowed chunk count is rounded to one merged wit
   // batch 1 (8 warps of 4 query heads per chunk) on 1..220 SMs: every allowed count from 1 to 256
   for (int sms = 1; sms <= 220; ++sms) {
     PagedAttentionParams p = decodeBatch(1, 32768);
-    PlanPagedAttentionSplits(p, sms);
+    PlanPagedAttentionSplits(p, sms, kUnknownResidency);
     const int64_t most = std::min<int64_t>(sms * kPagedSplitWarpsPerSm / 8, 256);
     INFO(sms << " SMs: at most " << most << " chunks, planned " << p.num_splits);
     if (most <= 1) {
@@ -105,29 +113,29 @@ TEST_CASE("split-KV plan: every allowed chunk count is rounded to one merged wit
 
 TEST_CASE("split-KV plan: above 96 chunks, 96 merged in clusters where no warp's chunk grows a step") {
   PagedAttentionParams p = decodeBatch(1, 4096);  // 128 allowed: 120 chunks of 40 keys or 96 of 48, 3 steps each
-  PlanPagedAttentionSplits(p, 132);
+  PlanPagedAttentionSplits(p, 132, kUnknownResidency);
   CHECK(p.num_splits == 96);
   CHECK(PagedAttentionKernels(p) == 1);
   PagedAttentionParams longer = decodeBatch(1, 32768);  // 198 allowed: 192 chunks of 11 steps, 96 of 22
-  PlanPagedAttentionSplits(longer, 132);
+  PlanPagedAttentionSplits(longer, 132, kUnknownResidency);
   CHECK(longer.num_splits == 192);
   CHECK(PagedAttentionKernels(longer) == 2);
 }
 
 TEST_CASE("split-KV plan: batches that fill the GPU, and short contexts, take one pass") {
   PagedAttentionParams big = decodeBatch(1024, 4096);  // 8192 warps of 4 query heads
-  PlanPagedAttentionSplits(big, 132);
+  PlanPagedAttentionSplits(big, 132, kUnknownResidency);
   CHECK(big.num_splits == 1);
   CHECK(PagedAttentionWorkspaceBytes(big) == 0);
   PagedAttentionParams prefill = decodeBatch(1, 8192);
   prefill.num_tokens = 8192;  // one long prefill: rows enough
-  PlanPagedAttentionSplits(prefill, 132);
+  PlanPagedAttentionSplits(prefill, 132, kUnknownResidency);
   CHECK(prefill.num_splits == 1);
   PagedAttentionParams tiny = decodeBatch(1, 20);  // 32 keys at most in the block table
-  PlanPagedAttentionSplits(tiny, 132);
+  PlanPagedAttentionSplits(tiny, 132, kUnknownResidency);
   CHECK(tiny.num_splits == 1);
   PagedAttentionParams none = decodeBatch(0, 1024);
-  PlanPagedAttentionSplits(none, 132);
+  PlanPagedAttentionSplits(none, 132, kUnknownResidency);
   CHECK(none.num_splits == 1);
 }
 
@@ -152,6 +160,32 @@ TEST_CASE("split-KV launch refuses splits it cannot honour, blocks past 2^31 slo
   p.num_splits = 2;  // (token, head) rows times chunks past 2^31: grids would be clipped
   p.num_tokens = p.num_seqs = (int64_t{1} << 30) / p.heads_q;
   CHECK(LaunchPagedAttention(p, nullptr) == cudaErrorInvalidValue);
+}
+
+TEST_CASE("split-KV plan: clusters that would not all be resident at once plan half the warps") {
+  // Batch 4 (32 rows of 4 query heads): 48 chunks, clusters of 4 CTAs, 32 of them where the
+  // H200 holds 30 -> 24 chunks, clusters of 2 (66 resident). Batch 2: 96 chunks in clusters of
+  // 8 (16 > 15) -> 48 in clusters of 4. Batch 1 and 8 fit as planned; batch 16 has no cluster.
+  const int64_t unlimited[] = {192, 96, 48, 24, 12};
+  const int64_t limited[] = {192, 48, 24, 24, 12};
+  const int64_t seqs[] = {1, 2, 4, 8, 16};
+  for (int i = 0; i < 5; ++i) {
+    INFO("batch " << seqs[i] << " x 32k");
+    PagedAttentionParams p = decodeBatch(seqs[i], 32768);
+    PlanPagedAttentionSplits(p, 132, kUnknownResidency);
+    CHECK(p.num_splits == unlimited[i]);
+    PlanPagedAttentionSplits(p, 132, kH200Residency);
+    CHECK(p.num_splits == limited[i]);
+    checkCovers(p);
+    CHECK(PagedAttentionKernels(p) == (p.num_splits <= 96 ? 1 : 2));
+  }
+  // A GPU that holds every cluster keeps the plan; one that holds none of size > 1 keeps
+  // halving to chunks one CTA merges.
+  PagedAttentionParams p = decodeBatch(4, 32768);
+  PlanPagedAttentionSplits(p, 132, [](int64_t, int64_t) { return int64_t{1000}; });
+  CHECK(p.num_splits == 48);
+  PlanPagedAttentionSplits(p, 132, [](int64_t cluster, int64_t) { return cluster == 1 ? int64_t{132} : int64_t{1}; });
+  CHECK(p.num_splits == 12);
 }
 
 }  // namespace
