@@ -8,14 +8,16 @@
 # xz -9: the bundle and the tracked files must fit the device tool's 64 MiB carry together.
 # AB_BASELINE=path/to/an/older/fxfuse packs that binary as fxfuse_old for
 # examples/decode_step/ab_builds.sh and, to stay within the carry, only the paged and rotary
-# GPU tests (implies SLIM=1). The bundle also holds examples/decode_step/paged_read_bench.
+# GPU tests (implies SLIM=1). The bundle also holds examples/decode_step/paged_read_bench and
+# cluster_residency_probe.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.device_rt/' .git/info/exclude 2>/dev/null || echo '/.device_rt/' >> .git/info/exclude
 bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:paged_attention_gpu_test \
   //tests/kernels:small_m_fp8_gemm_gpu_test //tests/kernels:small_m_fp8_gated_silu_gpu_test \
   //tests/kernels:rotary_cache_write_gpu_test \
-  //tests/kernels/attention:attention_gpu_test //examples/decode_step:paged_read_bench
+  //tests/kernels/attention:attention_gpu_test //examples/decode_step:paged_read_bench \
+  //examples/decode_step:cluster_residency_probe
 bin=$(bazel info bazel-bin)
 stage=$(mktemp -d)
 mkdir -p "$stage/lib"
@@ -29,7 +31,8 @@ if [[ -n ${AB_BASELINE:-} ]]; then
   bins+=(fxfuse_old)
 fi
 [[ ${SLIM:-0} == 1 ]] || bins+=(decoder_example)
-cp -f "$bin/fxfuse" "${tests[@]/#/$bin/tests/kernels/}" "$bin/examples/decode_step/paged_read_bench" "$stage/"
+cp -f "$bin/fxfuse" "${tests[@]/#/$bin/tests/kernels/}" "$bin/examples/decode_step/paged_read_bench" \
+  "$bin/examples/decode_step/cluster_residency_probe" "$stage/"
 [[ ${SLIM:-0} == 1 ]] || cp -f "$bin/examples/decoder_fp8/decoder_example" "$stage/"
 tests=("${tests[@]##*/}")
 chmod u+w "${bins[@]/#/$stage/}" "${tests[@]/#/$stage/}"
