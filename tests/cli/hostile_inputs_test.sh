@@ -37,6 +37,16 @@ with open(os.path.join(t, "latin1_group.fxg"), "wb") as f:  # a process group "t
 """)
 with open(os.path.join(t, "latin1_name.fxg"), "wb") as f:  # an input named "sc\xe1le": Latin-1, not UTF-8
     f.write(small.replace('"x"', '"sc\\xe1le"').encode().replace(b"\\xe1", b"\xe1"))
+w("zero_batch_huge_strides.fxg", """fxfuse.module {
+  symbol s0 range=[4, 4096] hint=16
+  graph @main {
+    input %1 "x": f32[0, 4, s0]
+    input %2 "w": f32[8, 4, 0] parameter "conv.weight"
+    %3: f32[1, 8, s0] = aten.convolution.default(input=%1, weight=%2, bias=None, stride=[1], padding=[0], dilation=[4611686018427387904], transposed=false, output_padding=[0], groups=1)  // conv
+    output %3
+  }
+}
+""")
 w("mm.fxg", """fxfuse.module {
   graph @main {
     input %1 "x": bf16[4, 64]
@@ -180,6 +190,11 @@ run_case bind_huge 2 -- verify "$T/small.fxg" --bind s0=2305843009213693953; exp
 run_case bind_huge_run 2 -- run "$T/small.fxg" --cpu-only --bind s0=2305843009213693953
 run_case bind_budget 2 -- verify "$T/small.fxg" --bind s0=1099511627776; expect_msg bind_budget "budget"
 run_case bind_negative 2 -- verify "$T/small.fxg" --bind s0=-5; expect_msg bind_negative "negative"
+# An output of no elements (batch 0) whose other sizes multiply past int64 (a dilation of 2^62):
+# the interpreter's contiguous strides wrapped (a pipeline fuzz finding); refused in one line
+# that names the file (errors past the readers are prefixed with the command's input).
+run_case zero_batch_strides 2 -- verify "$T/zero_batch_huge_strides.fxg"
+expect_msg zero_batch_strides "zero_batch_huge_strides.fxg: graph @main: node 'conv' (aten.convolution.default): the contiguous strides of shape \[0, 8, 4611686018427387920\] overflow int64"
 # Inputs that fit the budget one by one but not together (18,432 bytes of doubles, w alone
 # 16,384): refused before the first is made, naming the largest.
 FXFUSE_INTERP_MAX_BYTES=17000 run_case inputs_over_budget 2 -- verify "$T/mm.fxg"

@@ -18,15 +18,15 @@ for f in "$@"; do
   fi
   base=$(basename "$f")
   bad=0
-  # A graph that cannot be run: "@g: ERROR: ..." (several graphs) or "error: graph @g: ..."
+  # A graph that cannot be run: "@g: ERROR: ..." (several graphs) or "error: FILE: graph @g: ..."
   # (a one-graph file).
   while read -r line; do
-    g=$(echo "$line" | sed -n -e 's/^ *@\([^:]*\): ERROR.*/\1/p' -e 's/.*error: graph @\([^:]*\): .*/\1/p')
+    g=$(echo "$line" | sed -n -e 's/^ *@\([^:]*\): ERROR.*/\1/p' -e 's/.*error: .*graph @\([^:]*\): .*/\1/p')
     [ -z "$g" ] && continue
     echo "note: $base @$g cannot be run: ${line#*@$g: }"; skipped=$((skipped+1))
-  done <<< "$(echo "$out" | grep -E ': ERROR:|error: graph @')"
+  done <<< "$(echo "$out" | grep -E ': ERROR:|error: .*graph @')"
   if [ "$rc" != 0 ] && [ "$rc" != 2 ]; then echo "FAIL: $f: exit $rc"; echo "$out" | tail -5; bad=1; fi
-  if [ "$rc" = 2 ] && ! echo "$out" | grep -qE ': ERROR:|error: graph @'; then echo "FAIL: $f: $out" | tail -3; bad=1; fi
+  if [ "$rc" = 2 ] && ! echo "$out" | grep -qE ': ERROR:|error: .*graph @'; then echo "FAIL: $f: $out" | tail -3; bad=1; fi
   fails=$((fails+bad))
 done
 echo "$files files, $graphs graphs, $skipped skipped"

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -44,6 +45,22 @@ void addQuietFlags(CLI::App& app) {
   }
 }
 
+// The message of a bad-input error, naming the command's input file ("input" or "plan", the
+// positional argument every command but diff has) where the message does not already: errors
+// raised past the readers (the interpreter, the runtime) know nodes and ops, not files.
+std::string namingTheInput(const CLI::App& app, const std::string& message) {
+  for (const CLI::App* cmd : app.get_subcommands()) {
+    for (const char* name : {"input", "plan"}) {
+      const CLI::Option* option = cmd->get_option_no_throw(name);
+      if (!option || option->results().empty()) continue;
+      const std::string& path = option->results().front();
+      if (path.empty() || message.find(path) != std::string::npos) return message;
+      return path + ": " + message;
+    }
+  }
+  return message;
+}
+
 // Runs the command; its output files (-o, --report, --html, --dump-dir, ...) are staged in
 // `outputs` and moved into place only when it finishes with 0 or 1: on any failure none is left.
 int runCommand(CLI::App& app, int argc, char** argv, int& exit_code, fxfuse::ir::OutputSet& outputs) {
@@ -61,7 +78,7 @@ int runCommand(CLI::App& app, int argc, char** argv, int& exit_code, fxfuse::ir:
     return 2;
   } catch (const fxfuse::FxError& e) {
     fxfuse::cli::progress::end();  // the status line goes before the error line
-    std::fprintf(stderr, "fxfuse: error: %s\n", fxfuse::printableMessage(e.what()).c_str());
+    std::fprintf(stderr, "fxfuse: error: %s\n", fxfuse::printableMessage(namingTheInput(app, e.what())).c_str());
     return 2;
   } catch (const std::bad_alloc&) {
     fxfuse::cli::progress::end();  // the status line goes before the error line

@@ -165,12 +165,18 @@ std::string shapeStr(const Shape& s) {
 
 std::string Tensor::describe() const { return std::string(ir::dtypeName(dtype)) + shapeStr(shape); }
 
+// Row-major strides, a size-0 dim counted as 1 (torch's convention). A tensor with a size-0 dim
+// holds no elements whatever its other sizes, so those may be huge and their product, which
+// only the strides need, is checked: refused in one line rather than wrapped.
 Shape contiguousStrides(const Shape& shape) {
   Shape st(shape.size());
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
+    if (i == 0) break;  // the outermost size multiplies no stride
+    const std::optional<int64_t> next = ir::checkedMul(acc, std::max<int64_t>(shape[i], 1));
+    if (!next) fail("the contiguous strides of shape {} overflow int64", shapeStr(shape));
+    acc = *next;
   }
   return st;
 }
