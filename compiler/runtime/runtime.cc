@@ -1327,6 +1327,7 @@ void Session::enqueueSteps(cudaStream_t stream) {
         check(LaunchL2Prefetch(prefetches_[next].data, prefetches_[next].bytes, prefetch_evict_last_, prefetch_stream_),
               prefetches_[next].where);
     }
+    if (i < left_out_.size() && left_out_[i]) continue;
     steps_[i]->run(stream);
   }
   if (next == 0) return;
@@ -1408,6 +1409,26 @@ double Session::medianReplayUs(cudaStream_t stream, int replays) {
   cudaEventDestroy(b);
   std::sort(ms.begin(), ms.end());
   return ms.empty() ? 0.0 : 1000.0 * ms[ms.size() / 2];
+}
+
+double Session::medianReplayUsWithout(cudaStream_t stream, const std::vector<bool>& left_out, int replays) {
+  if (comm_) fail("Session::medianReplayUsWithout: ablation timing is for one GPU (ranks would leave out collectives)");
+  if (env_.empty() && plan_.symbols_size() > 0) fail("Session::medianReplayUsWithout before bind()");
+  if (left_out.size() != static_cast<size_t>(plan_.steps_size()))
+    fail("Session::medianReplayUsWithout: {} step flags for a plan of {} steps", left_out.size(), plan_.steps_size());
+  if (dirty_) prepare(stream);
+  struct Restore {  // the whole plan again, whatever happens
+    Session& s;
+    ~Restore() {
+      s.left_out_.clear();
+      if (s.graph_exec_) cudaGraphExecDestroy(s.graph_exec_);
+      if (s.graph_) cudaGraphDestroy(s.graph_);
+      s.graph_exec_ = nullptr;
+      s.graph_ = nullptr;
+    }
+  } restore{*this};
+  left_out_ = left_out;
+  return medianReplayUs(stream, replays);
 }
 
 std::vector<std::string> Session::chooseOwnGemmsInStep(cudaStream_t stream, int replays) {

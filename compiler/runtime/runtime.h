@@ -107,6 +107,12 @@ class Session {
   // time includes its launch gap when the host falls behind the GPU, so steps of a few
   // microseconds read high; use replay() for the step's total.
   std::vector<double> profileSteps(cudaStream_t stream, int iters);
+  // What-if timing (`fxfuse bench --ablate`): the median of `replays` CUDA graph replays of the
+  // plan captured without the steps whose index is set in `left_out` (plan order), after two
+  // untimed ones: what the step would take if those steps cost nothing. The replays compute
+  // garbage (later steps read what the left-out ones did not write); the session's own graph is
+  // dropped, so the next replay() needs a capture() of the whole plan. One GPU only.
+  double medianReplayUsWithout(cudaStream_t stream, const std::vector<bool>& left_out, int replays);
 
   // How FusedAllReduceNorm steps reduce: kAuto (the thresholds table, kernels/allreduce),
   // kOneShot/kTwoShot (forced where the call fits the workspace), kNcclFallback (always NCCL +
@@ -234,6 +240,7 @@ class Session {
   void* cublas_ = nullptr;
   std::vector<std::unique_ptr<Prepared>> steps_;
   std::vector<PreparedPrefetch> prefetches_;  // by fork step
+  std::vector<bool> left_out_;                // steps enqueueSteps skips (medianReplayUsWithout)
   struct OwnGemmSite {
     bool own = false;  // the kernel the last prepare chose
     std::string what;  // "M=8 N=4096 K=4096"

@@ -118,6 +118,14 @@ def markdown(rows, modes):
                 r["batch"], r["context"], total, "; ".join(
                     "%s x%d %.0f µs (%.0f %%)" % (g["what"], g["steps"], g["us"], 100 * g["us"] / total)
                     for g in r["profile"][:8])))
+    for r in rows:  # what each step group costs the replayed step (--ablate), per layer too
+        if r.get("ablation"):
+            layers = r.get("layers") or 1
+            lines.append("\nablation of %d x %d (CUDA graph replay without each group, %.0f µs with all): %s" % (
+                r["batch"], r["context"], r["fxfuse_us"], "; ".join(
+                    "%s x%d saves %.0f µs (%.1f per layer)" % (g["what"], g["steps"], g["saved_us"],
+                                                               g["saved_us"] / layers)
+                    for g in r["ablation"] if g["saved_us"] > 0.002 * r["fxfuse_us"])))
     return "\n".join(lines) + "\n"
 
 
@@ -146,6 +154,8 @@ def main():
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--profile", type=int, default=0,
                     help="also time each step over this many plain runs (fxfuse bench --profile)")
+    ap.add_argument("--ablate", type=int, default=0,
+                    help="also time the replay without each step group, this many replays each (fxfuse bench --ablate)")
     ap.add_argument("--copy-rate", type=float, help="bytes/s; default: measured here with torch")
     ap.add_argument("--torch-modes", default="eager,default",
                     help="comma list of eager, default, max-autotune; 'none' skips torch")
@@ -179,8 +189,9 @@ def main():
             js = os.path.join(a.out, "%s_b%d_c%d.json" % (tag, batch, ctx))
             p = run([a.fxfuse, "bench", plan, "--kv-batch", str(batch), "--kv-query-len", "1", "--kv-context",
                      str(ctx), "--iters", str(a.iters), "--json", js] +
-                    (["--profile", str(a.profile)] if a.profile else []), log, js[:-len(".json")] + ".txt")
-            row = {"batch": batch, "context": ctx}
+                    (["--profile", str(a.profile)] if a.profile else []) +
+                    (["--ablate", str(a.ablate)] if a.ablate else []), log, js[:-len(".json")] + ".txt")
+            row = {"batch": batch, "context": ctx, "layers": config[6]}
             row.update(step_bytes(config, batch, ctx, a.kv_cache))
             row["bytes"] = row["weights"] + row["kv_read"] + row["kv_write"]
             row["floor_us"] = row["bytes"] / rate * 1e6
@@ -189,7 +200,8 @@ def main():
                 row.update({"fxfuse_us": r["median_us"], "kernels": r["kernels"],
                             "programmatic_launch": r.get("programmatic_launch"),
                             "tokens_per_s": batch / (r["median_us"] * 1e-6),
-                            "fraction_of_floor": row["floor_us"] / r["median_us"], "profile": r.get("profile", [])})
+                            "fraction_of_floor": row["floor_us"] / r["median_us"], "profile": r.get("profile", []),
+                            "ablation": r.get("ablation", [])})
             else:
                 row["error"] = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["failed"]
             rows.append(row)

@@ -11,7 +11,9 @@
 # the A/B runs of AB_VARIANTS (below), B8FP8_BUDGET=60 (8B with an FP8 KV cache, fxfuse only;
 # its table is in summary.txt). A budget of 0 leaves that part out; SKIP_GEMM_TESTS=1 the
 # small-M GEMM tests (and its gated-SiLU epilogue's), SKIP_ATTENTION_TEST=1 the sm90 attention kernel test.
-# TORCH_MODES_8B (default "eager,default"), B8_BATCHES (1,8,32,64), B8_CONTEXTS (1024,4096). PROFILE (default 10): per-step profile runs of each 8B point. At most 8 files come back: summary.txt (the
+# TORCH_MODES_8B (default "eager,default"), B8_BATCHES (1,8,32,64), B8_CONTEXTS (1024,4096). PROFILE (default 10): per-step profile runs of each 8B point.
+# ABLATE (default 0): replays of each 8B point without each step group (fxfuse bench --ablate).
+# At most 8 files come back: summary.txt (the
 # tables and the check lines), kv.txt, decode_*.json and decode_*.md of both models, logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -68,7 +70,7 @@ IFS=';' read -r -a parity_runs <<< "${PARITY_RUNS:---config tiny --batch 4 --con
 done
 cp "$LOGS"/parity/parity_*.json "$OUT/" 2>/dev/null
 bench llama8b "${B8_BUDGET:-260}" --batches "${B8_BATCHES:-1,8,32,64}" --contexts "${B8_CONTEXTS:-1024,4096}" --iters 50 --profile "${PROFILE:-10}" \
-  --torch-modes "${TORCH_MODES_8B:-eager,default}"
+  --ablate "${ABLATE:-0}" --torch-modes "${TORCH_MODES_8B:-eager,default}"
 bench llama70b "${B70_BUDGET:-150}" --batches 1,8 --contexts 1024 --iters 20 --torch-modes default
 # A/B of runtime variants, fxfuse only, 8B at AB_BATCHES x AB_CONTEXTS, AB_BUDGET s each (0:
 # left out): AB_VARIANTS, ';'-separated lists of VAR=value words (default: programmatic
@@ -104,6 +106,22 @@ if [[ $BREAKDOWN_BUDGET -gt 0 ]]; then
   echo "== kernel breakdown (rc $?)" >> "$OUT/summary.txt"
   cat "$LOGS/breakdown/breakdown.txt" >> "$OUT/summary.txt" 2>/dev/null || tail -20 "$LOGS/breakdown.txt" >> "$OUT/summary.txt"
   cp "$LOGS/breakdown/breakdown.json" "$OUT/" 2>/dev/null
+fi
+# Stall reasons of the step's kernels under ncu (a 2-layer 8B plan, the first STALL_KERNELS
+# launches of the timed replays, each kernel alone): STALL_POINTS (batch x context,
+# comma-separated; empty: left out) -> stalls_<point>.txt.
+if [[ -n ${STALL_POINTS:-} ]]; then
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  python3 tools/fixtures/decode_model.py --config llama8b --form custom --layers 2 > "$LOGS/l2.fxg"
+  "$D/fxfuse" compile "$LOGS/l2.fxg" --kv-cache=bf16 --emit=plan -o "$LOGS/l2.plan.pb" -q
+  for point in ${STALL_POINTS//,/ }; do
+    timeout 150 "$NCU" --profile-from-start off --clock-control none --section SpeedOfLight --section WarpStateStats \
+      --section InstructionStats --section LaunchStats --section Occupancy \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" -c "${STALL_KERNELS:-10}" \
+      "$D/fxfuse" bench "$LOGS/l2.plan.pb" --kv-batch "${point%x*}" --kv-query-len 1 --kv-context "${point#*x}" \
+      --iters 1 --warmup 2 > "$OUT/stalls_$point.txt" 2>&1
+    echo "ncu stalls $point (rc $?)" >> "$OUT/summary.txt"
+  done
 fi
 tar -C "$LOGS" --exclude=parity --exclude="*.plan.pb" --exclude="*.fxg" -czf "$OUT/logs.tgz" . 2>/dev/null
 cat "$OUT/summary.txt"

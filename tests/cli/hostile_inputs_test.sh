@@ -357,6 +357,10 @@ run_case timeout_nan 2 -- run "$T/small.fxg" --cpu-only --timeout-s nan
 run_case rtol_nan 2 -- verify "$T/small.fxg" --rtol nan
 run_case fp8_frac_range 2 -- verify "$T/small.fxg" --fp8-frac 2
 run_case bench_iters_0 2 -- bench "$T/small.fxg" --iters 0
+run_case bench_ablate_no_graph 2 -- bench "$T/small.fxg" --ablate 3 --no-graph
+expect_msg bench_ablate_no_graph "bench --ablate times CUDA graph replays on one GPU (not with --no-graph)"
+run_case bench_ablate_world 2 -- bench "$T/small.fxg" --ablate 3 --world-size 2
+expect_msg bench_ablate_world "not with --world-size > 1"
 
 # 7. Accepted silently before: unbalanced dims, zero divisors, empty ranges, bad CRCs.
 run_case unbalanced_dims 2 -- convert "$T/bracket.fxg" -o "$T/out.fxg"; expect_msg unbalanced_dims "unbalanced"

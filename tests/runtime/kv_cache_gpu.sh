@@ -76,6 +76,20 @@ for form in custom native; do
     "$FXFUSE" "$g"
   check "bench tiny model ($form) decode 8x1000" \
     "$FXFUSE" bench "$g" --kv-cache=bf16 --kv-batch 8 --kv-query-len 1 --kv-context 1000 --warmup 2 --iters 20
+  # What-if timing: every step in exactly one left-out group, each replay without a group timed.
+  check "bench --ablate tiny model ($form) decode 8x1000" bash -c \
+    '"$0" bench "$1" --kv-cache=bf16 --kv-batch 8 --kv-query-len 1 --kv-context 1000 --warmup 2 --iters 10 \
+       --ablate 5 --json "$2" && "$0" compile "$1" --kv-cache=bf16 --emit=plan-text -o "$2.plan.txt" -q &&
+     python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+steps = open(sys.argv[2]).read().count(\"\nsteps {\") + open(sys.argv[2]).read().startswith(\"steps {\")
+rows = r[\"ablation\"]
+assert sum(x[\"steps\"] for x in rows) == steps, (steps, rows)
+assert all(0 < x[\"without_us\"] < 10 * r[\"median_us\"] for x in rows), rows
+assert any(x[\"what\"] == \"rt.paged_attention\" and x[\"steps\"] == 2 for x in rows), rows
+print(len(rows), \"groups,\", steps, \"steps\")
+" "$2" "$2.plan.txt"' "$FXFUSE" "$g" "$tmp/ablate_$form.json"
 done
 rm -rf "$tmp"
 echo "$passed passed, $failed failed"

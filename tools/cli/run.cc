@@ -649,7 +649,28 @@ std::vector<std::string> generatedKernelGroups(const pb::Plan& plan) {
   return groups;
 }
 
-// `bench --profile`: the steps' median times grouped by what they do (describeStep), largest
+// The profile group of each step of the plan (plan order): what it does (describeStep), or
+// for a generated kernel its group of the same source (generatedKernelGroups).
+std::vector<std::string> stepGroups(const pb::Plan& plan) {
+  const std::vector<std::string> generated = generatedKernelGroups(plan);
+  std::vector<std::string> groups;
+  for (const pb::Step& step : plan.steps()) {
+    const bool gen = step.has_kernel() && step.kernel().kernel().rfind("gen.", 0) == 0 &&
+                     step.kernel().generated() >= 0 && step.kernel().generated() < static_cast<int>(generated.size());
+    groups.push_back(gen ? generated[step.kernel().generated()] : lowering::describeStep(step));
+  }
+  return groups;
+}
+
+// A group name as a JSON string's contents (a plan's kernel name may hold any character).
+std::string jsonQuoted(const std::string& what) {
+  std::string quoted;
+  for (unsigned char ch : what)
+    quoted += ch == '"' || ch == '\\' || ch < 0x20 ? fmt::format("\\u{:04x}", ch) : std::string(1, ch);
+  return quoted;
+}
+
+// `bench --profile`: the steps' median times grouped by what they do (stepGroups), largest
 // first, as a table on stdout; returns the same groups as a JSON array for --json.
 std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& step_us, double replay_us) {
   struct Group {
@@ -657,13 +678,10 @@ std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& st
     double us = 0;
   };
   std::map<std::string, Group> groups;
-  const std::vector<std::string> generated = generatedKernelGroups(plan);
+  const std::vector<std::string> group_of = stepGroups(plan);
   double total = 0;
   for (size_t i = 0; i < step_us.size(); ++i) {
-    const pb::Step& step = plan.steps(static_cast<int>(i));
-    const bool gen = step.has_kernel() && step.kernel().kernel().rfind("gen.", 0) == 0 &&
-                     step.kernel().generated() >= 0 && step.kernel().generated() < static_cast<int>(generated.size());
-    Group& g = groups[gen ? generated[step.kernel().generated()] : lowering::describeStep(step)];
+    Group& g = groups[group_of[i]];
     g.steps++;
     g.us += step_us[i];
     total += step_us[i];
@@ -680,11 +698,43 @@ std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& st
     if (shown <= kProfileGroupsShown)
       std::printf("  %9.1f us %5.1f %%  %4d steps  %s\n", g.us, total > 0 ? 100.0 * g.us / total : 0.0, g.steps,
                   what.c_str());
-    std::string quoted;  // a plan's kernel name may hold any character
-    for (unsigned char ch : what)
-      quoted += ch == '"' || ch == '\\' || ch < 0x20 ? fmt::format("\\u{:04x}", ch) : std::string(1, ch);
-    json += fmt::format("{}{{\"what\": \"{}\", \"steps\": {}, \"us\": {:.3f}}}", json.empty() ? "" : ", ", quoted,
-                        g.steps, g.us);
+    json += fmt::format("{}{{\"what\": \"{}\", \"steps\": {}, \"us\": {:.3f}}}", json.empty() ? "" : ", ",
+                        jsonQuoted(what), g.steps, g.us);
+  }
+  return "[" + json + "]";
+}
+
+// `bench --ablate N`: per profile group (stepGroups), the median of N replays of the plan
+// captured without that group's steps, against `replay_us` with all of them: a group's share
+// of the step as the step runs, overlaps included (a step that runs alone for 5 us may cost the
+// replay 1 us, or more than 5 where it delays the weight stream of the next). Printed largest
+// saving first; returns the same rows as a JSON array for --json.
+std::string printAblation(const pb::Plan& plan, rt::Session& s, cudaStream_t stream, int replays, double replay_us) {
+  const std::vector<std::string> group_of = stepGroups(plan);
+  std::map<std::string, std::vector<bool>> masks;
+  for (size_t i = 0; i < group_of.size(); ++i) {
+    std::vector<bool>& m = masks.try_emplace(group_of[i], group_of.size(), false).first->second;
+    m[i] = true;
+  }
+  struct Row {
+    std::string what;
+    int steps;
+    double without_us;
+  };
+  std::vector<Row> rows;
+  for (const auto& [what, mask] : masks)
+    rows.push_back({what, static_cast<int>(std::count(mask.begin(), mask.end(), true)),
+                    s.medianReplayUsWithout(stream, mask, replays)});
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.without_us < b.without_us; });
+  std::printf("ablation (median of %d CUDA graph replays without each group's steps; outputs not the plan's; "
+              "all steps %.1f us):\n", replays, replay_us);
+  std::string json;
+  for (const Row& r : rows) {
+    const double saved = replay_us - r.without_us;
+    std::printf("  %9.1f us without  %+9.1f us %5.1f %%  %4d steps  %s\n", r.without_us, -saved,
+                replay_us > 0 ? 100.0 * saved / replay_us : 0.0, r.steps, r.what.c_str());
+    json += fmt::format("{}{{\"what\": \"{}\", \"steps\": {}, \"without_us\": {:.3f}, \"saved_us\": {:.3f}}}",
+                        json.empty() ? "" : ", ", jsonQuoted(r.what), r.steps, r.without_us, saved);
   }
   return "[" + json + "]";
 }
@@ -693,7 +743,7 @@ void registerBench(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("bench", "Time a launch plan (or a graph) on the GPU: median of CUDA graph replays");
   static std::string input, device = "cuda", json;
   static std::vector<std::string> binds;
-  static int warmup = 20, iters = 200, world_size = kDefaultWorldSize, profile = 0;
+  static int warmup = 20, iters = 200, world_size = kDefaultWorldSize, profile = 0, ablate = 0;
   static bool no_graph = false, no_gemm_tune = false;
   static MultiGpuFlags mg;
   cmd->add_option("input", input, "launch plan (binary or text) or graph; recognized by content")->required();
@@ -707,6 +757,10 @@ void registerBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--json", json, "also write the result as JSON to this file");
   cmd->add_option("--profile", profile, "then time each step over this many plain runs and print where the time goes")
       ->check(CLI::Range(0, 100000));
+  cmd->add_option("--ablate", ablate,
+                  "then, per group of steps, time this many CUDA graph replays without them: what each group costs "
+                  "the step as it runs (one GPU; the outputs of those replays are garbage)")
+      ->check(CLI::Range(0, 100000));
   static std::string kv_cache;
   static int64_t kv_block_size = compiler::CompileOptions::kDefaultKvBlockSize;
   static interp::KvBatchOptions kv_batch;
@@ -715,6 +769,9 @@ void registerBench(CLI::App& app, int& exit_code) {
   addMultiGpuFlags(cmd, mg);
   cmd->callback([&exit_code] {
     const int world = runWorldSize(input, lowering::isPlanFile(input), world_size);
+    if (ablate > 0 && (no_graph || world > 1))
+      fail("{}: bench --ablate times CUDA graph replays on one GPU ({})", input,
+           no_graph ? "not with --no-graph" : "not with --world-size > 1");
     if (launchRanks(mg, world, exit_code)) return;
     requireDevice(device);
     std::unique_ptr<rt::Communicator> comm = rankCommunicator(mg, world);  // selects GPU `rank`
@@ -804,16 +861,20 @@ void registerBench(CLI::App& app, int& exit_code) {
     if (mg.rank <= 0) printGemmEpilogues(s);
     std::string profile_json = "[]";
     if (profile > 0) profile_json = printStepProfile(l.plan, s.profileSteps(stream, profile), med * 1000.0);
+    std::string ablation_json = "[]";
+    if (ablate > 0) ablation_json = printAblation(l.plan, s, stream, ablate, med * 1000.0);
     if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers
       ir::writeOutputFile(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
                                             "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
                                             "\"arena_bytes\": {}, \"gemm_tune\": {}, \"programmatic_launch\": {}, "
-                                            "\"gemm_epilogues\": {}, \"kv_batch\": \"{}\", \"profile\": {}}}\n",
+                                            "\"gemm_epilogues\": {}, \"kv_batch\": \"{}\", \"profile\": {}, "
+                                            "\"ablation\": {}}}\n",
                                             input, binds_s, med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
                                             no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes(),
                                             s.gemmTuning() ? "true" : "false",
                                             rt::Session::programmaticLaunch() ? "true" : "false",
-                                            s.gemmEpilogues().size(), batch ? batch->describe() : "", profile_json));
+                                            s.gemmEpilogues().size(), batch ? batch->describe() : "", profile_json,
+                                            ablation_json));
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     cudaStreamDestroy(stream);
