@@ -259,6 +259,21 @@ bool isPlanFile(const std::string& path) {
   return format == ir::FileFormat::kPlanText || format == ir::FileFormat::kPlanBinary;
 }
 
+bool readOnlyInPlan(const pb::Plan& p, int id) {
+  auto bufferOf = [&p](int tensor) {
+    return tensor >= 0 && tensor < p.tensors_size() ? p.tensors(tensor).buffer() : -1;
+  };
+  const int buffer = bufferOf(id);
+  if (buffer < 0 || buffer >= p.buffers_size()) return false;
+  const pb::Buffer& b = p.buffers(buffer);
+  if (b.kind() != pb::INPUT || b.input() < 0 || b.input() >= p.inputs_size()) return false;
+  const pb::IoRole role = p.inputs(b.input()).role();
+  if (role != pb::PARAMETER && role != pb::CONSTANT) return false;
+  for (const pb::IoTensor& out : p.outputs())
+    if (out.role() == pb::MUTATION && bufferOf(out.tensor()) == buffer) return false;
+  return true;
+}
+
 std::string describeStep(const pb::Step& s) {
   auto sx = [](const fxfuse::ir::v1::SymExpr& e) { return ir::symExprFromProto(e, "plan").str(); };
   if (s.has_kernel()) return s.kernel().kernel();

@@ -976,6 +976,7 @@ std::optional<SmallMFp8GemmParams> Session::smallMFp8Params(const pb::Matmul& mm
   p.M = o.M, p.N = o.N, p.K = o.K;
   p.x = o.A.data, p.x_row_stride = o.ldy;
   p.w = o.B.data, p.w_row_stride = o.ldx;
+  p.w_read_only = lowering::readOnlyInPlan(plan_, mm.b());  // read before the wait only then
   p.scale_x = static_cast<const float*>(sa.data);
   p.scale_w = static_cast<const float*>(sb.data);
   if (mm.epilogue() == pb::EPILOGUE_BIAS && mm.bias() >= 0) {

@@ -4,24 +4,11 @@
 #include <cstdlib>
 #include <string>
 
+#include "compiler/lowering/lowering.h"
+
 namespace fxfuse::runtime {
 
 namespace pb = fxfuse::plan::v1;
-
-namespace {
-
-// Whether TensorRef `id` lives in memory no step writes: a PARAMETER or CONSTANT input.
-bool isWeight(const pb::Plan& plan, int id) {
-  if (id < 0 || id >= plan.tensors_size()) return false;
-  const int buffer = plan.tensors(id).buffer();
-  if (buffer < 0 || buffer >= plan.buffers_size()) return false;
-  const pb::Buffer& b = plan.buffers(buffer);
-  if (b.kind() != pb::INPUT || b.input() < 0 || b.input() >= plan.inputs_size()) return false;
-  const pb::IoRole role = plan.inputs(b.input()).role();
-  return role == pb::PARAMETER || role == pb::CONSTANT;
-}
-
-}  // namespace
 
 std::vector<WeightPrefetch> PlanWeightPrefetches(const pb::Plan& plan, PrefetchFork how) {
   std::vector<WeightPrefetch> out;
@@ -30,8 +17,8 @@ std::vector<WeightPrefetch> PlanWeightPrefetches(const pb::Plan& plan, PrefetchF
     if (!plan.steps(i).has_matmul()) continue;
     const pb::Matmul& mm = plan.steps(i).matmul();
     if (fork < i) {
-      if (isWeight(plan, mm.b())) out.push_back({fork, i, mm.b()});
-      if (isWeight(plan, mm.a())) out.push_back({fork, i, mm.a()});
+      if (lowering::readOnlyInPlan(plan, mm.b())) out.push_back({fork, i, mm.b()});
+      if (lowering::readOnlyInPlan(plan, mm.a())) out.push_back({fork, i, mm.a()});
     }
     fork = how == PrefetchFork::kWithPreviousMatmul ? i : i + 1;
   }

@@ -7,7 +7,8 @@
 // allowDependentGrids() once the next kernel may be scheduled: at its start when its grid is
 // small, after its main loop when later waves of its blocks still need multiprocessor slots
 // (the small-M GEMM, paged attention). Both are no-ops for a plain launch and before sm_90.
-// Only memory no step writes (weights) may be touched before the wait.
+// Only memory no step writes may be touched before the wait: the caller knows which (a plan's
+// parameters and constants, lowering::readOnlyInPlan) and tells the kernel.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -18,8 +18,9 @@
 //                                                               │
 //                           partial sums of the splits in smem ─┴─► acc * scale (+ bias) ─► out
 //
-// Weights are never written by a plan step, so a warp fills its ring before it waits for the
-// previous step (programmatic dependent launch); the activations are read after the wait.
+// Where no running kernel can write the weight (p.w_read_only: a plan's parameter), a warp
+// fills its ring before it waits for the previous step (programmatic dependent launch), so the
+// weight stream starts while that step drains; the activations are always read after the wait.
 // The block lets the next kernel launch only after its K loop, not at its start: an early
 // trigger lets the kernel after next launch too and take slots of this one's wave.
 //
@@ -202,12 +203,13 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   const int64_t steps = first < k_steps ? (k_steps - first < l.steps_per_split ? k_steps - first : l.steps_per_split) : 0;
   const uint8_t* ring = smem + warp * kStages * kStageBytes;
   const uint32_t ring_addr = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+  if (!p.w_read_only) kernels::waitForPrecedingGrid();  // w may come from a step still running
 #pragma unroll
-  for (int s = 0; s < kStages; ++s) {  // weights only: no wait for the previous step
+  for (int s = 0; s < kStages; ++s) {  // weights only
     copyStep(p, ring_addr + s * kStageBytes, tile, first + s, s < steps);
     kernels::cpAsyncCommit();
   }
-  kernels::waitForPrecedingGrid();
+  if (p.w_read_only) kernels::waitForPrecedingGrid();
   float acc[kTiles][4] = {};
   uint4 next[kTiles][2];
   if (steps > 0) loadStepActivations<kTiles>(p, first, next);

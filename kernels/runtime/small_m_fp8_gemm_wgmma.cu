@@ -19,9 +19,9 @@
 //
 // Thread 0 issues the TMA copies of a ring of kStages K steps (128 bytes of K each); every
 // thread waits on the stage's mbarrier, and a CTA barrier per step frees the stage just used.
-// Weights are never written by a plan step, so the weight halves of the first stages are
-// requested before the wait for the previous step (programmatic dependent launch); the
-// activations after it. The next kernel may launch once the K loop is done. (A cp.async ring
+// Where no running kernel can write the weight (p.w_read_only), the weight halves of the first
+// stages are requested before the wait for the previous step (programmatic dependent launch);
+// the activations after it. The next kernel may launch once the K loop is done. (A cp.async ring
 // measured within 15 % of this one either way, but needs every thread's copies, zero-fill
 // bookkeeping and a generic-to-async proxy fence before each wgmma; docs/runtime.md.)
 //
@@ -223,10 +223,12 @@ __global__ void __launch_bounds__(kThreads) smallMFp8GemmWgmmaKernel(const __gri
     dev::fenceBarrierInit();
   }
   __syncthreads();
-  // Prologue: the weights of the first kStages - 1 stages, the wait, their activations.
+  // Prologue: the weights of the first kStages - 1 stages, the wait, their activations (the
+  // wait first where a step still running may write the weight: !p.w_read_only).
+  if (!p.w_read_only) kernels::waitForPrecedingGrid();
   if (producer)
     for (int s = 0; s < kStages - 1 && s < steps; ++s) ring.weights(s);
-  kernels::waitForPrecedingGrid();
+  if (p.w_read_only) kernels::waitForPrecedingGrid();
   if (producer)
     for (int s = 0; s < kStages - 1 && s < steps; ++s) ring.tokens(s);
 

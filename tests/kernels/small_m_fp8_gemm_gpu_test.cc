@@ -22,6 +22,7 @@
 #include <sstream>
 #include <vector>
 
+#include "kernels/quant_fp8.h"
 #include "kernels/reference/numerics.h"
 #include "kernels/runtime/small_m_fp8_gemm.h"
 #include "tests/kernels/gpu_test_util.h"
@@ -41,6 +42,10 @@ struct Case {
   int64_t x_pad = 0, w_pad = 0, out_pad = 0;  // extra row stride (bytes for x/w, elements for out)
   bool wgmma = false;  // LaunchSmallMFp8GemmWgmma whatever M is (the launcher picks by M)
   int splits = 0;      // K slices per tile: 0 = the kernel's rule
+  // The weight written on the device by a quantization kernel launched just before the GEMM
+  // (programmatic launch, the stream of a plan), over a poisoned buffer; w_read_only false then:
+  // a GEMM filling its ring before the wait would read the poison of rows not yet written.
+  bool w_from_quant = false;
 };
 
 // Random e4m3 bytes of moderate magnitude (|v| <= 2^4, both signs, subnormals included), never NaN.
@@ -55,6 +60,13 @@ std::vector<uint8_t> randomFp8(size_t n, std::mt19937_64& rng) {
 }
 
 int bytesOf(DType t) { return t == DType::F32 ? 4 : 2; }
+
+// The e4m3 values of `fp8` as bf16 bits (every e4m3 value is a bf16 value).
+std::vector<uint16_t> asBf16(const std::vector<uint8_t>& fp8) {
+  std::vector<uint16_t> out(fp8.size());
+  for (size_t i = 0; i < fp8.size(); ++i) out[i] = ref::FloatToD16Bits(ref::E4m3BitsToFloat(fp8[i]), DType::BF16);
+  return out;
+}
 
 float readOut(const std::vector<uint8_t>& bytes, int64_t i, DType t) {
   if (t == DType::F32) {
@@ -101,8 +113,15 @@ void runCase(const Case& c) {
     }
   DeviceBuffer dx(x.size()), dw(w.size()), dsx(4), dsw(4), dbias(bias_bytes.size());
   DeviceBuffer dout(static_cast<size_t>(c.M * os * bytesOf(c.out_dtype)));
+  DeviceBuffer dw16(c.w_from_quant ? w.size() * 2 : 1), done(4);
   dx.Upload(x);
-  dw.Upload(w);
+  if (c.w_from_quant) {
+    dw16.Upload(asBf16(w));
+    done.Upload(std::vector<float>{1.0f});
+    dw.Poison();
+  } else {
+    dw.Upload(w);
+  }
   dsx.Upload(std::vector<float>{sx});
   dsw.Upload(std::vector<float>{sw});
   dbias.Upload(bias_bytes);
@@ -116,9 +135,21 @@ void runCase(const Case& c) {
   if (c.bias) p.bias = dbias.get(), p.bias_dtype = c.bias_dtype;
   p.out = dout.get(), p.out_row_stride = os, p.out_dtype = c.out_dtype;
   p.splits = c.splits;
+  p.w_read_only = !c.w_from_quant;
   REQUIRE(SmallMFp8GemmUnsupported(p) == nullptr);
-  FXFUSE_CUDA_REQUIRE(c.wgmma ? LaunchSmallMFp8GemmWgmma(p, nullptr) : LaunchSmallMFp8Gemm(p, nullptr));
-  FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
+  cudaStream_t stream = nullptr;
+  FXFUSE_CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (c.w_from_quant) {  // w = fp8(w16 * 1): exact, w16 holds e4m3 values
+    kernels::QuantFp8Params q;
+    q.num_tokens = c.N, q.hidden_size = ws, q.dtype = DType::BF16;
+    q.input = dw16.get(), q.output = dw.get();
+    q.scale.scale = static_cast<float*>(done.get());
+    REQUIRE(kernels::QuantFp8(q, stream).ok());
+  }
+  FXFUSE_CUDA_REQUIRE(c.wgmma ? LaunchSmallMFp8GemmWgmma(p, stream) : LaunchSmallMFp8Gemm(p, stream));
+  FXFUSE_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+  FXFUSE_CUDA_REQUIRE(cudaStreamDestroy(stream));
+  if (c.w_from_quant) REQUIRE(dw.Download<uint8_t>(w.size()) == w);
   const std::vector<uint8_t> got = dout.Download<uint8_t>(dout.bytes());
   const float scale = sx * sw;
   // The reference decodes each e4m3 byte once (a 256-entry table): the Llama shapes are billions
@@ -155,7 +186,8 @@ void runCase(const Case& c) {
         log << "  (" << m << ", " << n << "): got " << g << " want " << want << " bound " << bound << "\n";
     }
   INFO("M " << c.M << " N " << c.N << " K " << c.K << " out " << kernels::DTypeName(c.out_dtype) << " bias "
-            << c.bias << (c.wgmma ? " wgmma" : "") << " splits " << c.splits << " seed " << seed << ": " << failures
+            << c.bias << (c.wgmma ? " wgmma" : "") << (c.w_from_quant ? " w quantized before it" : "") << " splits "
+            << c.splits << " seed " << seed << ": " << failures
             << " failures\n"
             << log.str());
   CHECK(failures == 0);
@@ -227,6 +259,20 @@ TEST_CASE("small-M FP8 GEMM (wgmma): Llama-3.1-8B and 70B decode shapes", "[gpu]
   runCase({64, 1024, 14336});  // down (a slice of its 4096 rows)
   runCase({32, 28672, 4096});  // gate/up
   runCase({64, 1280, 8192});   // 70B qkv (a slice)
+}
+
+// A weight computed by the step before (a weight quantized in the graph) is read only after the
+// wait for that step: both kernels, one wave and several, a padded row stride.
+TEST_CASE("small-M FP8 GEMM: a weight written by the kernel before it", "[gpu][gemm]") {
+  auto quantized = [](Case c) {
+    c.w_from_quant = true;
+    return c;
+  };
+  runCase(quantized({1, 6144, 4096}));
+  runCase(quantized({8, 57344, 256}));
+  runCase(quantized({3, 200, 1040, DType::BF16, false, DType::BF16, 0, 48}));
+  runCase(quantized({40, 4096, 4096}));
+  runCase(quantized({16, 200, 1040, DType::BF16, false, DType::BF16, 0, 0, 0, true}));
 }
 
 // The runtime times every K split of SmallMFp8GemmSplitChoices and runs the fastest, so each

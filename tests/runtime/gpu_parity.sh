@@ -10,6 +10,7 @@
 # Compile flags of a run: a `// PARITY-FLAGS: --kv-cache=bf16` line in the graph, or a
 # `GRAPH::FLAGS` argument (`x.fxg.json::--kv-cache=fp8`: flags separated by spaces). With
 # --kv-cache, the unfused variant runs the kv-cache pass too (it adds the plan's inputs).
+# Environment of a run: a `// PARITY-ENV: FXFUSE_OWN_GEMM=always` line (VAR=value words).
 # Runs JOBS at a time. Prints one line per run and "N passed, M failed, K skipped" last.
 # PARITY_DEADLINE (epoch seconds): runs that would start after it are skipped (SKIP, counted
 # as failures) and no run outlives it, so a time-boxed caller still gets every status line.
@@ -45,7 +46,8 @@ run_one() {
     if (( left <= 0 )); then echo "SKIP $f $variant (time budget)" > "$tmp/$key.status"; return; fi
     (( left < limit )) && limit=$left
   fi
-  timeout "$limit" "$FXFUSE" run "$f" --device=cuda --compare-cpu --seed 1 --mismatch-frac "${MISMATCH_FRAC:-0.01}" "${extra[@]}" > "$tmp/$key.log" 2>&1
+  read -ra run_env <<< "$(sed -n 's|^// PARITY-ENV: *||p' "$f" 2>/dev/null | head -1)"
+  timeout "$limit" env "${run_env[@]}" "$FXFUSE" run "$f" --device=cuda --compare-cpu --seed 1 --mismatch-frac "${MISMATCH_FRAC:-0.01}" "${extra[@]}" > "$tmp/$key.log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
   if grep -q '^// PARITY: refused' "$f"; then

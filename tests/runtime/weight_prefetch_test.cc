@@ -1,4 +1,5 @@
-// Where a session prefetches matmul weights into L2 (compiler/runtime/weight_prefetch.h),
+// Where a session prefetches matmul weights into L2 (compiler/runtime/weight_prefetch.h), and
+// which plan memory no step writes (lowering::readOnlyInPlan),
 // without a GPU: on a hand-made plan (the rules one by one) and on the plan of a real FP8
 // decoder layer (every weight GEMM gets its prefetch, forked right after the previous GEMM).
 #include <catch2/catch.hpp>
@@ -136,4 +137,45 @@ TEST_CASE("weight prefetch: every weight GEMM of an FP8 decoder layer plan") {
     ++next;
   }
   CHECK(next == w.size());
+}
+
+// lowering::readOnlyInPlan: what a kernel may read before it waits for the kernels still running
+// (the weight prefetch above, and the small-M GEMM's weight ring under programmatic launch).
+TEST_CASE("read-only memory: parameters and constants that no step writes") {
+  pb::Plan p = planWithInputs({pb::USER_INPUT, pb::PARAMETER, pb::CONSTANT, pb::BUFFER, pb::PARAMETER});
+  auto* arena = p.add_buffers();  // buffer 5: the arena, tensor 5
+  arena->set_id(5);
+  arena->set_kind(pb::ARENA);
+  p.add_tensors()->set_buffer(5);
+  auto* view = p.add_tensors();  // tensor 6: another view of the parameter in buffer 1
+  view->set_buffer(1);
+  auto* mutation = p.add_outputs();  // the parameter of buffer 4 updated in place
+  mutation->set_role(pb::MUTATION);
+  mutation->set_tensor(4);
+  CHECK_FALSE(lowering::readOnlyInPlan(p, 0));  // user inputs: the caller's data, not promised to stay
+  CHECK(lowering::readOnlyInPlan(p, 1));
+  CHECK(lowering::readOnlyInPlan(p, 2));
+  CHECK_FALSE(lowering::readOnlyInPlan(p, 3));  // buffers (KV caches, running stats) are updated
+  CHECK_FALSE(lowering::readOnlyInPlan(p, 4));  // written by the plan through its mutation output
+  CHECK_FALSE(lowering::readOnlyInPlan(p, 5));  // the arena: every step's outputs
+  CHECK(lowering::readOnlyInPlan(p, 6));
+  CHECK_FALSE(lowering::readOnlyInPlan(p, 7));  // malformed references
+  CHECK_FALSE(lowering::readOnlyInPlan(p, -1));
+  p.mutable_tensors(1)->set_buffer(42);
+  CHECK_FALSE(lowering::readOnlyInPlan(p, 1));
+}
+
+TEST_CASE("read-only memory: FP8 weights of a layer, and a weight quantized in the graph") {
+  auto weightOfEachMatmul = [](const std::string& path) {
+    auto m = ir::loadModule(path);
+    compiler::compileModule(*m, compiler::CompileOptions{});
+    const pb::Plan plan = lowering::lowerModule(*m, lowering::LowerOptions{});
+    std::vector<bool> read_only;
+    for (const pb::Step& s : plan.steps())
+      if (s.has_matmul()) read_only.push_back(lowering::readOnlyInPlan(plan, s.matmul().b()));
+    return read_only;
+  };
+  CHECK(weightOfEachMatmul("tests/plans/decoder_fp8.fxg") == std::vector<bool>{true, true, true, true});
+  // The weight is the output of the quant step before the matmul (an arena buffer).
+  CHECK(weightOfEachMatmul("tests/plans/fp8_weight_quantized_in_graph.fxg") == std::vector<bool>{false});
 }
