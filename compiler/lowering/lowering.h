@@ -74,11 +74,12 @@ std::vector<int> StepTensors(const fxfuse::plan::v1::Step& s);
 void ForEachPlanSymExpr(const fxfuse::plan::v1::Plan& p,
                         const std::function<void(const fxfuse::ir::v1::SymExpr&, const char*, int)>& fn);
 
-// Whether TensorRef `id` lives in memory that no step of the plan writes: an INPUT buffer of
-// role PARAMETER or CONSTANT that no MUTATION output names (a KV cache or another input updated
-// in place is written). A kernel launched with programmatic dependent launch may read such
-// memory before it waits for the kernels still running (docs/runtime.md); anything else only
-// after. False for a malformed reference.
+// Whether TensorRef `id` lives in memory that no step of the plan writes: an INPUT buffer that
+// no MUTATION output names (a KV cache or another input updated in place is written; lowering
+// writes inputs only through mutation outputs, and copies an input it would update otherwise).
+// A kernel launched with programmatic dependent launch may read such memory before it waits
+// for the kernels still running (docs/runtime.md); anything else only after. False for a
+// malformed reference.
 bool readOnlyInPlan(const fxfuse::plan::v1::Plan& p, int id);
 
 // What one step does, in a few words ("matmul m=s0 n=4096 k=4096 fp8", a kernel's name).

@@ -267,8 +267,6 @@ bool readOnlyInPlan(const pb::Plan& p, int id) {
   if (buffer < 0 || buffer >= p.buffers_size()) return false;
   const pb::Buffer& b = p.buffers(buffer);
   if (b.kind() != pb::INPUT || b.input() < 0 || b.input() >= p.inputs_size()) return false;
-  const pb::IoRole role = p.inputs(b.input()).role();
-  if (role != pb::PARAMETER && role != pb::CONSTANT) return false;
   for (const pb::IoTensor& out : p.outputs())
     if (out.role() == pb::MUTATION && bufferOf(out.tensor()) == buffer) return false;
   return true;

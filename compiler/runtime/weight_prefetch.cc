@@ -10,6 +10,17 @@ namespace fxfuse::runtime {
 
 namespace pb = fxfuse::plan::v1;
 
+namespace {
+
+// A weight: a parameter or constant input that no step writes.
+bool isWeight(const pb::Plan& plan, int id) {
+  if (!lowering::readOnlyInPlan(plan, id)) return false;
+  const pb::IoRole role = plan.inputs(plan.buffers(plan.tensors(id).buffer()).input()).role();
+  return role == pb::PARAMETER || role == pb::CONSTANT;
+}
+
+}  // namespace
+
 std::vector<WeightPrefetch> PlanWeightPrefetches(const pb::Plan& plan, PrefetchFork how) {
   std::vector<WeightPrefetch> out;
   int fork = 0;  // the previous matmul, or the first step after it
@@ -17,8 +28,8 @@ std::vector<WeightPrefetch> PlanWeightPrefetches(const pb::Plan& plan, PrefetchF
     if (!plan.steps(i).has_matmul()) continue;
     const pb::Matmul& mm = plan.steps(i).matmul();
     if (fork < i) {
-      if (lowering::readOnlyInPlan(plan, mm.b())) out.push_back({fork, i, mm.b()});
-      if (lowering::readOnlyInPlan(plan, mm.a())) out.push_back({fork, i, mm.a()});
+      if (isWeight(plan, mm.b())) out.push_back({fork, i, mm.b()});
+      if (isWeight(plan, mm.a())) out.push_back({fork, i, mm.a()});
     }
     fork = how == PrefetchFork::kWithPreviousMatmul ? i : i + 1;
   }

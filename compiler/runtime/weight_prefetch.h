@@ -28,8 +28,8 @@ struct WeightPrefetch {
 // evict-last mark to survive the GEMM's own stream).
 enum class PrefetchFork { kAfterPreviousMatmul, kWithPreviousMatmul };
 
-// Per Matmul step reading a weight (operand a or b in memory no step writes:
-// lowering::readOnlyInPlan), in step order. kAfterPreviousMatmul: forked at the first
+// Per Matmul step reading a weight (operand a or b a PARAMETER or CONSTANT input that no step
+// writes: lowering::readOnlyInPlan), in step order. kAfterPreviousMatmul: forked at the first
 // step after the previous Matmul; a matmul right after another one gets none (its prefetch
 // would only share the bandwidth the running GEMM already uses). kWithPreviousMatmul: forked
 // at the previous Matmul. Malformed references are skipped (the session's checks name them).

@@ -8,7 +8,7 @@
 // small, after its main loop when later waves of its blocks still need multiprocessor slots
 // (the small-M GEMM, paged attention). Both are no-ops for a plain launch and before sm_90.
 // Only memory no step writes may be touched before the wait: the caller knows which (a plan's
-// parameters and constants, lowering::readOnlyInPlan) and tells the kernel.
+// inputs that it does not update in place, lowering::readOnlyInPlan) and tells the kernel.
 #pragma once
 
 #include <cuda_runtime.h>

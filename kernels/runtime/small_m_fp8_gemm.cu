@@ -18,9 +18,9 @@
 //                                                               │
 //                           partial sums of the splits in smem ─┴─► acc * scale (+ bias) ─► out
 //
-// Where no running kernel can write the weight (p.w_read_only: a plan's parameter), a warp
-// fills its ring before it waits for the previous step (programmatic dependent launch), so the
-// weight stream starts while that step drains; the activations are always read after the wait.
+// Where no running kernel can write the weight (p.w_read_only: a plan input it never updates),
+// a warp fills its ring before it waits for the previous step (programmatic dependent launch),
+// so the weight stream starts while that step drains; the activations are read after the wait.
 // The block lets the next kernel launch only after its K loop, not at its start: an early
 // trigger lets the kernel after next launch too and take slots of this one's wave.
 //

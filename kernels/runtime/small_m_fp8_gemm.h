@@ -52,8 +52,8 @@ struct SmallMFp8GemmParams {
   int64_t x_row_stride = 0;
   const void* w = nullptr;  // F8E4M3FN [N, K]: the weight's columns, row stride w_row_stride
   int64_t w_row_stride = 0;
-  // Whether no kernel that may still be running writes w (a plan's parameter: the runtime sets
-  // it from lowering::readOnlyInPlan). With programmatic dependent launch the kernels then fill
+  // Whether no kernel that may still be running writes w (a plan input the plan does not update:
+  // the runtime sets it from lowering::readOnlyInPlan). With programmatic dependent launch the kernels then fill
   // their rings with weight bytes before they wait for the preceding grid, so the weight stream
   // starts while that grid drains; otherwise they wait first (a w computed by an earlier step,
   // e.g. a weight quantized in the graph, could still be being written).

@@ -36,6 +36,15 @@ pb::Plan planWithInputs(const std::vector<pb::IoRole>& roles) {
   return p;
 }
 
+// The plan of a test graph after the default passes (with a KV cache of `kv_cache` when set).
+pb::Plan planOf(const std::string& path, const std::string& kv_cache) {
+  auto m = ir::loadModule(path);
+  compiler::CompileOptions options;
+  options.kv_cache_dtype = kv_cache;
+  compiler::compileModule(*m, options);
+  return lowering::lowerModule(*m, lowering::LowerOptions{});
+}
+
 void addKernel(pb::Plan& p) { p.add_steps()->mutable_kernel()->set_kernel("lib.rms_norm"); }
 
 void addMatmul(pb::Plan& p, int a, int b) {
@@ -141,7 +150,7 @@ TEST_CASE("weight prefetch: every weight GEMM of an FP8 decoder layer plan") {
 
 // lowering::readOnlyInPlan: what a kernel may read before it waits for the kernels still running
 // (the weight prefetch above, and the small-M GEMM's weight ring under programmatic launch).
-TEST_CASE("read-only memory: parameters and constants that no step writes") {
+TEST_CASE("read-only memory: inputs that no step writes") {
   pb::Plan p = planWithInputs({pb::USER_INPUT, pb::PARAMETER, pb::CONSTANT, pb::BUFFER, pb::PARAMETER});
   auto* arena = p.add_buffers();  // buffer 5: the arena, tensor 5
   arena->set_id(5);
@@ -152,10 +161,13 @@ TEST_CASE("read-only memory: parameters and constants that no step writes") {
   auto* mutation = p.add_outputs();  // the parameter of buffer 4 updated in place
   mutation->set_role(pb::MUTATION);
   mutation->set_tensor(4);
-  CHECK_FALSE(lowering::readOnlyInPlan(p, 0));  // user inputs: the caller's data, not promised to stay
+  auto* user_output = p.add_outputs();  // an output that is an input (returned as it is): not a write
+  user_output->set_role(pb::USER_OUTPUT);
+  user_output->set_tensor(3);
+  CHECK(lowering::readOnlyInPlan(p, 0));  // a user input: the weights of a vLLM dump are ones
   CHECK(lowering::readOnlyInPlan(p, 1));
   CHECK(lowering::readOnlyInPlan(p, 2));
-  CHECK_FALSE(lowering::readOnlyInPlan(p, 3));  // buffers (KV caches, running stats) are updated
+  CHECK(lowering::readOnlyInPlan(p, 3));
   CHECK_FALSE(lowering::readOnlyInPlan(p, 4));  // written by the plan through its mutation output
   CHECK_FALSE(lowering::readOnlyInPlan(p, 5));  // the arena: every step's outputs
   CHECK(lowering::readOnlyInPlan(p, 6));
@@ -167,9 +179,7 @@ TEST_CASE("read-only memory: parameters and constants that no step writes") {
 
 TEST_CASE("read-only memory: FP8 weights of a layer, and a weight quantized in the graph") {
   auto weightOfEachMatmul = [](const std::string& path) {
-    auto m = ir::loadModule(path);
-    compiler::compileModule(*m, compiler::CompileOptions{});
-    const pb::Plan plan = lowering::lowerModule(*m, lowering::LowerOptions{});
+    const pb::Plan plan = planOf(path, "");
     std::vector<bool> read_only;
     for (const pb::Step& s : plan.steps())
       if (s.has_matmul()) read_only.push_back(lowering::readOnlyInPlan(plan, s.matmul().b()));
@@ -178,4 +188,22 @@ TEST_CASE("read-only memory: FP8 weights of a layer, and a weight quantized in t
   CHECK(weightOfEachMatmul("tests/plans/decoder_fp8.fxg") == std::vector<bool>{true, true, true, true});
   // The weight is the output of the quant step before the matmul (an arena buffer).
   CHECK(weightOfEachMatmul("tests/plans/fp8_weight_quantized_in_graph.fxg") == std::vector<bool>{false});
+}
+
+TEST_CASE("read-only memory: the KV caches a paged plan updates in place") {
+  const pb::Plan plan = planOf("tests/plans/paged_attention.fxg", "bf16");
+  int caches = 0, queries = 0;
+  for (const pb::Step& s : plan.steps())
+    for (const pb::KernelArg& a : s.kernel().args()) {
+      if (a.name() == "key_cache" || a.name() == "value_cache") {
+        CHECK_FALSE(lowering::readOnlyInPlan(plan, a.tensor()));
+        ++caches;
+      }
+      if (s.kernel().kernel() == "rt.paged_attention" && a.name() == "block_table") {
+        CHECK(lowering::readOnlyInPlan(plan, a.tensor()));  // metadata: the caller's, never written
+        ++queries;
+      }
+    }
+  CHECK(caches >= 4);  // the cache write's and the attention's
+  CHECK(queries >= 1);
 }
