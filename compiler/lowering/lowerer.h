@@ -223,6 +223,14 @@ class Lowerer {
   }
   // A slice is lowered with its declared output size; where start, step and sizes are known,
   // that many elements must fit in the input dim, else the plan would read outside the tensor.
+  // The first dim of `shape` that is negative at the symbols' hints, as "s0 - 64 = -56", or
+  // "" when none is: a plan's reader refuses such a tensor (a graph consistent for some
+  // bindings, e.g. a slice from 64 of a dim of s0 >= 64, whose hints bind s0 = 8).
+  std::string negativeAtHints(const std::vector<SymExpr>& shape) {
+    for (const SymExpr& d : shape)
+      if (!d.isInt() && hint(d) < 0) return fmt::format("{} = {}", d.str(), hint(d));
+    return "";
+  }
   void checkSliceFits(const Node& n, const SymExpr& start, const SymExpr& step, const SymExpr& in_dim,
                       const SymExpr& out_dim) {
     // Symbolic sizes are checked at the symbols' hints: a slice consistent for every binding

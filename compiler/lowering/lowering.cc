@@ -624,6 +624,11 @@ void Lowerer::lowerNode(Node& n) {
     refuseDroppedMutation(n);
     return;  // dead
   }
+  for (Value* v : n.outputs())
+    if (v && v->kind == ir::ValueKind::Tensor)
+      if (std::string neg = negativeAtHints(v->type.shape); !neg.empty())
+        unsupported(n, fmt::format("{} has a size that is negative at the symbols' hints ({})",
+                                   v->name.empty() ? "its output" : "output '" + v->name + "'", neg));
   // Casts of a lifted scalar: host values, read by their users (num, operand, argScalar).
   if (n.numOutputs() == 1 && n.output(0) && ir::liftedScalarSource(n.output(0))) return;
   // Symbolic integer nodes: their values are expressions of the symbols.
@@ -838,6 +843,8 @@ pb::Plan Lowerer::run(LowerStats* stats) {
       ++idx;
       continue;
     }
+    if (std::string neg = negativeAtHints(v->type.shape); !neg.empty())
+      fail("lowering: input '{}' has a size that is negative at the symbols' hints ({})", v->name, neg);
     io->set_dtype(toPlanDType(v->type.dtype));
     for (const auto& d : v->type.shape) ir::symExprToProto(d, io->add_shape());
     Buf b;
