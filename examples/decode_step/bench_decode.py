@@ -119,13 +119,14 @@ def markdown(rows, modes):
                     "%s x%d %.0f µs (%.0f %%)" % (g["what"], g["steps"], g["us"], 100 * g["us"] / total)
                     for g in r["profile"][:8])))
     for r in rows:  # what each step group costs the replayed step (--ablate), per layer too
-        if r.get("ablation"):
+        a = r.get("ablation")
+        if a:
             layers = r.get("layers") or 1
-            lines.append("\nablation of %d x %d (CUDA graph replay without each group, %.0f µs with all): %s" % (
-                r["batch"], r["context"], r["fxfuse_us"], "; ".join(
-                    "%s x%d saves %.0f µs (%.1f per layer)" % (g["what"], g["steps"], g["saved_us"],
-                                                               g["saved_us"] / layers)
-                    for g in r["ablation"] if g["saved_us"] > 0.002 * r["fxfuse_us"])))
+            lines.append("\nablation of %d x %d (CUDA graph replay without each group; all steps %.0f µs before, "
+                         "%.0f after): %s" % (r["batch"], r["context"], a["before_us"], a["after_us"], "; ".join(
+                             "%s x%d saves %.0f µs (%.1f per layer)" % (g["what"], g["steps"], g["saved_us"],
+                                                                        g["saved_us"] / layers)
+                             for g in a["groups"] if g["saved_us"] > 0.002 * a["before_us"])))
     return "\n".join(lines) + "\n"
 
 
@@ -201,7 +202,7 @@ def main():
                             "programmatic_launch": r.get("programmatic_launch"),
                             "tokens_per_s": batch / (r["median_us"] * 1e-6),
                             "fraction_of_floor": row["floor_us"] / r["median_us"], "profile": r.get("profile", []),
-                            "ablation": r.get("ablation", [])})
+                            "ablation": r.get("ablation")})
             else:
                 row["error"] = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["failed"]
             rows.append(row)

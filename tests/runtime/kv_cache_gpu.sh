@@ -84,9 +84,11 @@ for form in custom native; do
 import json, sys
 r = json.load(open(sys.argv[1]))
 steps = open(sys.argv[2]).read().count(\"\nsteps {\") + open(sys.argv[2]).read().startswith(\"steps {\")
-rows = r[\"ablation\"]
+a = r[\"ablation\"]
+rows = a[\"groups\"]
 assert sum(x[\"steps\"] for x in rows) == steps, (steps, rows)
 assert all(0 < x[\"without_us\"] < 10 * r[\"median_us\"] for x in rows), rows
+assert 0 < a[\"before_us\"] < 10 * r[\"median_us\"] and 0 < a[\"after_us\"] < 10 * r[\"median_us\"], a
 assert any(x[\"what\"] == \"rt.paged_attention\" and x[\"steps\"] == 2 for x in rows), rows
 print(len(rows), \"groups,\", steps, \"steps\")
 " "$2" "$2.plan.txt"' "$FXFUSE" "$g" "$tmp/ablate_$form.json"

@@ -705,11 +705,12 @@ std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& st
 }
 
 // `bench --ablate N`: per profile group (stepGroups), the median of N replays of the plan
-// captured without that group's steps, against `replay_us` with all of them: a group's share
-// of the step as the step runs, overlaps included (a step that runs alone for 5 us may cost the
-// replay 1 us, or more than 5 where it delays the weight stream of the next). Printed largest
-// saving first; returns the same rows as a JSON array for --json.
-std::string printAblation(const pb::Plan& plan, rt::Session& s, cudaStream_t stream, int replays, double replay_us) {
+// captured without that group's steps, against the same measurement of the whole plan taken
+// before and after them (their mean; the two show the drift): a group's share of the step as
+// the step runs, overlaps included (a step that runs alone for 5 us may cost the replay 1 us,
+// or more than 5 where it delays the weight stream of the next). Printed largest saving first;
+// returns the same as a JSON object for --json: before_us, after_us and the groups' rows.
+std::string printAblation(const pb::Plan& plan, rt::Session& s, cudaStream_t stream, int replays) {
   const std::vector<std::string> group_of = stepGroups(plan);
   std::map<std::string, std::vector<bool>> masks;
   for (size_t i = 0; i < group_of.size(); ++i) {
@@ -721,13 +722,17 @@ std::string printAblation(const pb::Plan& plan, rt::Session& s, cudaStream_t str
     int steps;
     double without_us;
   };
+  const std::vector<bool> none(group_of.size(), false);
+  const double before_us = s.medianReplayUsWithout(stream, none, replays);
   std::vector<Row> rows;
   for (const auto& [what, mask] : masks)
     rows.push_back({what, static_cast<int>(std::count(mask.begin(), mask.end(), true)),
                     s.medianReplayUsWithout(stream, mask, replays)});
+  const double after_us = s.medianReplayUsWithout(stream, none, replays);
+  const double replay_us = (before_us + after_us) / 2;
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.without_us < b.without_us; });
   std::printf("ablation (median of %d CUDA graph replays without each group's steps; outputs not the plan's; "
-              "all steps %.1f us):\n", replays, replay_us);
+              "all steps %.1f us before, %.1f after):\n", replays, before_us, after_us);
   std::string json;
   for (const Row& r : rows) {
     const double saved = replay_us - r.without_us;
@@ -736,7 +741,7 @@ std::string printAblation(const pb::Plan& plan, rt::Session& s, cudaStream_t str
     json += fmt::format("{}{{\"what\": \"{}\", \"steps\": {}, \"without_us\": {:.3f}, \"saved_us\": {:.3f}}}",
                         json.empty() ? "" : ", ", jsonQuoted(r.what), r.steps, r.without_us, saved);
   }
-  return "[" + json + "]";
+  return fmt::format("{{\"before_us\": {:.3f}, \"after_us\": {:.3f}, \"groups\": [{}]}}", before_us, after_us, json);
 }
 
 void registerBench(CLI::App& app, int& exit_code) {
@@ -861,8 +866,8 @@ void registerBench(CLI::App& app, int& exit_code) {
     if (mg.rank <= 0) printGemmEpilogues(s);
     std::string profile_json = "[]";
     if (profile > 0) profile_json = printStepProfile(l.plan, s.profileSteps(stream, profile), med * 1000.0);
-    std::string ablation_json = "[]";
-    if (ablate > 0) ablation_json = printAblation(l.plan, s, stream, ablate, med * 1000.0);
+    std::string ablation_json = "null";
+    if (ablate > 0) ablation_json = printAblation(l.plan, s, stream, ablate);
     if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers
       ir::writeOutputFile(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
                                             "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
