@@ -108,7 +108,11 @@ struct Group {
 
 class Lowerer {
  public:
-  Lowerer(ir::Module& m, const LowerOptions& o) : m_(m), g_(m.entry()), opts_(o) { env_ = hintEnv(m.symbols); }
+  Lowerer(ir::Module& m, const LowerOptions& o) : m_(m), g_(m.entry()), opts_(o) {
+    env_ = hintEnv(m.symbols);
+    for (const auto& [name, info] : m.symbols.all())
+      if (info.hint) given_hints_[name] = *info.hint;
+  }
 
   pb::Plan run(LowerStats* stats);
 
@@ -225,10 +229,12 @@ class Lowerer {
   // that many elements must fit in the input dim, else the plan would read outside the tensor.
   // The first dim of `shape` that is negative at the symbols' hints, as "s0 - 64 = -56", or
   // "" when none is: a plan's reader refuses such a tensor (a graph consistent for some
-  // bindings, e.g. a slice from 64 of a dim of s0 >= 64, whose hints bind s0 = 8).
+  // bindings, e.g. a slice from 64 of a dim of s0 >= 64, whose hints bind s0 = 8). As the
+  // reader (and the door, ir/validate) do, only dims whose every symbol has a hint are checked.
   std::string negativeAtHints(const std::vector<SymExpr>& shape) {
     for (const SymExpr& d : shape)
-      if (!d.isInt() && hint(d) < 0) return fmt::format("{} = {}", d.str(), hint(d));
+      if (std::optional<int64_t> v = d.isInt() ? std::nullopt : d.evaluate(given_hints_); v && *v < 0)
+        return fmt::format("{} = {}", d.str(), *v);
     return "";
   }
   void checkSliceFits(const Node& n, const SymExpr& start, const SymExpr& step, const SymExpr& in_dim,
@@ -774,7 +780,8 @@ class Lowerer {
   ir::Module& m_;
   ir::Graph& g_;
   LowerOptions opts_;
-  std::map<std::string, int64_t> env_;
+  std::map<std::string, int64_t> env_;          // every symbol: its hint, else its max, min or 64
+  std::map<std::string, int64_t> given_hints_;  // the symbols that have a hint (a plan's reader's)
   std::map<std::string, ir::OpSchema, std::less<>> schema_cache_;
   pb::Plan plan_;
   std::vector<Buf> bufs_;
