@@ -115,7 +115,7 @@ if [[ -n ${STALL_POINTS:-} ]]; then
   python3 tools/fixtures/decode_model.py --config llama8b --form custom --layers 2 > "$LOGS/l2.fxg"
   "$D/fxfuse" compile "$LOGS/l2.fxg" --kv-cache=bf16 --emit=plan -o "$LOGS/l2.plan.pb" -q
   for point in ${STALL_POINTS//,/ }; do
-    timeout 150 "$NCU" --profile-from-start off --clock-control none --section SpeedOfLight --section WarpStateStats \
+    timeout 200 "$NCU" --profile-from-start off --clock-control none --section SpeedOfLight --section WarpStateStats \
       --section InstructionStats --section LaunchStats --section Occupancy \
       --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" -c "${STALL_KERNELS:-10}" \
       "$D/fxfuse" bench "$LOGS/l2.plan.pb" --kv-batch "${point%x*}" --kv-query-len 1 --kv-context "${point#*x}" \
