@@ -329,8 +329,7 @@ Session::~Session() {
   if (fork_event_) cudaEventDestroy(fork_event_);
   if (join_event_) cudaEventDestroy(join_event_);
   if (prefetch_stream_) cudaStreamDestroy(prefetch_stream_);
-  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
-  if (graph_) cudaGraphDestroy(graph_);
+  dropGraph("");
   if (arena_) cudaFree(arena_);
   if (workspace_) cudaFree(workspace_);
   if (scratch_) cudaFree(scratch_);
@@ -365,14 +364,7 @@ void Session::bind(const std::map<std::string, int64_t>& symbols) {
     arena_bytes_ = need;
   }
   dirty_ = true;
-  if (graph_exec_) {
-    cudaGraphExecDestroy(graph_exec_);
-    graph_exec_ = nullptr;
-  }
-  if (graph_) {
-    cudaGraphDestroy(graph_);
-    graph_ = nullptr;
-  }
+  dropGraph("bind() was called after it");
 }
 
 std::vector<int64_t> Session::inputShape(size_t i) const {
@@ -383,8 +375,10 @@ std::vector<int64_t> Session::inputShape(size_t i) const {
 
 void Session::setInput(size_t i, void* device_ptr) {
   if (i >= inputs_.size()) fail("input index {} out of range ({} inputs)", i, inputs_.size());
+  if (inputs_[i] == device_ptr) return;  // the same memory: a captured graph still reads it
   inputs_[i] = device_ptr;
   dirty_ = true;
+  dropGraph(fmt::format("input {} ('{}') was set to other memory after it", i, plan_.inputs(static_cast<int>(i)).name()));
 }
 
 void Session::setScalar(size_t i, double value) {
@@ -394,8 +388,18 @@ void Session::setScalar(size_t i, double value) {
   if (in.has_scalar_value() && !(value == in.scalar_value()))
     fail("input {} ('{}'): the plan was compiled for the value {}, got {} (recompile with --const {}={})", i, in.name(),
          in.scalar_value(), value, in.name(), value);
+  if (scalars_[i] && *scalars_[i] == value) return;
   scalars_[i] = value;
   dirty_ = true;
+  dropGraph(fmt::format("input {} ('{}') was set to {} after it", i, in.name(), value));
+}
+
+void Session::dropGraph(const std::string& why) {
+  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+  if (graph_) cudaGraphDestroy(graph_);
+  if ((graph_exec_ || graph_) && !why.empty()) dropped_because_ = why;
+  graph_exec_ = nullptr;
+  graph_ = nullptr;
 }
 
 void* Session::pointer(int id) const {
@@ -1338,10 +1342,8 @@ void Session::enqueueSteps(cudaStream_t stream) {
 
 void Session::capture(cudaStream_t stream) {
   if (dirty_) prepare(stream);
-  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
-  if (graph_) cudaGraphDestroy(graph_);
-  graph_exec_ = nullptr;
-  graph_ = nullptr;
+  dropGraph("");
+  dropped_because_.clear();
   check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "beginning graph capture");
   try {
     enqueueSteps(stream);
@@ -1384,7 +1386,10 @@ std::vector<double> Session::profileSteps(cudaStream_t stream, int iters) {
 }
 
 void Session::replay(cudaStream_t stream) {
-  if (!graph_exec_) fail("Session::replay before capture()");
+  if (!graph_exec_)
+    fail("Session::replay before capture(){}",
+         dropped_because_.empty() ? "" : fmt::format(": the last capture's graph was dropped ({}); capture() again",
+                                                     dropped_because_));
   check(cudaGraphLaunch(graph_exec_, stream), "launching the CUDA graph");
 }
 
@@ -1422,10 +1427,7 @@ double Session::medianReplayUsWithout(cudaStream_t stream, const std::vector<boo
     Session& s;
     ~Restore() {
       s.left_out_.clear();
-      if (s.graph_exec_) cudaGraphExecDestroy(s.graph_exec_);
-      if (s.graph_) cudaGraphDestroy(s.graph_);
-      s.graph_exec_ = nullptr;
-      s.graph_ = nullptr;
+      s.dropGraph("a what-if capture without some steps replaced it");
     }
   } restore{*this};
   left_out_ = left_out;

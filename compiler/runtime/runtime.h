@@ -100,6 +100,9 @@ class Session {
   void run(cudaStream_t stream);
   // Captures run() into a CUDA graph (inputs must be set; their pointers are baked in).
   void capture(cudaStream_t stream);
+  // Replays the captured graph. bind(), and setInput/setScalar with another pointer or value,
+  // drop it (a replay would read the old memory or value): replay() then fails, saying which
+  // call did, until capture() runs again. Setting the same pointer or value keeps it.
   void replay(cudaStream_t stream);
   bool captured() const { return graph_exec_ != nullptr; }
   // Where the time goes: runs the steps `iters` times without a CUDA graph, with an event pair
@@ -175,6 +178,9 @@ class Session {
   };
   struct PreparedPrefetch;  // one weight's L2 prefetch: its fork step and byte range
   void prepare(cudaStream_t stream);
+  // Destroys the captured graph (if any); `why` ("input 2 ('x') was set to other memory after
+  // it") is what replay() then says.
+  void dropGraph(const std::string& why);
   // Fuses gated-SiLU steps into the small-M GEMMs before them (gemm_epilogue.h), in steps_.
   void fuseGemmEpilogues();
   void prepareCollectives();
@@ -264,6 +270,7 @@ class Session {
   int64_t scratch_bytes_ = 0;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
+  std::string dropped_because_;  // why the last capture's graph is gone (replay's error)
 };
 
 }  // namespace fxfuse::runtime

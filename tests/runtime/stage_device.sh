@@ -1,6 +1,7 @@
 #!/bin/bash
 # Builds fxfuse, the build-time example and the GPU tests of the runtime's kernels (paged
-# attention, rotary cache write, small-M GEMM and its gated-SiLU epilogue, attention) for sm_90a here and
+# attention, rotary cache write, small-M GEMM and its gated-SiLU epilogue, attention) and of
+# Session::replay (session_replay_gpu_test) for sm_90a here and
 # packs them, with the shared libraries they need that a bare CUDA image may lack (OpenBLAS,
 # libzip, simdjson and their dependencies), into .device_rt/bundle.tar.xz (git-ignored via .git/info/exclude), which the
 # device tool carries (`carry: [".device_rt"]`). tests/runtime/device_final.sh unpacks it there.
@@ -17,7 +18,7 @@ bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:pag
   //tests/kernels:small_m_fp8_gemm_gpu_test //tests/kernels:small_m_fp8_gated_silu_gpu_test \
   //tests/kernels:rotary_cache_write_gpu_test \
   //tests/kernels/attention:attention_gpu_test //examples/decode_step:paged_read_bench \
-  //examples/decode_step:cluster_residency_probe
+  //examples/decode_step:cluster_residency_probe //tests/runtime:session_replay_gpu_test
 bin=$(bazel info bazel-bin)
 stage=$(mktemp -d)
 mkdir -p "$stage/lib"
@@ -33,6 +34,10 @@ fi
 [[ ${SLIM:-0} == 1 ]] || bins+=(decoder_example)
 cp -f "$bin/fxfuse" "${tests[@]/#/$bin/tests/kernels/}" "$bin/examples/decode_step/paged_read_bench" \
   "$bin/examples/decode_step/cluster_residency_probe" "$stage/"
+if [[ -z ${AB_BASELINE:-} ]]; then  # the runtime's own GPU test (tests/runtime, not tests/kernels)
+  cp -f "$bin/tests/runtime/session_replay_gpu_test" "$stage/"
+  tests+=(session_replay_gpu_test)
+fi
 [[ ${SLIM:-0} == 1 ]] || cp -f "$bin/examples/decoder_fp8/decoder_example" "$stage/"
 tests=("${tests[@]##*/}")
 chmod u+w "${bins[@]/#/$stage/}" "${tests[@]/#/$stage/}"

@@ -1,0 +1,91 @@
+// Session::replay after the inputs change (tag gpu): a captured graph has its pointers and
+// lifted scalars baked in, so setInput with other memory, setScalar with another value and
+// bind() drop it and replay() fails naming the call, while setting the same pointer or value
+// keeps it (tests/plans/lifted_eps.fxg: two RMSNorms, one eps a runtime scalar).
+#include <cuda_runtime_api.h>
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "compiler/lowering/lowering.h"
+#include "compiler/runtime/runtime.h"
+#include "ir/io.h"
+#include "ir/status.h"
+#include "kernels/runtime/fill.h"
+#include "passes/pipeline/pipeline.h"
+
+using namespace fxfuse;
+namespace rt = fxfuse::runtime;
+
+namespace {
+
+// Device memory for `n` random elements of `dtype`, freed at scope exit.
+struct Buffer {
+  void* p = nullptr;
+  Buffer(int64_t n, DType dtype, unsigned seed) {
+    REQUIRE(cudaMalloc(&p, static_cast<size_t>(n) * 2) == cudaSuccess);
+    REQUIRE(rt::FillRandom(p, n, dtype, seed, nullptr) == cudaSuccess);
+  }
+  ~Buffer() { cudaFree(p); }
+};
+
+std::string replayError(rt::Session& s, cudaStream_t stream) {
+  try {
+    s.replay(stream);
+  } catch (const FxError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("replay refuses a graph whose inputs changed since capture", "[gpu][runtime]") {
+  const std::string why = rt::deviceProblem();
+  if (!why.empty()) FAIL("no GPU: " << why);
+  auto m = ir::loadModule("tests/plans/lifted_eps.fxg");
+  compiler::compileModule(*m, compiler::CompileOptions{});
+  auto prog = rt::Program::fromPlan(lowering::lowerModule(*m, lowering::LowerOptions{}));
+  const auto& plan = prog->plan();
+  rt::Session s(*prog);
+  s.bind({{"s0", 8}});
+  Buffer x(8 * 128, DType::BF16, 1), x2(8 * 128, DType::BF16, 2), w(128, DType::BF16, 3);
+  int eps = -1;
+  for (int i = 0; i < plan.inputs_size(); ++i) {
+    const std::string& name = plan.inputs(i).name();
+    if (name == "x") s.setInput(static_cast<size_t>(i), x.p);
+    if (name == "w") s.setInput(static_cast<size_t>(i), w.p);
+    if (name == "eps") eps = i;
+    if (name == "eps") s.setScalar(static_cast<size_t>(i), 1e-6);
+    if (name == "eps2") s.setScalar(static_cast<size_t>(i), 1e-5);
+  }
+  REQUIRE(eps >= 0);
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  s.capture(stream);
+  CHECK(replayError(s, stream).empty());
+  // The same pointer and value again: the graph stays.
+  for (int i = 0; i < plan.inputs_size(); ++i)
+    if (plan.inputs(i).name() == "x") s.setInput(static_cast<size_t>(i), x.p);
+  s.setScalar(static_cast<size_t>(eps), 1e-6);
+  CHECK(replayError(s, stream).empty());
+  // Other memory for x: the graph would read the old buffer.
+  for (int i = 0; i < plan.inputs_size(); ++i)
+    if (plan.inputs(i).name() == "x") s.setInput(static_cast<size_t>(i), x2.p);
+  CHECK(replayError(s, stream).find("input 0 ('x') was set to other memory after it); capture() again") !=
+        std::string::npos);
+  s.capture(stream);
+  CHECK(replayError(s, stream).empty());
+  // Another eps: the graph holds the old value as a kernel argument.
+  s.setScalar(static_cast<size_t>(eps), 1e-3);
+  CHECK(replayError(s, stream).find("was set to 0.001 after it") != std::string::npos);
+  s.capture(stream);
+  CHECK(replayError(s, stream).empty());
+  // A new binding reallocates the arena.
+  s.bind({{"s0", 4}});
+  CHECK(replayError(s, stream).find("bind() was called after it") != std::string::npos);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  cudaStreamDestroy(stream);
+}
