@@ -992,6 +992,16 @@ std::optional<SmallMFp8GemmParams> Session::smallMFp8Params(const pb::Matmul& mm
   return p;
 }
 
+namespace {
+// The largest power of two up to 256 dividing `p`'s address: cuBLASLt's heuristic assumes 256
+// for every operand unless told otherwise, and a view into a buffer may start less aligned.
+uint32_t pointerAlignment(const void* p) {
+  uint32_t a = 256;
+  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+  return a;
+}
+}  // namespace
+
 // Sets m->algo: cuBLASLt's heuristic candidates for the call, the pinned one ("heuristic:N")
 // or the fastest measured (chooseGemmAlgorithm), and records the choice in matmulAlgorithms().
 void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& o, MatmulLaunch* m,
@@ -1003,6 +1013,14 @@ void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& 
   uint64_t ws = static_cast<uint64_t>(workspace_bytes_);
   checkLt(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
           where);
+  // Only algorithms that work at the operands' real alignments (cuBLASLt's A and B are X and Y).
+  const uint32_t align[4] = {pointerAlignment(m->x), pointerAlignment(m->y), pointerAlignment(m->c),
+                             pointerAlignment(m->d)};
+  const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    checkLt(lt.cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]), where);
   cublasLtMatmulHeuristicResult_t res[kGemmCandidates];
   int found = 0;
   int want = 0;
@@ -1036,11 +1054,13 @@ void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& 
   cudaGetDevice(&device);
   // Everything that makes two calls the same problem for cuBLASLt (pointers excluded).
   const std::string key =
-      fmt::format("dev{} M{} N{} K{} b{} {}x{}->{} c{} ops{}{} ld{},{} bs{},{} scale{} fast{} ep{} bias{} beta{} ws{}",
+      fmt::format("dev{} M{} N{} K{} b{} {}x{}->{} c{} ops{}{} ld{},{} bs{},{} scale{} fast{} ep{} bias{} beta{} ws{} "
+                  "align{}",
                   device, M, N, K, batch, static_cast<int>(o.ta), static_cast<int>(o.tb), static_cast<int>(o.td),
                   static_cast<int>(o.tc), static_cast<int>(o.opx), static_cast<int>(o.opy), o.ldx, o.ldy, o.bsb, o.asb,
                   static_cast<int>(mm.scale_mode()), mm.fast_accum() ? 1 : 0, static_cast<int>(mm.epilogue()),
-                  mm.bias() >= 0 ? static_cast<int>(plan_.tensors(mm.bias()).dtype()) : -1, m->beta, workspace_bytes_);
+                  mm.bias() >= 0 ? static_cast<int>(plan_.tensors(mm.bias()).dtype()) : -1, m->beta, workspace_bytes_,
+                  fmt::join(align, ","));
   GemmChoice choice = chooseGemmAlgorithm(call, res, found, want, gemm_tune_ && !pinned, stream, key, where);
   m->algo = choice.algo;
   if (std::optional<SmallMFp8GemmParams> small = smallMFp8Params(mm, o, *m, where)) {
