@@ -90,6 +90,8 @@ class Session {
   const std::map<std::string, int64_t>& symbols() const { return env_; }
   // Shape of input i under the bound symbols (to allocate and fill it).
   std::vector<int64_t> inputShape(size_t i) const;
+  // Binds input i to caller-owned device memory; the session prepares again on the next
+  // run/capture when the pointer changed (the same pointer again changes nothing).
   void setInput(size_t i, void* device_ptr);
   // Binds lifted scalar input i (IoTensor.is_scalar: a Python number the graph takes as a
   // 0-d CPU tensor) to its host value. A plan specialized for a value (IoTensor.scalar_value)
@@ -126,7 +128,7 @@ class Session {
 
   // cuBLASLt algorithm selection for matmul steps (compiler/runtime/gemm_tune.h): on, each
   // matmul times up to 16 heuristic candidates on its own operands when the session prepares
-  // (the first run/capture after bind or setInput; never inside a capture) and keeps the
+  // (the first run/capture after bind or an input change; never inside a capture) and keeps the
   // fastest (cached per process by shape, dtypes, layouts, epilogue); off, cuBLASLt's first
   // heuristic result. Default: on unless $FXFUSE_GEMM_TUNE=0.
   void setGemmTuning(bool on);
