@@ -378,7 +378,8 @@ void Session::setInput(size_t i, void* device_ptr) {
   if (inputs_[i] == device_ptr) return;  // the same memory: a captured graph still reads it
   inputs_[i] = device_ptr;
   dirty_ = true;
-  dropGraph(fmt::format("input {} ('{}') was set to other memory after it", i, plan_.inputs(static_cast<int>(i)).name()));
+  dropGraph(
+      fmt::format("input {} ('{}') was set to other memory after it", i, plan_.inputs(static_cast<int>(i)).name()));
 }
 
 void Session::setScalar(size_t i, double value) {
