@@ -13,8 +13,9 @@
 # small-M GEMM tests (and its gated-SiLU epilogue's), SKIP_ATTENTION_TEST=1 the sm90 attention kernel test.
 # TORCH_MODES_8B (default "eager,default"), B8_BATCHES (1,8,32,64), B8_CONTEXTS (1024,4096). PROFILE (default 10): per-step profile runs of each 8B point.
 # ABLATE (default 0): replays of each 8B point without each step group (fxfuse bench --ablate).
-# At most 8 files come back: summary.txt (the
-# tables and the check lines), kv.txt, decode_*.json and decode_*.md of both models, logs.tgz.
+# PERSISTENT_BUDGET (default 0): the persistent decode kernel against the plan (below).
+# Files that come back: summary.txt (the tables and the check lines), kv.txt, decode_*.json and
+# decode_*.md of both models, logs.tgz, and stalls_*.txt / persistent.txt where those run.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-/tmp/decode_out}
@@ -122,6 +123,39 @@ if [[ -n ${STALL_POINTS:-} ]]; then
       --iters 1 --warmup 2 > "$OUT/stalls_$point.txt" 2>&1
     echo "ncu stalls $point (rc $?)" >> "$OUT/summary.txt"
   done
+fi
+# The persistent decode kernel (persistent_layer_bench.cu) against the plan, per layer:
+# PERSISTENT_BUDGET s for its timed points (default 0: left out). Its CPU check first (2 layers),
+# then PERSISTENT_BATCHES x PERSISTENT_CONTEXTS (default 1,8 x 1024,4096), and the plan's
+# per-layer time at the same points from 2- and 32-layer 8B plans, (T32 - T2) / 30, so that the
+# embedding, final norm and LM head cancel -> persistent.txt, its JSON lines in summary.txt.
+PERSISTENT_BUDGET=${PERSISTENT_BUDGET:-0}
+if [[ $PERSISTENT_BUDGET -gt 0 ]]; then
+  p_batches=${PERSISTENT_BATCHES:-1,8} p_contexts=${PERSISTENT_CONTEXTS:-1024,4096}
+  {
+    timeout 150 "$D/persistent_layer_bench" --check
+    echo "persistent check rc $?"
+    timeout "$PERSISTENT_BUDGET" "$D/persistent_layer_bench" --batch "$p_batches" --context "$p_contexts"
+    echo "persistent bench rc $?"
+    for layers in 2 32; do
+      python3 tools/fixtures/decode_model.py --config llama8b --form custom --layers $layers > "$LOGS/p$layers.fxg"
+      "$D/fxfuse" compile "$LOGS/p$layers.fxg" --kv-cache=bf16 --emit=plan -o "$LOGS/p$layers.plan.pb" -q
+    done
+    for batch in ${p_batches//,/ }; do
+      for ctx in ${p_contexts//,/ }; do
+        for layers in 2 32; do
+          timeout 120 "$D/fxfuse" bench "$LOGS/p$layers.plan.pb" --kv-batch "$batch" --kv-query-len 1 --kv-context "$ctx" \
+            --iters 50 --quiet --json "$LOGS/p${layers}_${batch}x$ctx.json" > /dev/null
+        done
+        python3 -c 'import json, sys
+a, b = (json.load(open(f))["median_us"] for f in sys.argv[1:3])
+print(json.dumps({"plan_batch": int(sys.argv[3]), "context": int(sys.argv[4]), "plan_2_layers_us": a,
+                  "plan_32_layers_us": b, "plan_per_layer_us": round((b - a) / 30, 2)}))' \
+          "$LOGS/p2_${batch}x$ctx.json" "$LOGS/p32_${batch}x$ctx.json" "$batch" "$ctx"
+      done
+    done
+  } > "$OUT/persistent.txt" 2>&1
+  { echo "== persistent decode kernel against the plan"; grep -E '^\{|^check|^  |rc [0-9]' "$OUT/persistent.txt"; } >> "$OUT/summary.txt"
 fi
 tar -C "$LOGS" --exclude=parity --exclude="*.plan.pb" --exclude="*.fxg" -czf "$OUT/logs.tgz" . 2>/dev/null
 cat "$OUT/summary.txt"

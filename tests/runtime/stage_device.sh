@@ -9,8 +9,8 @@
 # xz -9: the bundle and the tracked files must fit the device tool's 64 MiB carry together.
 # AB_BASELINE=path/to/an/older/fxfuse packs that binary as fxfuse_old for
 # examples/decode_step/ab_builds.sh and, to stay within the carry, only the paged and rotary
-# GPU tests (implies SLIM=1). The bundle also holds examples/decode_step/paged_read_bench and
-# cluster_residency_probe.
+# GPU tests (implies SLIM=1). The bundle also holds examples/decode_step/paged_read_bench,
+# cluster_residency_probe and persistent_layer_bench.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.device_rt/' .git/info/exclude 2>/dev/null || echo '/.device_rt/' >> .git/info/exclude
@@ -18,7 +18,8 @@ bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:pag
   //tests/kernels:small_m_fp8_gemm_gpu_test //tests/kernels:small_m_fp8_gated_silu_gpu_test \
   //tests/kernels:rotary_cache_write_gpu_test \
   //tests/kernels/attention:attention_gpu_test //examples/decode_step:paged_read_bench \
-  //examples/decode_step:cluster_residency_probe //tests/runtime:session_replay_gpu_test
+  //examples/decode_step:cluster_residency_probe //examples/decode_step:persistent_layer_bench \
+  //tests/runtime:session_replay_gpu_test
 bin=$(bazel info bazel-bin)
 stage=$(mktemp -d)
 mkdir -p "$stage/lib"
@@ -33,7 +34,7 @@ if [[ -n ${AB_BASELINE:-} ]]; then
 fi
 [[ ${SLIM:-0} == 1 ]] || bins+=(decoder_example)
 cp -f "$bin/fxfuse" "${tests[@]/#/$bin/tests/kernels/}" "$bin/examples/decode_step/paged_read_bench" \
-  "$bin/examples/decode_step/cluster_residency_probe" "$stage/"
+  "$bin/examples/decode_step/cluster_residency_probe" "$bin/examples/decode_step/persistent_layer_bench" "$stage/"
 if [[ -z ${AB_BASELINE:-} ]]; then  # the runtime's own GPU test (tests/runtime, not tests/kernels)
   cp -f "$bin/tests/runtime/session_replay_gpu_test" "$stage/"
   tests+=(session_replay_gpu_test)

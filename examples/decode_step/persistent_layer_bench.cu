@@ -1,0 +1,1070 @@
+// A persistent decode kernel for Llama-3.1-8B-shaped FP8 layers: does one kernel whose weight
+// stream never stops beat the plan's chain of kernels at batch 1-8?
+//
+// docs/benchmarks/decode_step.md ("Where batch 1 loses a third of the floor"): at 1 x 1k the
+// plan's layer takes ~78 us against a pure read of its weights of ~57 us; the ~15 us between
+// the GEMMs (norms, rotary + cache write, attention, kernel boundaries) is time in which HBM
+// idles. This prototype runs all layers of the step in one cooperative kernel, one CTA per SM:
+//
+//   producer warp:  qkv tiles | o tiles | gate/up tiles | down tiles | next layer's qkv ...
+//                   (cp.async.bulk into a ring of shared-memory slots; it waits only for a
+//                    free slot, never for activations, so it runs ahead through every phase)
+//   8 consumer warps, phases separated by grid barriers (a counter in global memory):
+//     norm1 (every CTA, redundantly) + qkv GEMM | rotary, cache write, attention, merge |
+//     o GEMM | norm2 (every CTA) + gate/up GEMM + SiLU-mul quant | down GEMM | ...
+//
+// While the consumers wait for a barrier or attend, the ring keeps filling with the next GEMM's
+// weights (~20 MB over the GPU, ~5 us of the stream), so the weight stream pauses only where a
+// stretch without GEMM work outlasts the ring. Each CTA owns fixed 16-row weight tiles of every
+// GEMM (gate and up tiles in pairs, so the SiLU-mul meets in the CTA), the 8 consumer warps
+// split each 1024-byte K slot and sum in shared memory.
+//
+// Numerics follow vLLM's ops as the plan's kernels do (docs/vllm semantics: round16 after the
+// add, the normalization and the weight; FP8 = clamp(x * (1/scale)); GEMM out = round16(acc *
+// (sx * sw)); silu_and_mul_quant; neox rotary rounded to bf16; attention in fp32 with the output
+// rounded to bf16 then quantized). `--check` runs 2 layers on a small batch and compares the
+// output, the residual and the last layer's intermediates with a CPU reference of the same math
+// (relative RMS error < 2e-2 each; exit 1 otherwise). This is a measurement of the design, not
+// a plan step: the runtime does not launch it.
+//
+//   bazel build //examples/decode_step:persistent_layer_bench   (bundled by stage_device.sh)
+//   ./persistent_layer_bench --check
+//   ./persistent_layer_bench [--batch 1] [--context 1024] [--layers 32] [--reps 30]
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/device/mbarrier.cuh"
+
+namespace {
+
+namespace dev = fxfuse::kernels::device;
+using bf16 = __nv_bfloat16;
+
+// ---- the model (Llama-3.1-8B) and the kernel's shape
+constexpr int kHidden = 4096, kInter = 14336, kHeads = 32, kKvHeads = 8, kHeadDim = 128;
+constexpr int kQkv = (kHeads + 2 * kKvHeads) * kHeadDim;  // 6144
+constexpr int kGroup = kHeads / kKvHeads;                  // query heads per KV head
+constexpr int kBlockSize = 16;                             // cache block, tokens
+constexpr int kMaxBatch = 8;                               // one mma token tile
+constexpr float kEps = 1e-5f, kFp8Max = 448.f;
+
+constexpr int kConsumerWarps = 8, kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;
+constexpr int kTileRows = 16, kSlotK = 1024;  // a slot: 16 weight rows x 1024 bytes of K
+constexpr int kRowPitch = kSlotK + 64;        // rows 64 bytes off a bank period: no conflicts
+constexpr int kSlotBytes = kTileRows * kRowPitch;
+constexpr int kSlots = 10;
+constexpr int kAhead = 4;  // activation K slices a warp loads before it needs them
+
+// Shared memory: the ring, its barriers, the normalized FP8 activations (also the attention's
+// warp states), the GEMM's per-warp partial sums and the gate values of a gate/up pair.
+constexpr int kRingBytes = kSlots * kSlotBytes;
+constexpr int kBarrierBytes = 2 * kSlots * 8;
+constexpr int kXqBytes = kMaxBatch * kHidden;
+constexpr int kPartialBytes = kConsumerWarps * 4 * 32 * 4;
+constexpr int kGateBytes = kTileRows * kMaxBatch * 4;
+constexpr int kSmemBytes = kRingBytes + kBarrierBytes + kXqBytes + kPartialBytes + kGateBytes + 16;
+static_assert(kConsumerWarps * kGroup * (kHeadDim + 2) * 4 <= kXqBytes, "attention states fit");
+
+#define CHECK(x)                                                                     \
+  do {                                                                               \
+    cudaError_t e = (x);                                                             \
+    if (e != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
+struct LayerWeights {
+  const uint8_t *qkv, *o, *gate_up, *down;  // FP8 rows [N, K] (vLLM's column-major [K, N])
+  const bf16 *norm1, *norm2;                 // [kHidden]
+  bf16 *k_cache, *v_cache;                   // [blocks, 16, kKvHeads, kHeadDim]
+};
+
+// Per-tensor scales, the same for every layer.
+struct Scales {
+  float w_qkv, w_o, w_gu, w_down;  // weights
+  float x_qkv, x_o, x_gu, x_down;  // the FP8 activations each GEMM reads
+};
+
+struct Params {
+  const LayerWeights* layers;
+  int num_layers, batch, max_blocks, attn_chunks;
+  Scales s;
+  const int32_t* block_table;  // [batch, max_blocks]
+  const int32_t* seq_lens;     // [batch]: context including this step's token
+  const float* cos_sin;        // [positions, kHeadDim]: cos of the 64 frequencies, then sin
+  bf16* hidden;                // [batch, kHidden]: layer 0's input, the last layer's output
+  bf16* residual[2];           // ping-pong: norm i reads [i % 2], writes [(i + 1) % 2]
+  bf16* qkv;                   // [batch, kQkv]
+  uint8_t* attn;               // [batch, kHidden] FP8
+  bf16* o;                     // [batch, kHidden]
+  uint8_t* act;                // [batch, kInter] FP8
+  float* attn_partials;        // [batch * kKvHeads * chunks][kGroup][kHeadDim + 2]
+  unsigned* attn_arrivals;     // [batch * kKvHeads], zero between layers
+  unsigned long long* barrier;
+  unsigned long long barrier_base;  // the counter's value when this launch starts
+};
+
+// ---- the four GEMMs of a layer as units of work: a unit is a 16-row tile, or for gate/up a
+// pair (gate tile p, up tile p + kInter / 16). CTA c owns units [c * U / G, (c + 1) * U / G).
+enum Gemm { kGemmQkv, kGemmO, kGemmGateUp, kGemmDown, kGemms };
+
+__host__ __device__ constexpr int gemmUnits(int g) {
+  return g == kGemmQkv ? kQkv / kTileRows : g == kGemmGateUp ? kInter / kTileRows : kHidden / kTileRows;
+}
+__host__ __device__ constexpr int gemmK(int g) { return g == kGemmDown ? kInter : kHidden; }
+__device__ const uint8_t* gemmWeight(const LayerWeights& l, int g) {
+  return g == kGemmQkv ? l.qkv : g == kGemmO ? l.o : g == kGemmGateUp ? l.gate_up : l.down;
+}
+__device__ int tileOfUnit(int g, int unit, int half) { return g == kGemmGateUp ? unit + half * (kInter / kTileRows) : unit; }
+
+struct Range {
+  int first, count;
+};
+__device__ Range ownedUnits(int g) {
+  const int64_t u = gemmUnits(g), c = blockIdx.x, n = gridDim.x;
+  const int first = static_cast<int>(u * c / n), last = static_cast<int>(u * (c + 1) / n);
+  return {first, last - first};
+}
+
+// ---- synchronization
+__device__ __forceinline__ void consumerSync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
+
+// All consumers of all CTAs have finished the phase before any continues: `index` counts the
+// launch's barriers from 0.
+__device__ void gridBarrier(const Params& p, int index) {
+  consumerSync();
+  if (threadIdx.x == 0) {
+    const unsigned long long target = p.barrier_base + static_cast<unsigned long long>(index + 1) * gridDim.x;
+    __threadfence();
+    asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(p.barrier) : "memory");
+    unsigned long long seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(p.barrier) : "memory");
+    } while (seen < target);
+  }
+  consumerSync();
+}
+
+// The ring as both sides walk it: slot i % kSlots, phase parity (i / kSlots) & 1.
+struct Ring {
+  uint32_t data, full, empty;  // shared addresses
+  uint8_t* base;
+  uint32_t next = 0;
+  __device__ uint32_t slot() const { return next % kSlots; }
+  __device__ uint32_t parity() const { return (next / kSlots) & 1u; }
+};
+
+// ---- the producer: every weight byte the CTA's consumers will read, in their order
+__device__ __forceinline__ void produceTile(Ring& ring, const uint8_t* w, int k, int tile) {
+  const int lane = threadIdx.x & 31;
+  for (int ks = 0; ks < k / kSlotK; ++ks, ++ring.next) {
+    const uint32_t s = ring.slot();
+    dev::mbarWait(ring.empty + 8 * s, ring.parity() ^ 1u);  // the consumers freed it
+    if (lane == 0) dev::mbarArriveExpectTx(ring.full + 8 * s, kTileRows * kSlotK);
+    __syncwarp();
+    if (lane < kTileRows) {
+      const uint8_t* src = w + (static_cast<int64_t>(tile) * kTileRows + lane) * k + ks * kSlotK;
+      dev::bulkCopyToShared(ring.data + s * kSlotBytes + lane * kRowPitch, src, kSlotK, ring.full + 8 * s);
+    }
+  }
+}
+
+__device__ __forceinline__ void producer(const Params& p, Ring& ring) {
+  for (int layer = 0; layer < p.num_layers; ++layer) {
+    const LayerWeights& l = p.layers[layer];
+    for (int g = 0; g < kGemms; ++g) {
+      const Range r = ownedUnits(g);
+      for (int u = r.first; u < r.first + r.count; ++u)
+        for (int half = 0; half < (g == kGemmGateUp ? 2 : 1); ++half)
+          produceTile(ring, gemmWeight(l, g), gemmK(g), tileOfUnit(g, u, half));
+    }
+  }
+}
+
+// ---- consumer GEMM: one 16-row tile over all K, warp w taking bytes [w * 128, w * 128 + 128)
+// of every slot; tokens are the mma's N (8), weight rows its M (16), as in small_m_fp8_gemm.cu.
+__device__ __forceinline__ void mmaE4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 activation bytes of token g at `at`: shared memory (the normalized rows) or global memory
+// written earlier in this launch (read through L2: another SM wrote it).
+template <bool kShared>
+__device__ __forceinline__ uint4 loadActivations(const uint8_t* at, bool valid) {
+  if (!valid) return make_uint4(0, 0, 0, 0);
+  if (kShared) return *reinterpret_cast<const uint4*>(at);
+  return __ldcg(reinterpret_cast<const uint4*>(at));
+}
+
+__device__ __forceinline__ void slotProduct(const uint8_t* slot, uint4 x0, uint4 x1, float (&acc)[4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const uint8_t* r0 = slot + g * kRowPitch + warp * 128 + t * 16;
+  const uint8_t* r1 = r0 + 8 * kRowPitch;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint4 lo = *reinterpret_cast<const uint4*>(r0 + h * 64), hi = *reinterpret_cast<const uint4*>(r1 + h * 64);
+    const uint4 x = h ? x1 : x0;
+    mmaE4m3(acc, lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+    mmaE4m3(acc, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+  }
+}
+
+// acc (this warp's K share of the tile) from the ring; x: [batch, k] FP8, row stride k.
+template <bool kShared>
+__device__ __forceinline__ void tileProduct(Ring& ring, const uint8_t* x, int k, int batch, float (&acc)[4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int slots = k / kSlotK;
+  const bool valid = g < batch;
+  const uint8_t* row = x + static_cast<int64_t>(valid ? g : 0) * k + warp * 128 + t * 16;
+  uint4 xa[kAhead][2];
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j)
+    if (j < slots) {
+      xa[j][0] = loadActivations<kShared>(row + j * kSlotK, valid);
+      xa[j][1] = loadActivations<kShared>(row + j * kSlotK + 64, valid);
+    }
+  for (int s0 = 0; s0 < slots; s0 += kAhead) {
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int s = s0 + j;
+      if (s >= slots) continue;
+      const uint4 x0 = xa[j][0], x1 = xa[j][1];
+      if (s + kAhead < slots) {
+        xa[j][0] = loadActivations<kShared>(row + (s + kAhead) * kSlotK, valid);
+        xa[j][1] = loadActivations<kShared>(row + (s + kAhead) * kSlotK + 64, valid);
+      }
+      dev::mbarWait(ring.full + 8 * ring.slot(), ring.parity());
+      slotProduct(ring.base + ring.slot() * kSlotBytes, x0, x1, acc);
+      __syncwarp();
+      if (lane == 0) dev::mbarArrive(ring.empty + 8 * ring.slot());
+      ++ring.next;
+    }
+  }
+}
+
+// The 8 warps' sums of each (row, token) of the tile, in warp order; thread i < 128 gets row
+// i / 8, token i % 8 (accumulator j of lane el: token (el % 4) * 2 + j % 2, row el / 4 + 8 * (j / 2)).
+__device__ __forceinline__ float tileSum(const float (&acc)[4], float* partial) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) partial[(warp * 4 + j) * 32 + lane] = acc[j];
+  consumerSync();
+  float sum = 0.f;
+  if (threadIdx.x < kTileRows * kMaxBatch) {
+    const int row = threadIdx.x >> 3, token = threadIdx.x & 7;
+    const int el = (row & 7) * 4 + (token >> 1), j = (token & 1) + (row >= 8 ? 2 : 0);
+    for (int w = 0; w < kConsumerWarps; ++w) sum += partial[(w * 4 + j) * 32 + el];
+  }
+  consumerSync();
+  return sum;
+}
+
+__device__ __forceinline__ float round16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ uint8_t toFp8(float v, float inv_scale) {
+  float x = fminf(fmaxf(v * inv_scale, -kFp8Max), kFp8Max);
+  if (v != v) x = v;
+  return __nv_fp8_e4m3(x).__x;
+}
+
+struct Shared {
+  Ring ring;
+  uint8_t* xq;
+  float* partial;
+  float* gate;
+};
+
+// One GEMM phase: the CTA's units; thread i < 128 stores row i / 8, token i % 8 of each tile as
+// round16(sum * sx * sw), and for gate/up pairs silu_and_mul_quant of the gate and up values.
+template <bool kShared>
+__device__ __forceinline__ void gemmPhase(const Params& p, Shared& sh, int g, const uint8_t* x, float scale) {
+  const Range r = ownedUnits(g);
+  const int row = threadIdx.x >> 3, token = threadIdx.x & 7;
+  const bool mine = threadIdx.x < kTileRows * kMaxBatch && token < p.batch;
+  for (int u = r.first; u < r.first + r.count; ++u) {
+    for (int half = 0; half < (g == kGemmGateUp ? 2 : 1); ++half) {
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      tileProduct<kShared>(sh.ring, x, gemmK(g), p.batch, acc);
+      const float v = round16(tileSum(acc, sh.partial) * scale);
+      if (!mine) continue;
+      const int n = tileOfUnit(g, u, half) * kTileRows + row;
+      if (g == kGemmQkv) p.qkv[token * kQkv + n] = __float2bfloat16_rn(v);
+      if (g == kGemmO) p.o[token * kHidden + n] = __float2bfloat16_rn(v);
+      if (g == kGemmDown) p.hidden[token * kHidden + n] = __float2bfloat16_rn(v);
+      if (g == kGemmGateUp && half == 0) sh.gate[threadIdx.x] = v;
+      if (g == kGemmGateUp && half == 1) {
+        const float gate = sh.gate[threadIdx.x];
+        const float silu = round16(gate / (1.f + __expf(-gate)));
+        p.act[token * kInter + n - kInter] = toFp8(round16(silu * v), 1.f / p.s.x_down);
+      }
+    }
+  }
+}
+
+// ---- the norm in front of qkv and gate/up, done by every CTA for all tokens (warp m: token
+// m): z = round16(x + residual) (layer 0's first norm: z = x), the new residual written by CTA
+// 0, then fp8(round16(round16(z * rsqrt(mean(z^2) + eps)) * w) * (1 / scale)) into xq.
+__device__ __forceinline__ void normToShared(const Params& p, const bf16* x, const bf16* r_in, bf16* r_out, const bf16* w,
+                             float scale, uint8_t* xq) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (warp < p.batch) {
+    constexpr int kChunks = kHidden / 256;  // 8 elements per lane per chunk
+    uint4 z[kChunks];
+    float sum_sq = 0.f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t at = static_cast<int64_t>(warp) * kHidden + c * 256 + lane * 8;
+      const uint4 xv = __ldcg(reinterpret_cast<const uint4*>(x + at));
+      uint4 rv = r_in ? __ldcg(reinterpret_cast<const uint4*>(r_in + at)) : make_uint4(0, 0, 0, 0);
+      const bf16* xs = reinterpret_cast<const bf16*>(&xv);
+      bf16* rs = reinterpret_cast<bf16*>(&rv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float sum = round16(__bfloat162float(xs[e]) + (r_in ? __bfloat162float(rs[e]) : 0.f));
+        rs[e] = __float2bfloat16_rn(sum);
+        sum_sq += sum * sum;
+      }
+      z[c] = rv;
+      if (blockIdx.x == 0) *reinterpret_cast<uint4*>(r_out + at) = rv;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
+    const float inv = rsqrtf(sum_sq / kHidden + kEps), inv_scale = 1.f / scale;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int col = c * 256 + lane * 8;
+      const uint4 wv = __ldg(reinterpret_cast<const uint4*>(w + col));
+      const bf16* zs = reinterpret_cast<const bf16*>(&z[c]);
+      const bf16* ws = reinterpret_cast<const bf16*>(&wv);
+      uint2 q = make_uint2(0, 0);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t byte = toFp8(round16(round16(__bfloat162float(zs[e]) * inv) * __bfloat162float(ws[e])), inv_scale);
+        (e < 4 ? q.x : q.y) |= byte << (8 * (e % 4));
+      }
+      *reinterpret_cast<uint2*>(xq + warp * kHidden + col) = q;
+    }
+  }
+  consumerSync();
+}
+
+// ---- attention: unit = (sequence b, KV head, chunk of its context); the CTA's 8 warps split
+// the chunk's keys, merge in shared memory, and the last CTA of a (b, KV head) to finish
+// merges the chunks and writes the FP8 output of its kGroup query heads.
+struct AttnState {
+  float m[kGroup], l[kGroup], o[kGroup][4];  // lane's elements lane * 4 .. + 3; m in base 2
+};
+
+// Elements lane * 4 .. + 3 of a 128-element head row after the neox rotary at `cs` (cos then
+// sin of the position), rounded to bf16 as vLLM's rotary kernel writes them.
+__device__ __forceinline__ void rotatedLane(const bf16* row, const float* cs, int lane, float (&out)[4]) {
+  const int d0 = lane * 4, half = kHeadDim / 2;
+  const bool first = d0 < half;
+  const uint2 own = __ldcg(reinterpret_cast<const uint2*>(row + d0));
+  const uint2 other = __ldcg(reinterpret_cast<const uint2*>(row + (first ? d0 + half : d0 - half)));
+  const bf16* x = reinterpret_cast<const bf16*>(&own);
+  const bf16* y = reinterpret_cast<const bf16*>(&other);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int f = (d0 + i) % half;
+    const float c = cs[f], s = cs[half + f], xv = __bfloat162float(x[i]), yv = __bfloat162float(y[i]);
+    out[i] = round16(first ? xv * c - yv * s : xv * c + yv * s);
+  }
+}
+
+__device__ __forceinline__ float warpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// One key (its K and V elements of this lane) into the state of the kGroup heads.
+__device__ __forceinline__ void attendKey(AttnState& st, const float (&q)[kGroup][4], const float (&k)[4],
+                                          const float (&v)[4]) {
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) {
+    const float s = warpSum(q[h][0] * k[0] + q[h][1] * k[1] + q[h][2] * k[2] + q[h][3] * k[3]);
+    const float m = fmaxf(st.m[h], s), factor = exp2f(st.m[h] - m), pw = exp2f(s - m);
+    st.l[h] = st.l[h] * factor + pw;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.o[h][i] = st.o[h][i] * factor + pw * v[i];
+    st.m[h] = m;
+  }
+}
+
+__device__ __forceinline__ void unpack4(uint2 raw, float (&out)[4]) {
+  const bf16* b = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = __bfloat162float(b[i]);
+}
+
+// Keys [lo, hi) of sequence b, KV head hk, into `st`. The step's own token (position ctx - 1)
+// comes from qkv (its K rotated here) and is written into the cache by the warp that sees it.
+__device__ __forceinline__ void attendRange(const Params& p, const LayerWeights& l, int b, int hk, int lo, int hi,
+                            const float (&q)[kGroup][4], AttnState& st) {
+  const int lane = threadIdx.x & 31, ctx = p.seq_lens[b];
+  const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_blocks;
+  constexpr int kKeysInFlight = 8;
+  for (int k0 = lo; k0 < hi; k0 += kKeysInFlight) {
+    uint2 kr[kKeysInFlight], vr[kKeysInFlight];
+#pragma unroll
+    for (int j = 0; j < kKeysInFlight; ++j) {
+      const int pos = k0 + j;
+      kr[j] = vr[j] = make_uint2(0, 0);
+      if (pos < hi && pos != ctx - 1) {
+        const int64_t row = (static_cast<int64_t>(table[pos / kBlockSize]) * kBlockSize + pos % kBlockSize) * kKvHeads + hk;
+        kr[j] = __ldg(reinterpret_cast<const uint2*>(l.k_cache + row * kHeadDim + lane * 4));
+        vr[j] = __ldg(reinterpret_cast<const uint2*>(l.v_cache + row * kHeadDim + lane * 4));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kKeysInFlight; ++j) {
+      const int pos = k0 + j;
+      float kf[4], vf[4];
+      unpack4(kr[j], kf);
+      unpack4(vr[j], vf);
+      if (pos < hi && pos == ctx - 1) {
+        const bf16* tok = p.qkv + static_cast<int64_t>(b) * kQkv;
+        rotatedLane(tok + (kHeads + hk) * kHeadDim, p.cos_sin + static_cast<int64_t>(pos) * kHeadDim, lane, kf);
+        unpack4(__ldcg(reinterpret_cast<const uint2*>(tok + (kHeads + kKvHeads + hk) * kHeadDim + lane * 4)), vf);
+        const int64_t row = (static_cast<int64_t>(table[pos / kBlockSize]) * kBlockSize + pos % kBlockSize) * kKvHeads + hk;
+        bf16* kc = l.k_cache + row * kHeadDim + lane * 4;
+        bf16* vc = l.v_cache + row * kHeadDim + lane * 4;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) kc[i] = __float2bfloat16_rn(kf[i]), vc[i] = __float2bfloat16_rn(vf[i]);
+      }
+      if (pos < hi) attendKey(st, q, kf, vf);
+    }
+  }
+}
+
+// Merges `count` states read by `load(i, m, l, o)` (lane's 4 elements of head h) in order.
+template <typename Load>
+__device__ __forceinline__ void mergeStates(int count, Load&& load, float& m_out, float& l_out, float (&o_out)[4]) {
+  m_out = -INFINITY;
+  for (int i = 0; i < count; ++i) {
+    float m, l, o[4];
+    load(i, m, l, o);
+    const float mm = fmaxf(m_out, m);
+    const float a = m_out == -INFINITY ? 0.f : exp2f(m_out - mm), c = m == -INFINITY ? 0.f : exp2f(m - mm);
+    l_out = (i == 0 ? 0.f : l_out * a) + l * c;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o_out[e] = (i == 0 ? 0.f : o_out[e] * a) + o[e] * c;
+    m_out = mm;
+  }
+}
+
+__device__ __forceinline__ void storeAttention(const Params& p, int b, int head, float l, const float (&o)[4]) {
+  const int lane = threadIdx.x & 31;
+  const float inv_scale = 1.f / p.s.x_o;
+  uint32_t q = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) q |= static_cast<uint32_t>(toFp8(round16(o[e] / l), inv_scale)) << (8 * e);
+  *reinterpret_cast<uint32_t*>(p.attn + static_cast<int64_t>(b) * kHidden + head * kHeadDim + lane * 4) = q;
+}
+
+// The unit's warp states (in `states`: [warp][head][kHeadDim + 2]) merged by warp h for head h;
+// one chunk: the output, else the chunk's partial state, and the chunks' last CTA merges them.
+__device__ __forceinline__ void finishUnit(const Params& p, int b, int hk, int chunk, float* states, unsigned* last_flag) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, chunks = p.attn_chunks;
+  constexpr int kPitch = kHeadDim + 2;
+  const int64_t row = static_cast<int64_t>(b) * kKvHeads + hk;
+  if (warp < kGroup) {
+    float m, l, o[4];
+    mergeStates(kConsumerWarps, [&](int w, float& mw, float& lw, float (&ow)[4]) {
+      const float* s = states + (w * kGroup + warp) * kPitch;
+      mw = s[kHeadDim], lw = s[kHeadDim + 1];
+      for (int e = 0; e < 4; ++e) ow[e] = s[lane * 4 + e];
+    }, m, l, o);
+    if (chunks == 1) {
+      storeAttention(p, b, hk * kGroup + warp, l, o);
+    } else {
+      float* dst = p.attn_partials + ((row * chunks + chunk) * kGroup + warp) * kPitch;
+      *reinterpret_cast<float4*>(dst + lane * 4) = make_float4(o[0], o[1], o[2], o[3]);
+      if (lane == 0) dst[kHeadDim] = m, dst[kHeadDim + 1] = l;
+    }
+  }
+  if (chunks == 1) return;
+  __threadfence();
+  consumerSync();
+  if (threadIdx.x == 0) *last_flag = atomicAdd(p.attn_arrivals + row, 1u) == static_cast<unsigned>(chunks - 1);
+  consumerSync();
+  if (!*last_flag) return;
+  __threadfence();
+  if (warp < kGroup) {
+    float m, l, o[4];
+    mergeStates(chunks, [&](int c, float& mc, float& lc, float (&oc)[4]) {
+      const float* s = p.attn_partials + ((row * chunks + c) * kGroup + warp) * kPitch;
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(s + lane * 4));
+      oc[0] = v.x, oc[1] = v.y, oc[2] = v.z, oc[3] = v.w;
+      mc = __ldcg(s + kHeadDim), lc = __ldcg(s + kHeadDim + 1);
+    }, m, l, o);
+    storeAttention(p, b, hk * kGroup + warp, l, o);
+  }
+  if (threadIdx.x == 0) p.attn_arrivals[row] = 0;  // for the next layer (after a grid barrier)
+}
+
+__device__ __forceinline__ void attentionPhase(const Params& p, const LayerWeights& l, float* states, unsigned* last_flag) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, chunks = p.attn_chunks;
+  constexpr int kPitch = kHeadDim + 2;
+  const float q_factor = 1.4426950408889634f / sqrtf(static_cast<float>(kHeadDim));
+  for (int unit = blockIdx.x; unit < p.batch * kKvHeads * chunks; unit += gridDim.x) {
+    const int b = unit / (kKvHeads * chunks), hk = unit / chunks % kKvHeads, chunk = unit % chunks;
+    const int ctx = p.seq_lens[b], per = (ctx + chunks - 1) / chunks;
+    const int lo = min(ctx, chunk * per), hi = min(ctx, lo + per), per_warp = (hi - lo + kConsumerWarps - 1) / kConsumerWarps;
+    const int wlo = min(hi, lo + warp * per_warp), whi = min(hi, wlo + per_warp);
+    float q[kGroup][4];
+    const float* cs = p.cos_sin + static_cast<int64_t>(ctx - 1) * kHeadDim;
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+      rotatedLane(p.qkv + static_cast<int64_t>(b) * kQkv + (hk * kGroup + h) * kHeadDim, cs, lane, q[h]);
+      for (int i = 0; i < 4; ++i) q[h][i] *= q_factor;
+    }
+    AttnState st;
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+      st.m[h] = -INFINITY, st.l[h] = 0.f;
+      for (int i = 0; i < 4; ++i) st.o[h][i] = 0.f;
+    }
+    attendRange(p, l, b, hk, wlo, whi, q, st);
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+      float* s = states + (warp * kGroup + h) * kPitch;
+      for (int i = 0; i < 4; ++i) s[lane * 4 + i] = st.o[h][i];
+      if (lane == 0) s[kHeadDim] = st.m[h], s[kHeadDim + 1] = st.l[h];
+    }
+    consumerSync();
+    finishUnit(p, b, hk, chunk, states, last_flag);
+    consumerSync();
+  }
+}
+
+// ---- the kernel
+__device__ Shared carveShared(uint8_t* smem) {
+  Shared sh;
+  sh.ring.base = smem;
+  sh.ring.data = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  sh.ring.full = sh.ring.data + kRingBytes;
+  sh.ring.empty = sh.ring.full + 8 * kSlots;
+  sh.xq = smem + kRingBytes + kBarrierBytes;
+  sh.partial = reinterpret_cast<float*>(sh.xq + kXqBytes);
+  sh.gate = sh.partial + kPartialBytes / 4;
+  return sh;
+}
+
+__device__ __forceinline__ void consumer(const Params& p, Shared& sh, unsigned* last_flag) {
+  int barrier = 0;
+  for (int layer = 0; layer < p.num_layers; ++layer) {
+    const LayerWeights& l = p.layers[layer];
+    const int norm = 2 * layer;
+    normToShared(p, p.hidden, layer ? p.residual[norm % 2] : nullptr, p.residual[(norm + 1) % 2], l.norm1,
+                 p.s.x_qkv, sh.xq);
+    gemmPhase<true>(p, sh, kGemmQkv, sh.xq, p.s.x_qkv * p.s.w_qkv);
+    gridBarrier(p, barrier++);
+    attentionPhase(p, l, reinterpret_cast<float*>(sh.xq), last_flag);
+    gridBarrier(p, barrier++);
+    gemmPhase<false>(p, sh, kGemmO, p.attn, p.s.x_o * p.s.w_o);
+    gridBarrier(p, barrier++);
+    normToShared(p, p.o, p.residual[(norm + 1) % 2], p.residual[norm % 2], l.norm2, p.s.x_gu, sh.xq);
+    gemmPhase<true>(p, sh, kGemmGateUp, sh.xq, p.s.x_gu * p.s.w_gu);
+    gridBarrier(p, barrier++);
+    gemmPhase<false>(p, sh, kGemmDown, p.act, p.s.x_down * p.s.w_down);
+    gridBarrier(p, barrier++);
+  }
+}
+constexpr int kBarriersPerLayer = 5;
+
+__global__ void __launch_bounds__(kThreads, 1) persistentDecodeKernel(const Params p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ unsigned last_flag;
+  Shared sh = carveShared(smem);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kSlots; ++s) {
+      dev::mbarInit(sh.ring.full + 8 * s, 1);
+      dev::mbarInit(sh.ring.empty + 8 * s, kConsumerWarps);
+    }
+    dev::fenceBarrierInit();
+  }
+  __syncthreads();
+  if (threadIdx.x >= kConsumers) producer(p, sh.ring);
+  else consumer(p, sh, &last_flag);
+}
+
+// ---- host: inputs
+__device__ uint32_t hash32(uint64_t i, uint32_t seed) {
+  uint64_t x = i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 31, x *= 0x94D049BB133111EBull, x ^= x >> 29;
+  return static_cast<uint32_t>(x >> 16);
+}
+__device__ float uniform(uint64_t i, uint32_t seed) { return hash32(i, seed) * (2.f / 4294967296.f) - 1.f; }
+
+__global__ void fillFp8(uint8_t* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * static_cast<int64_t>(blockDim.x))
+    p[i] = __nv_fp8_e4m3(uniform(i, seed)).__x;
+}
+__global__ void fillBf16(bf16* p, int64_t n, uint32_t seed, float center, float spread) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * static_cast<int64_t>(blockDim.x))
+    p[i] = __float2bfloat16_rn(center + spread * uniform(i, seed));
+}
+
+struct Model {
+  int layers = 0, blocks = 0;
+  std::vector<LayerWeights> host_layers;
+  std::vector<void*> owned;
+  LayerWeights* layers_dev = nullptr;
+  Scales scales{};
+};
+
+template <typename T>
+T* deviceAlloc(Model& m, int64_t count) {
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, count * sizeof(T)));
+  m.owned.push_back(p);
+  return static_cast<T*>(p);
+}
+
+// Random FP8 weights uniform in [-1, 1] with scales that keep every GEMM's output near unit
+// variance, norm weights in [0.5, 1.5], caches in [-1, 1].
+Model makeModel(int layers, int blocks) {
+  Model m;
+  m.layers = layers, m.blocks = blocks;
+  const float w_sd = 0.5f;  // about the standard deviation of the random FP8 weights
+  m.scales = {1.f / (w_sd * std::sqrt(float(kHidden))), 1.f / (w_sd * std::sqrt(float(kHidden))),
+              1.f / (w_sd * std::sqrt(float(kHidden))), 1.f / (w_sd * std::sqrt(float(kInter))),
+              4.f / kFp8Max, 1.f / kFp8Max, 4.f / kFp8Max, 2.f / kFp8Max};
+  const int64_t cache = static_cast<int64_t>(blocks) * kBlockSize * kKvHeads * kHeadDim;
+  uint32_t seed = 1;
+  for (int i = 0; i < layers; ++i) {
+    LayerWeights l{};
+    const int64_t sizes[kGemms] = {int64_t(kQkv) * kHidden, int64_t(kHidden) * kHidden, int64_t(2 * kInter) * kHidden,
+                                   int64_t(kHidden) * kInter};
+    uint8_t* w[kGemms];
+    for (int g = 0; g < kGemms; ++g) {
+      w[g] = deviceAlloc<uint8_t>(m, sizes[g]);
+      fillFp8<<<1024, 256>>>(w[g], sizes[g], seed++);
+    }
+    l.qkv = w[0], l.o = w[1], l.gate_up = w[2], l.down = w[3];
+    bf16* norms[2];
+    for (bf16*& n : norms) n = deviceAlloc<bf16>(m, kHidden), fillBf16<<<16, 256>>>(n, kHidden, seed++, 1.f, 0.5f);
+    l.norm1 = norms[0], l.norm2 = norms[1];
+    l.k_cache = deviceAlloc<bf16>(m, cache), l.v_cache = deviceAlloc<bf16>(m, cache);
+    fillBf16<<<1024, 256>>>(l.k_cache, cache, seed++, 0.f, 1.f);
+    fillBf16<<<1024, 256>>>(l.v_cache, cache, seed++, 0.f, 1.f);
+    m.host_layers.push_back(l);
+  }
+  m.layers_dev = deviceAlloc<LayerWeights>(m, layers);
+  CHECK(cudaMemcpy(m.layers_dev, m.host_layers.data(), layers * sizeof(LayerWeights), cudaMemcpyHostToDevice));
+  CHECK(cudaGetLastError());
+  return m;
+}
+
+void freeModel(Model& m) {
+  for (void* p : m.owned) CHECK(cudaFree(p));
+  m.owned.clear();
+}
+
+// cos then sin of the 64 neox frequencies (base 500000, Llama-3.1) per position, bf16 values.
+std::vector<float> cosSinTable(int positions) {
+  std::vector<float> t(static_cast<size_t>(positions) * kHeadDim);
+  for (int pos = 0; pos < positions; ++pos)
+    for (int f = 0; f < kHeadDim / 2; ++f) {
+      const double theta = pos * std::pow(500000.0, -2.0 * f / kHeadDim);
+      t[pos * kHeadDim + f] = __bfloat162float(__float2bfloat16_rn(static_cast<float>(std::cos(theta))));
+      t[pos * kHeadDim + kHeadDim / 2 + f] = __bfloat162float(__float2bfloat16_rn(static_cast<float>(std::sin(theta))));
+    }
+  return t;
+}
+
+// The step's batch: contexts, a shuffled block table over the model's blocks, activations.
+struct Batch {
+  int batch = 0, max_blocks = 0;
+  std::vector<int32_t> seq_lens, table;
+  Params params{};
+  Model* model = nullptr;
+};
+
+Batch makeBatch(Model& m, const std::vector<int>& contexts, int sms, uint32_t seed) {
+  Batch b;
+  b.model = &m;
+  b.batch = static_cast<int>(contexts.size());
+  for (int c : contexts) b.max_blocks = std::max(b.max_blocks, (c + kBlockSize - 1) / kBlockSize);
+  std::vector<int32_t> order(m.blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  b.table.assign(static_cast<size_t>(b.batch) * b.max_blocks, 0);
+  int next = 0;
+  for (int s = 0; s < b.batch; ++s)
+    for (int i = 0; i < (contexts[s] + kBlockSize - 1) / kBlockSize; ++i) b.table[s * b.max_blocks + i] = order[next++];
+  b.seq_lens.assign(contexts.begin(), contexts.end());
+  const int max_ctx = *std::max_element(contexts.begin(), contexts.end());
+  Params& p = b.params;
+  p.layers = m.layers_dev, p.num_layers = m.layers, p.batch = b.batch, p.max_blocks = b.max_blocks, p.s = m.scales;
+  p.attn_chunks = std::max(1, std::min(16, sms / (b.batch * kKvHeads)));
+  int32_t* table = deviceAlloc<int32_t>(m, b.table.size());
+  int32_t* lens = deviceAlloc<int32_t>(m, b.batch);
+  CHECK(cudaMemcpy(table, b.table.data(), b.table.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(lens, b.seq_lens.data(), b.batch * 4, cudaMemcpyHostToDevice));
+  p.block_table = table, p.seq_lens = lens;
+  const std::vector<float> cs = cosSinTable(max_ctx);
+  float* cs_dev = deviceAlloc<float>(m, cs.size());
+  CHECK(cudaMemcpy(cs_dev, cs.data(), cs.size() * 4, cudaMemcpyHostToDevice));
+  p.cos_sin = cs_dev;
+  p.hidden = deviceAlloc<bf16>(m, int64_t(kMaxBatch) * kHidden);
+  fillBf16<<<64, 256>>>(p.hidden, int64_t(kMaxBatch) * kHidden, seed + 7, 0.f, 1.f);
+  p.residual[0] = deviceAlloc<bf16>(m, int64_t(kMaxBatch) * kHidden);
+  p.residual[1] = deviceAlloc<bf16>(m, int64_t(kMaxBatch) * kHidden);
+  p.qkv = deviceAlloc<bf16>(m, int64_t(kMaxBatch) * kQkv);
+  p.attn = deviceAlloc<uint8_t>(m, int64_t(kMaxBatch) * kHidden);
+  p.o = deviceAlloc<bf16>(m, int64_t(kMaxBatch) * kHidden);
+  p.act = deviceAlloc<uint8_t>(m, int64_t(kMaxBatch) * kInter);
+  p.attn_partials = deviceAlloc<float>(m, int64_t(b.batch) * kKvHeads * p.attn_chunks * kGroup * (kHeadDim + 2));
+  p.attn_arrivals = deviceAlloc<unsigned>(m, int64_t(b.batch) * kKvHeads);
+  CHECK(cudaMemset(p.attn_arrivals, 0, int64_t(b.batch) * kKvHeads * 4));
+  p.barrier = deviceAlloc<unsigned long long>(m, 1);
+  CHECK(cudaMemset(p.barrier, 0, 8));
+  CHECK(cudaDeviceSynchronize());
+  return b;
+}
+
+// One launch (the whole step's layers); the barrier counter carries on from the last launch.
+void launch(Params& p, int sms, cudaStream_t stream) {
+  void* args[] = {&p};
+  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistentDecodeKernel), dim3(sms), dim3(kThreads), args,
+                                    kSmemBytes, stream));
+  p.barrier_base += static_cast<unsigned long long>(kBarriersPerLayer) * p.num_layers * sms;
+}
+
+}  // namespace
+
+// ---- the CPU reference of the same layers (check mode)
+namespace ref {
+
+float bf(uint16_t bits) {
+  uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+float r16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+float fp8Value(uint8_t byte) {
+  __nv_fp8_e4m3 v;
+  v.__x = byte;
+  return static_cast<float>(v);
+}
+uint8_t fp8(float v, float inv_scale) {
+  float x = std::min(std::max(v * inv_scale, -kFp8Max), kFp8Max);
+  if (v != v) x = v;
+  return __nv_fp8_e4m3(x).__x;
+}
+
+template <typename T>
+std::vector<T> download(const T* p, int64_t n) {
+  std::vector<T> h(n);
+  CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+std::vector<uint16_t> downloadBf16(const bf16* p, int64_t n) {
+  return download(reinterpret_cast<const uint16_t*>(p), n);
+}
+
+struct Layer {
+  std::vector<uint8_t> w[kGemms];
+  std::vector<uint16_t> norm1, norm2, k_cache, v_cache;
+};
+
+// What the check compares: the step's output, residual and its last layer's intermediates.
+struct Outputs {
+  std::vector<float> hidden, residual, qkv, attn, o, act;
+};
+
+// out[m][n] = round16(sum_k x[m][k] * w[n][k] * (sx * sw)), x and w FP8.
+std::vector<float> gemm(const std::vector<uint8_t>& x, const std::vector<uint8_t>& w, int batch, int n, int k,
+                        float scale) {
+  std::vector<float> lut(256), xf(x.size()), out(static_cast<size_t>(batch) * n);
+  for (int i = 0; i < 256; ++i) lut[i] = fp8Value(static_cast<uint8_t>(i));
+  for (size_t i = 0; i < x.size(); ++i) xf[i] = lut[x[i]];
+  for (int r = 0; r < n; ++r) {
+    const uint8_t* wr = w.data() + static_cast<int64_t>(r) * k;
+    for (int m = 0; m < batch; ++m) {
+      float acc = 0.f;
+      const float* xr = xf.data() + static_cast<int64_t>(m) * k;
+      for (int i = 0; i < k; ++i) acc += xr[i] * lut[wr[i]];
+      out[static_cast<size_t>(m) * n + r] = r16(acc * scale);
+    }
+  }
+  return out;
+}
+
+// residual = round16(x + residual) (no residual: x), then the FP8 normalized rows.
+std::vector<uint8_t> norm(const std::vector<float>& x, std::vector<float>& residual, bool add,
+                          const std::vector<uint16_t>& w, int batch, float scale) {
+  std::vector<uint8_t> q(static_cast<size_t>(batch) * kHidden);
+  for (int m = 0; m < batch; ++m) {
+    float sum_sq = 0.f;
+    for (int i = 0; i < kHidden; ++i) {
+      float& z = residual[m * kHidden + i];
+      z = r16(x[m * kHidden + i] + (add ? z : 0.f));
+      sum_sq += z * z;
+    }
+    const float inv = 1.f / std::sqrt(sum_sq / kHidden + kEps);
+    for (int i = 0; i < kHidden; ++i)
+      q[m * kHidden + i] = fp8(r16(r16(residual[m * kHidden + i] * inv) * bf(w[i])), 1.f / scale);
+  }
+  return q;
+}
+
+void rotate(float* head, const float* cs) {
+  const int half = kHeadDim / 2;
+  for (int f = 0; f < half; ++f) {
+    const float x = head[f], y = head[f + half], c = cs[f], s = cs[half + f];
+    head[f] = r16(x * c - y * s), head[f + half] = r16(y * c + x * s);
+  }
+}
+
+// Rotates q and k of each token, writes k and v into the cache at the token's position and
+// attends over the cached context; the FP8 output rows.
+std::vector<uint8_t> attention(std::vector<float>& qkv, Layer& l, const Batch& b, const std::vector<float>& cs,
+                               float out_scale) {
+  std::vector<uint8_t> out(static_cast<size_t>(b.batch) * kHidden);
+  for (int s = 0; s < b.batch; ++s) {
+    const int ctx = b.seq_lens[s], pos = ctx - 1;
+    float* tok = qkv.data() + static_cast<int64_t>(s) * kQkv;
+    for (int h = 0; h < kHeads + kKvHeads; ++h) rotate(tok + h * kHeadDim, cs.data() + pos * kHeadDim);
+    auto row = [&](int p, int hk) {
+      return ((static_cast<int64_t>(b.table[s * b.max_blocks + p / kBlockSize]) * kBlockSize + p % kBlockSize) * kKvHeads + hk) * kHeadDim;
+    };
+    for (int hk = 0; hk < kKvHeads; ++hk)
+      for (int d = 0; d < kHeadDim; ++d) {
+        l.k_cache[row(pos, hk) + d] = __bfloat16_as_ushort(__float2bfloat16_rn(tok[(kHeads + hk) * kHeadDim + d]));
+        l.v_cache[row(pos, hk) + d] = __bfloat16_as_ushort(__float2bfloat16_rn(tok[(kHeads + kKvHeads + hk) * kHeadDim + d]));
+      }
+    for (int h = 0; h < kHeads; ++h) {
+      const int hk = h / kGroup;
+      std::vector<float> score(ctx);
+      float mx = -INFINITY, sum = 0.f;
+      for (int p = 0; p < ctx; ++p) {
+        float dot = 0.f;
+        for (int d = 0; d < kHeadDim; ++d) dot += tok[h * kHeadDim + d] * bf(l.k_cache[row(p, hk) + d]);
+        score[p] = dot / std::sqrt(static_cast<float>(kHeadDim));
+        mx = std::max(mx, score[p]);
+      }
+      for (float& v : score) v = std::exp(v - mx), sum += v;
+      for (int d = 0; d < kHeadDim; ++d) {
+        float o = 0.f;
+        for (int p = 0; p < ctx; ++p) o += score[p] * bf(l.v_cache[row(p, hk) + d]);
+        out[static_cast<size_t>(s) * kHidden + h * kHeadDim + d] = fp8(r16(o / sum), 1.f / out_scale);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> dequant(const std::vector<uint8_t>& q, float scale) {
+  std::vector<float> f(q.size());
+  for (size_t i = 0; i < q.size(); ++i) f[i] = fp8Value(q[i]) * scale;
+  return f;
+}
+
+// The layers on the CPU from the model's and batch's state before the launch.
+Outputs run(std::vector<Layer>& layers, const Batch& b, const Scales& sc, std::vector<float> hidden,
+            const std::vector<float>& cs) {
+  Outputs out;
+  std::vector<float> residual(hidden.size(), 0.f);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    Layer& l = layers[i];
+    const std::vector<uint8_t> xq = norm(hidden, residual, i > 0, l.norm1, b.batch, sc.x_qkv);
+    std::vector<float> qkv = gemm(xq, l.w[kGemmQkv], b.batch, kQkv, kHidden, sc.x_qkv * sc.w_qkv);
+    out.qkv = qkv;
+    const std::vector<uint8_t> attn = attention(qkv, l, b, cs, sc.x_o);
+    const std::vector<float> o = gemm(attn, l.w[kGemmO], b.batch, kHidden, kHidden, sc.x_o * sc.w_o);
+    const std::vector<uint8_t> xq2 = norm(o, residual, true, l.norm2, b.batch, sc.x_gu);
+    const std::vector<float> gu = gemm(xq2, l.w[kGemmGateUp], b.batch, 2 * kInter, kHidden, sc.x_gu * sc.w_gu);
+    std::vector<uint8_t> act(static_cast<size_t>(b.batch) * kInter);
+    for (int m = 0; m < b.batch; ++m)
+      for (int n = 0; n < kInter; ++n) {
+        const float gate = gu[static_cast<size_t>(m) * 2 * kInter + n], up = gu[static_cast<size_t>(m) * 2 * kInter + kInter + n];
+        act[static_cast<size_t>(m) * kInter + n] = fp8(r16(r16(gate / (1.f + std::exp(-gate))) * up), 1.f / sc.x_down);
+      }
+    hidden = gemm(act, l.w[kGemmDown], b.batch, kHidden, kInter, sc.x_down * sc.w_down);
+    out.attn = dequant(attn, sc.x_o), out.o = o, out.act = dequant(act, sc.x_down);
+  }
+  out.hidden = hidden, out.residual = residual;
+  return out;
+}
+
+}  // namespace ref
+
+// Relative RMS error of `got` against `want` (the first `n` values); prints one line.
+bool compare(const char* what, const std::vector<float>& got, const std::vector<float>& want, size_t n) {
+  double err = 0, norm = 0, worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    err += d * d, norm += static_cast<double>(want[i]) * want[i], worst = std::max(worst, std::fabs(d));
+  }
+  const double rel = std::sqrt(err / std::max(norm, 1e-30));
+  const bool ok = rel < 2e-2 && std::isfinite(rel);
+  std::printf("  %-9s relative RMS error %.2e, largest difference %.3g: %s\n", what, rel, worst, ok ? "ok" : "FAIL");
+  return ok;
+}
+
+std::vector<float> toFloats(const std::vector<uint16_t>& bits) {
+  std::vector<float> f(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) f[i] = ref::bf(bits[i]);
+  return f;
+}
+
+// Two layers, three sequences of uneven contexts (one block boundary, the new token alone in
+// its block, a chunk split), one launch, against the CPU.
+int check(int sms) {
+  const std::vector<int> contexts = {37, 129, 16};
+  Model m = makeModel(2, 24);
+  Batch b = makeBatch(m, contexts, sms, 11);
+  Params& p = b.params;
+  std::vector<ref::Layer> layers(m.layers);
+  for (int i = 0; i < m.layers; ++i) {
+    const LayerWeights& l = m.host_layers[i];
+    const uint8_t* w[kGemms] = {l.qkv, l.o, l.gate_up, l.down};
+    for (int g = 0; g < kGemms; ++g) layers[i].w[g] = ref::download(w[g], int64_t(gemmUnits(g)) * kTileRows * (g == kGemmGateUp ? 2 : 1) * gemmK(g));
+    layers[i].norm1 = ref::downloadBf16(l.norm1, kHidden), layers[i].norm2 = ref::downloadBf16(l.norm2, kHidden);
+    const int64_t cache = int64_t(m.blocks) * kBlockSize * kKvHeads * kHeadDim;
+    layers[i].k_cache = ref::downloadBf16(l.k_cache, cache), layers[i].v_cache = ref::downloadBf16(l.v_cache, cache);
+  }
+  const std::vector<float> hidden0 = toFloats(ref::downloadBf16(p.hidden, int64_t(b.batch) * kHidden));
+  CHECK(cudaFuncSetAttribute(persistentDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  launch(p, sms, 0);
+  CHECK(cudaDeviceSynchronize());
+  std::printf("check: %d layers, batch %d, contexts 37/129/16, %d attention chunks\n", m.layers, b.batch, p.attn_chunks);
+  const ref::Outputs want = ref::run(layers, b, m.scales, hidden0, cosSinTable(129));
+  const size_t rows = b.batch;
+  bool ok = compare("qkv", toFloats(ref::downloadBf16(p.qkv, rows * kQkv)), want.qkv, rows * kQkv);
+  ok &= compare("attention", ref::dequant(ref::download(p.attn, rows * kHidden), m.scales.x_o), want.attn, rows * kHidden);
+  ok &= compare("o", toFloats(ref::downloadBf16(p.o, rows * kHidden)), want.o, rows * kHidden);
+  ok &= compare("act", ref::dequant(ref::download(p.act, rows * kInter), m.scales.x_down), want.act, rows * kInter);
+  ok &= compare("hidden", toFloats(ref::downloadBf16(p.hidden, rows * kHidden)), want.hidden, rows * kHidden);
+  ok &= compare("residual", toFloats(ref::downloadBf16(p.residual[0], rows * kHidden)), want.residual, rows * kHidden);
+  for (int i = 0; i < m.layers; ++i) {
+    const int64_t cache = int64_t(m.blocks) * kBlockSize * kKvHeads * kHeadDim;
+    ok &= compare("k cache", toFloats(ref::downloadBf16(m.host_layers[i].k_cache, cache)), toFloats(layers[i].k_cache), cache);
+    ok &= compare("v cache", toFloats(ref::downloadBf16(m.host_layers[i].v_cache, cache)), toFloats(layers[i].v_cache), cache);
+  }
+  std::printf("check: %s\n", ok ? "PASS" : "FAIL");
+  freeModel(m);
+  return ok ? 0 : 1;
+}
+
+// Device copy rate (bytes read + written per second) of a buffer far larger than L2.
+double copyRate() {
+  const size_t bytes = size_t(2) << 30;
+  void *a = nullptr, *b = nullptr;
+  CHECK(cudaMalloc(&a, bytes));
+  CHECK(cudaMalloc(&b, bytes));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 23; ++i) {
+    CHECK(cudaEventRecord(e0));
+    CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 3) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3);
+}
+
+// The median of `reps` launches (each the whole step) after a warm-up; one JSON line.
+void bench(int sms, int batch, int context, int layers, int reps, double copy_rate) {
+  const int blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
+  Model m = makeModel(layers, batch * blocks_per_seq);
+  Batch b = makeBatch(m, std::vector<int>(batch, context), sms, 5);
+  CHECK(cudaFuncSetAttribute(persistentDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  std::vector<float> us;
+  for (int i = 0; i < reps + 5; ++i) {
+    CHECK(cudaEventRecord(e0));
+    launch(b.params, sms, 0);
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 5) us.push_back(t * 1e3f);
+  }
+  std::sort(us.begin(), us.end());
+  const double median = us[us.size() / 2];
+  const double weights = double(layers) * (double(kQkv) * kHidden + double(kHidden) * kHidden +
+                                           2.0 * kInter * kHidden + double(kHidden) * kInter + 2.0 * kHidden * 2);
+  const double kv = double(layers) * batch * context * 2.0 * kKvHeads * kHeadDim * 2;  // C - 1 read, 1 written
+  const double floor_us = (weights + kv) / copy_rate * 1e6;
+  std::printf("{\"batch\": %d, \"context\": %d, \"layers\": %d, \"median_us\": %.1f, \"per_layer_us\": %.2f, "
+              "\"floor_us\": %.1f, \"fraction_of_floor\": %.3f, \"attention_chunks\": %d, \"copy_rate_tb_s\": %.3f}\n",
+              batch, context, layers, median, median / layers, floor_us, floor_us / median, b.params.attn_chunks,
+              copy_rate / 1e12);
+  std::fflush(stdout);
+  freeModel(m);
+}
+
+std::vector<int> intList(const char* s) {
+  std::vector<int> v;
+  for (const char* p = s; *p;) {
+    v.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+int main(int argc, char** argv) {
+  std::vector<int> batches = {1, 8}, contexts = {1024, 4096};
+  int layers = 32, reps = 30;
+  bool check_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : "";
+    if (a == "--check") check_only = true;
+    else if (a == "--batch") batches = intList(v), ++i;
+    else if (a == "--context") contexts = intList(v), ++i;
+    else if (a == "--layers") layers = std::atoi(v), ++i;
+    else if (a == "--reps") reps = std::atoi(v), ++i;
+    else {
+      std::fprintf(stderr, "usage: %s [--check] [--batch 1,8] [--context 1024,4096] [--layers 32] [--reps 30]\n", argv[0]);
+      return 2;
+    }
+  }
+  int device = 0, sms = 0;
+  CHECK(cudaGetDevice(&device));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (check_only) return check(sms);
+  for (int batch : batches)
+    if (batch < 1 || batch > kMaxBatch) {
+      std::fprintf(stderr, "batch must be 1..%d\n", kMaxBatch);
+      return 2;
+    }
+  const double rate = copyRate();
+  for (int batch : batches)
+    for (int context : contexts) bench(sms, batch, context, layers, reps, rate);
+  return 0;
+}
