@@ -75,7 +75,10 @@ constexpr int kXqBytes = kMaxBatch * kHidden;
 constexpr int kPartialBytes = kConsumerWarps * 4 * 32 * 4;
 constexpr int kGateBytes = kTileRows * kMaxBatch * 4;
 constexpr int kSmemBytes = kRingBytes + kBarrierBytes + kXqBytes + kPartialBytes + kGateBytes + 16;
-static_assert(kConsumerWarps * kGroup * (kHeadDim + 2) * 4 <= kXqBytes, "attention states fit");
+// An attention state of one head: o[kHeadDim] (unnormalized), m, l, padded to 16 bytes so every
+// state's o starts 16-byte aligned (float4 accesses).
+constexpr int kStatePitch = kHeadDim + 4;
+static_assert(kConsumerWarps * kGroup * kStatePitch * 4 <= kXqBytes, "attention states fit");
 
 #define CHECK(x)                                                                     \
   do {                                                                               \
@@ -111,7 +114,7 @@ struct Params {
   uint8_t* attn;               // [batch, kHidden] FP8
   bf16* o;                     // [batch, kHidden]
   uint8_t* act;                // [batch, kInter] FP8
-  float* attn_partials;        // [batch * kKvHeads * chunks][kGroup][kHeadDim + 2]
+  float* attn_partials;        // [batch * kKvHeads * chunks][kGroup][kStatePitch]
   unsigned* attn_arrivals;     // [batch * kKvHeads], zero between layers
   unsigned long long* barrier;
   unsigned long long barrier_base;  // the counter's value when this launch starts
@@ -389,30 +392,90 @@ __device__ __forceinline__ void rotatedLane(const bf16* row, const float* cs, in
   }
 }
 
-__device__ __forceinline__ float warpSum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// One key (its K and V elements of this lane) into the state of the kGroup heads.
-__device__ __forceinline__ void attendKey(AttnState& st, const float (&q)[kGroup][4], const float (&k)[4],
-                                          const float (&v)[4]) {
-#pragma unroll
-  for (int h = 0; h < kGroup; ++h) {
-    const float s = warpSum(q[h][0] * k[0] + q[h][1] * k[1] + q[h][2] * k[2] + q[h][3] * k[3]);
-    const float m = fmaxf(st.m[h], s), factor = exp2f(st.m[h] - m), pw = exp2f(s - m);
-    st.l[h] = st.l[h] * factor + pw;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) st.o[h][i] = st.o[h][i] * factor + pw * v[i];
-    st.m[h] = m;
-  }
-}
+// Keys a warp takes at a time: their K and V loads are in flight together, and their kGroup x
+// kKeysInFlight = 32 scores leave the warp reduction one per lane.
+constexpr int kKeysInFlight = 8;
+static_assert(kGroup * kKeysInFlight == 32, "one score per lane");
 
 __device__ __forceinline__ void unpack4(uint2 raw, float (&out)[4]) {
   const bf16* b = reinterpret_cast<const bf16*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i) out[i] = __bfloat162float(b[i]);
+}
+__device__ __forceinline__ uint2 pack4(const float (&in)[4]) {
+  uint2 raw;
+  bf16* b = reinterpret_cast<bf16*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b[i] = __float2bfloat16_rn(in[i]);
+  return raw;
+}
+
+// Sums v[i] over the warp's lanes for 32 values at once with halving exchanges (31 shuffles
+// instead of 5 per value): in the round of kHalf, a lane keeps one half of its values, sends the
+// other to lane ^ kHalf and adds what it receives; lane l ends with the sum of value l.
+template <int kHalf>
+__device__ __forceinline__ float warpReduceScatter(float (&v)[32]) {
+  const bool upper = (threadIdx.x & 31) & kHalf;
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    const float lo = v[i], hi = v[i + kHalf];  // both read first: a select of addresses would put v in local memory
+    v[i] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, kHalf);
+  }
+  if constexpr (kHalf == 1) return v[0];
+  else return warpReduceScatter<kHalf / 2>(v);
+}
+
+// kKeysInFlight keys (this lane's 4 elements of each key's K and V row, bf16 bits; key j
+// counts where bit j of `valid` is set) into the state of the kGroup heads. Lane l holds the
+// score of key l / kGroup, head l % kGroup after the reduction; the online softmax update of a
+// head takes its group's maximum and sum across the lanes holding that head.
+__device__ __forceinline__ void attendGroup(AttnState& st, const float (&q)[kGroup][4], const uint2 (&kr)[kKeysInFlight],
+                                            const uint2 (&vr)[kKeysInFlight], unsigned valid) {
+  const int lane = threadIdx.x & 31;
+  float v[32];
+#pragma unroll
+  for (int j = 0; j < kKeysInFlight; ++j) {
+    float k[4];
+    unpack4(kr[j], k);
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) v[j * kGroup + h] = q[h][0] * k[0] + q[h][1] * k[1] + q[h][2] * k[2] + q[h][3] * k[3];
+  }
+  float score = warpReduceScatter<16>(v);
+  if (!((valid >> (lane / kGroup)) & 1u)) score = -INFINITY;
+  float group_max = score;
+#pragma unroll
+  for (int o = kGroup; o < 32; o <<= 1) group_max = fmaxf(group_max, __shfl_xor_sync(0xffffffffu, group_max, o));
+  float m_new[kGroup], factor[kGroup];
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) {
+    m_new[h] = fmaxf(st.m[h], __shfl_sync(0xffffffffu, group_max, h));  // lane h holds head h
+    factor[h] = st.m[h] == -INFINITY ? 0.f : exp2f(st.m[h] - m_new[h]);
+  }
+  float my_m = m_new[0];  // m_new[lane % kGroup] without a dynamic index (local memory)
+#pragma unroll
+  for (int h = 1; h < kGroup; ++h) my_m = lane % kGroup == h ? m_new[h] : my_m;
+  const float pw = score == -INFINITY ? 0.f : exp2f(score - my_m);
+  float group_sum = pw;
+#pragma unroll
+  for (int o = kGroup; o < 32; o <<= 1) group_sum += __shfl_xor_sync(0xffffffffu, group_sum, o);
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) {
+    st.l[h] = st.l[h] * factor[h] + __shfl_sync(0xffffffffu, group_sum, h);
+    st.m[h] = m_new[h];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.o[h][i] *= factor[h];
+  }
+#pragma unroll
+  for (int j = 0; j < kKeysInFlight; ++j) {
+    float val[4];
+    unpack4(vr[j], val);
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+      const float pj = __shfl_sync(0xffffffffu, pw, j * kGroup + h);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) st.o[h][i] += pj * val[i];
+    }
+  }
 }
 
 // Keys [lo, hi) of sequence b, KV head hk, into `st`. The step's own token (position ctx - 1)
@@ -421,37 +484,33 @@ __device__ __forceinline__ void attendRange(const Params& p, const LayerWeights&
                             const float (&q)[kGroup][4], AttnState& st) {
   const int lane = threadIdx.x & 31, ctx = p.seq_lens[b];
   const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_blocks;
-  constexpr int kKeysInFlight = 8;
+  auto cacheRow = [&](int pos) {
+    return ((static_cast<int64_t>(table[pos / kBlockSize]) * kBlockSize + pos % kBlockSize) * kKvHeads + hk) * kHeadDim +
+           lane * 4;
+  };
   for (int k0 = lo; k0 < hi; k0 += kKeysInFlight) {
     uint2 kr[kKeysInFlight], vr[kKeysInFlight];
+    unsigned valid = 0;
 #pragma unroll
     for (int j = 0; j < kKeysInFlight; ++j) {
       const int pos = k0 + j;
       kr[j] = vr[j] = make_uint2(0, 0);
+      if (pos < hi) valid |= 1u << j;
       if (pos < hi && pos != ctx - 1) {
-        const int64_t row = (static_cast<int64_t>(table[pos / kBlockSize]) * kBlockSize + pos % kBlockSize) * kKvHeads + hk;
-        kr[j] = __ldg(reinterpret_cast<const uint2*>(l.k_cache + row * kHeadDim + lane * 4));
-        vr[j] = __ldg(reinterpret_cast<const uint2*>(l.v_cache + row * kHeadDim + lane * 4));
+        kr[j] = __ldg(reinterpret_cast<const uint2*>(l.k_cache + cacheRow(pos)));
+        vr[j] = __ldg(reinterpret_cast<const uint2*>(l.v_cache + cacheRow(pos)));
       }
-    }
-#pragma unroll
-    for (int j = 0; j < kKeysInFlight; ++j) {
-      const int pos = k0 + j;
-      float kf[4], vf[4];
-      unpack4(kr[j], kf);
-      unpack4(vr[j], vf);
       if (pos < hi && pos == ctx - 1) {
         const bf16* tok = p.qkv + static_cast<int64_t>(b) * kQkv;
-        rotatedLane(tok + (kHeads + hk) * kHeadDim, p.cos_sin + static_cast<int64_t>(pos) * kHeadDim, lane, kf);
-        unpack4(__ldcg(reinterpret_cast<const uint2*>(tok + (kHeads + kKvHeads + hk) * kHeadDim + lane * 4)), vf);
-        const int64_t row = (static_cast<int64_t>(table[pos / kBlockSize]) * kBlockSize + pos % kBlockSize) * kKvHeads + hk;
-        bf16* kc = l.k_cache + row * kHeadDim + lane * 4;
-        bf16* vc = l.v_cache + row * kHeadDim + lane * 4;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) kc[i] = __float2bfloat16_rn(kf[i]), vc[i] = __float2bfloat16_rn(vf[i]);
+        float k[4];
+        rotatedLane(tok + (kHeads + hk) * kHeadDim, p.cos_sin + static_cast<int64_t>(pos) * kHeadDim, lane, k);
+        kr[j] = pack4(k);  // exact: rotatedLane rounds to bf16
+        vr[j] = __ldcg(reinterpret_cast<const uint2*>(tok + (kHeads + kKvHeads + hk) * kHeadDim + lane * 4));
+        *reinterpret_cast<uint2*>(l.k_cache + cacheRow(pos)) = kr[j];
+        *reinterpret_cast<uint2*>(l.v_cache + cacheRow(pos)) = vr[j];
       }
-      if (pos < hi) attendKey(st, q, kf, vf);
     }
+    attendGroup(st, q, kr, vr, valid);
   }
 }
 
@@ -480,23 +539,22 @@ __device__ __forceinline__ void storeAttention(const Params& p, int b, int head,
   *reinterpret_cast<uint32_t*>(p.attn + static_cast<int64_t>(b) * kHidden + head * kHeadDim + lane * 4) = q;
 }
 
-// The unit's warp states (in `states`: [warp][head][kHeadDim + 2]) merged by warp h for head h;
+// The unit's warp states (in `states`: [warp][head][kStatePitch]) merged by warp h for head h;
 // one chunk: the output, else the chunk's partial state, and the chunks' last CTA merges them.
 __device__ __forceinline__ void finishUnit(const Params& p, int b, int hk, int chunk, float* states, unsigned* last_flag) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, chunks = p.attn_chunks;
-  constexpr int kPitch = kHeadDim + 2;
   const int64_t row = static_cast<int64_t>(b) * kKvHeads + hk;
   if (warp < kGroup) {
     float m, l, o[4];
     mergeStates(kConsumerWarps, [&](int w, float& mw, float& lw, float (&ow)[4]) {
-      const float* s = states + (w * kGroup + warp) * kPitch;
+      const float* s = states + (w * kGroup + warp) * kStatePitch;
       mw = s[kHeadDim], lw = s[kHeadDim + 1];
       for (int e = 0; e < 4; ++e) ow[e] = s[lane * 4 + e];
     }, m, l, o);
     if (chunks == 1) {
       storeAttention(p, b, hk * kGroup + warp, l, o);
     } else {
-      float* dst = p.attn_partials + ((row * chunks + chunk) * kGroup + warp) * kPitch;
+      float* dst = p.attn_partials + ((row * chunks + chunk) * kGroup + warp) * kStatePitch;
       *reinterpret_cast<float4*>(dst + lane * 4) = make_float4(o[0], o[1], o[2], o[3]);
       if (lane == 0) dst[kHeadDim] = m, dst[kHeadDim + 1] = l;
     }
@@ -511,7 +569,7 @@ __device__ __forceinline__ void finishUnit(const Params& p, int b, int hk, int c
   if (warp < kGroup) {
     float m, l, o[4];
     mergeStates(chunks, [&](int c, float& mc, float& lc, float (&oc)[4]) {
-      const float* s = p.attn_partials + ((row * chunks + c) * kGroup + warp) * kPitch;
+      const float* s = p.attn_partials + ((row * chunks + c) * kGroup + warp) * kStatePitch;
       const float4 v = __ldcg(reinterpret_cast<const float4*>(s + lane * 4));
       oc[0] = v.x, oc[1] = v.y, oc[2] = v.z, oc[3] = v.w;
       mc = __ldcg(s + kHeadDim), lc = __ldcg(s + kHeadDim + 1);
@@ -523,7 +581,6 @@ __device__ __forceinline__ void finishUnit(const Params& p, int b, int hk, int c
 
 __device__ __forceinline__ void attentionPhase(const Params& p, const LayerWeights& l, float* states, unsigned* last_flag) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, chunks = p.attn_chunks;
-  constexpr int kPitch = kHeadDim + 2;
   const float q_factor = 1.4426950408889634f / sqrtf(static_cast<float>(kHeadDim));
   for (int unit = blockIdx.x; unit < p.batch * kKvHeads * chunks; unit += gridDim.x) {
     const int b = unit / (kKvHeads * chunks), hk = unit / chunks % kKvHeads, chunk = unit % chunks;
@@ -546,7 +603,7 @@ __device__ __forceinline__ void attentionPhase(const Params& p, const LayerWeigh
     attendRange(p, l, b, hk, wlo, whi, q, st);
 #pragma unroll
     for (int h = 0; h < kGroup; ++h) {
-      float* s = states + (warp * kGroup + h) * kPitch;
+      float* s = states + (warp * kGroup + h) * kStatePitch;
       for (int i = 0; i < 4; ++i) s[lane * 4 + i] = st.o[h][i];
       if (lane == 0) s[kHeadDim] = st.m[h], s[kHeadDim + 1] = st.l[h];
     }
@@ -734,7 +791,7 @@ Batch makeBatch(Model& m, const std::vector<int>& contexts, int sms, uint32_t se
   p.attn = deviceAlloc<uint8_t>(m, int64_t(kMaxBatch) * kHidden);
   p.o = deviceAlloc<bf16>(m, int64_t(kMaxBatch) * kHidden);
   p.act = deviceAlloc<uint8_t>(m, int64_t(kMaxBatch) * kInter);
-  p.attn_partials = deviceAlloc<float>(m, int64_t(b.batch) * kKvHeads * p.attn_chunks * kGroup * (kHeadDim + 2));
+  p.attn_partials = deviceAlloc<float>(m, int64_t(b.batch) * kKvHeads * p.attn_chunks * kGroup * kStatePitch);
   p.attn_arrivals = deviceAlloc<unsigned>(m, int64_t(b.batch) * kKvHeads);
   CHECK(cudaMemset(p.attn_arrivals, 0, int64_t(b.batch) * kKvHeads * 4));
   p.barrier = deviceAlloc<unsigned long long>(m, 1);
@@ -989,30 +1046,37 @@ double copyRate() {
     if (i >= 3) ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
   CHECK(cudaFree(a));
   CHECK(cudaFree(b));
   return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3);
 }
 
-// The median of `reps` launches (each the whole step) after a warm-up; one JSON line.
+// The median of `reps` launches (each the whole step) after 5 warm-up launches, all queued back
+// to back with an event between two launches (so no host launch latency is timed); one JSON line.
 void bench(int sms, int batch, int context, int layers, int reps, double copy_rate) {
   const int blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
   Model m = makeModel(layers, batch * blocks_per_seq);
   Batch b = makeBatch(m, std::vector<int>(batch, context), sms, 5);
   CHECK(cudaFuncSetAttribute(persistentDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  std::vector<float> us;
-  for (int i = 0; i < reps + 5; ++i) {
-    CHECK(cudaEventRecord(e0));
+  constexpr int kWarmup = 5;
+  std::vector<cudaEvent_t> events(reps + 1);
+  for (cudaEvent_t& ev : events) CHECK(cudaEventCreate(&ev));
+  for (int i = 0; i < kWarmup; ++i) launch(b.params, sms, 0);
+  for (int i = 0; i < reps; ++i) {
+    CHECK(cudaEventRecord(events[i]));
     launch(b.params, sms, 0);
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (i >= 5) us.push_back(t * 1e3f);
   }
+  CHECK(cudaEventRecord(events[reps]));
+  CHECK(cudaEventSynchronize(events[reps]));
+  std::vector<float> us;
+  for (int i = 0; i < reps; ++i) {
+    float t = 0;
+    CHECK(cudaEventElapsedTime(&t, events[i], events[i + 1]));
+    us.push_back(t * 1e3f);
+  }
+  for (cudaEvent_t& ev : events) CHECK(cudaEventDestroy(ev));
   std::sort(us.begin(), us.end());
   const double median = us[us.size() / 2];
   const double weights = double(layers) * (double(kQkv) * kHidden + double(kHidden) * kHidden +
@@ -1041,28 +1105,32 @@ int main(int argc, char** argv) {
   std::vector<int> batches = {1, 8}, contexts = {1024, 4096};
   int layers = 32, reps = 30;
   bool check_only = false;
+  const char* usage = "usage: %s [--check] [--batch 1,8] [--context 1024,4096] [--layers 32] [--reps 30]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const char* v = i + 1 < argc ? argv[i + 1] : "";
-    if (a == "--check") check_only = true;
-    else if (a == "--batch") batches = intList(v), ++i;
-    else if (a == "--context") contexts = intList(v), ++i;
-    else if (a == "--layers") layers = std::atoi(v), ++i;
-    else if (a == "--reps") reps = std::atoi(v), ++i;
-    else {
-      std::fprintf(stderr, "usage: %s [--check] [--batch 1,8] [--context 1024,4096] [--layers 32] [--reps 30]\n", argv[0]);
-      return 2;
+    if (a == "--check") {
+      check_only = true;
+      continue;
     }
+    if (i + 1 >= argc) return std::fprintf(stderr, usage, argv[0]), 2;
+    const char* v = argv[++i];
+    if (a == "--batch") batches = intList(v);
+    else if (a == "--context") contexts = intList(v);
+    else if (a == "--layers") layers = std::atoi(v);
+    else if (a == "--reps") reps = std::atoi(v);
+    else return std::fprintf(stderr, usage, argv[0]), 2;
+  }
+  bool sizes_ok = layers >= 1 && reps >= 1 && !batches.empty() && !contexts.empty();
+  for (int batch : batches) sizes_ok &= batch >= 1 && batch <= kMaxBatch;
+  for (int context : contexts) sizes_ok &= context >= 1;
+  if (!sizes_ok) {
+    std::fprintf(stderr, "batch must be 1..%d, contexts, layers and reps at least 1\n", kMaxBatch);
+    return 2;
   }
   int device = 0, sms = 0;
   CHECK(cudaGetDevice(&device));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   if (check_only) return check(sms);
-  for (int batch : batches)
-    if (batch < 1 || batch > kMaxBatch) {
-      std::fprintf(stderr, "batch must be 1..%d\n", kMaxBatch);
-      return 2;
-    }
   const double rate = copyRate();
   for (int batch : batches)
     for (int context : contexts) bench(sms, batch, context, layers, reps, rate);
