@@ -108,7 +108,7 @@ void Lowerer::lowerAttention(Node& n) {
     argS(kl, "impl", fast ? "sm90" : "reference");
     if (!fast) argS(kl, "impl_reason", why);
   }
-  mat_[out] = to;
+  setMat(out, to);
   stats_.attention++;
 }
 

@@ -81,7 +81,7 @@ struct Lowerer::FxfuseLibraryCall {
       int tso;
       if (scale_out) {
         tso = L.freshFor(scale_out);
-        L.mat_[scale_out] = tso;
+        L.setMat(scale_out, tso);
       } else {
         std::vector<SymExpr> ss = kind == "dynamic_token" ? std::vector<SymExpr>{T}
                                   : kind == "dynamic_tensor"
@@ -113,7 +113,7 @@ struct Lowerer::FxfuseLibraryCall {
     L.argI(k, "residual_row_stride", H);
     L.argS(k, "residual_variance",
            L.flag(n, "variance_of_rounded_sum", rounded_sum_default) ? "rounded_sum" : "unrounded_sum");
-    if (res_out) L.mat_[res_out] = tres;
+    if (res_out) L.setMat(res_out, tres);
   }
 
   // silu_and_mul[_quant]: silu of the input's first half times its second half (H / 2 each).
@@ -133,7 +133,7 @@ struct Lowerer::FxfuseLibraryCall {
       L.argT(k, "scale", tsc);
       L.argS(k, "scale_application", "multiply_by_reciprocal");
     }
-    L.mat_[out0] = to;
+    L.setMat(out0, to);
   }
 
   // rms_norm, fused_add_rms_norm (the residual added first and updated in place).
@@ -146,7 +146,7 @@ struct Lowerer::FxfuseLibraryCall {
     L.argI(k, "output_row_stride", H);
     if (fused_add) residualArgs(k, false);
     L.argScalar(k, n, "epsilon", 1e-6);
-    L.mat_[out0] = to;
+    L.setMat(out0, to);
   }
 
   // quant_fp8 of the input; the scale is output 1 when dynamic.
@@ -157,7 +157,7 @@ struct Lowerer::FxfuseLibraryCall {
     L.argT(k, "output", to);
     L.argI(k, "output_row_stride", H);
     scaleArgs(k, n.output(1));
-    L.mat_[out0] = to;
+    L.setMat(out0, to);
   }
 
   // rms_norm_quant, fused_add_rms_norm_quant: the norm's FP8 quant; a dynamic scale is the
@@ -172,7 +172,7 @@ struct Lowerer::FxfuseLibraryCall {
     L.argT(k, "output", to);
     L.argI(k, "output_row_stride", H);
     scaleArgs(k, n.output(fused_add ? 2 : 1));
-    L.mat_[out0] = to;
+    L.setMat(out0, to);
   }
 };
 
@@ -310,18 +310,18 @@ bool Lowerer::lowerFusedAllReduceNorm(Node& n) {
       f->set_quant_out(to);
     else
       f->set_norm_out(to);
-    mat_[out0] = to;
+    setMat(out0, to);
   } else if (!quant) {
     f->set_norm_out(use(freshTensor(xd, shape, n.name + ".norm")));  // the kernels need one output
   } else {
     f->set_quant_out(use(freshTensor(DType::F8E4M3FN, shape, n.name + ".q")));
   }
   if (residual) {
-    if (res_out) mat_[res_out] = tres;
+    if (res_out) setMat(res_out, tres);
   } else if (res_out && res_out->numUses() + res_out->graphOutputUses() > 0) {
     int ta = use(freshFor(res_out));
     f->set_allreduce_out(ta);
-    mat_[res_out] = ta;
+    setMat(res_out, ta);
   }
   f->set_epsilon(num(n, "epsilon", 1e-6));
   f->set_dtype(toPlanDType(xd));

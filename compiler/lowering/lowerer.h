@@ -289,6 +289,21 @@ class Lowerer {
     trefs_.push_back(std::move(t));
     return static_cast<int>(trefs_.size()) - 1;
   }
+  // Value v is held by TensorRef `tref` (mat_), and is one of the values on its buffer.
+  void setMat(const Value* v, int tref) {
+    mat_[v] = tref;
+    const int buffer = trefs_[static_cast<size_t>(tref)].buffer;
+    if (buffer >= 0) values_on_buffer_[buffer].push_back(v);
+  }
+  // The values held on `buffer` now (a value set again on another buffer is left out).
+  std::vector<const Value*> valuesOnBuffer(int buffer) const {
+    std::vector<const Value*> out;
+    auto it = values_on_buffer_.find(buffer);
+    if (it == values_on_buffer_.end()) return out;
+    for (const Value* v : it->second)
+      if (trefs_[static_cast<size_t>(mat_.at(v))].buffer == buffer) out.push_back(v);
+    return out;
+  }
   // A fresh contiguous tensor in its own arena buffer.
   int freshTensor(DType dt, const std::vector<SymExpr>& shape, const std::string& name) {
     SymExpr bytes = numelOf(shape) * I(ir::dtypeBytes(dt));
@@ -584,7 +599,7 @@ class Lowerer {
              cg_.node(ot.first).origin, shapeText(cg_.node(ot.first).shape), shapeText(gr.domain));
       emitKernel(gr.members, cg_.node(ot.first).shape, 0, {ot});
     }
-    for (auto& [v, t] : stored) mat_[v] = t;
+    for (auto& [v, t] : stored) setMat(v, t);
   }
   // `rows_permuted`: the group's domain is permuted (Group::permuted); every value it stores
   // must be a row statistic.
@@ -786,7 +801,10 @@ class Lowerer {
   pb::Plan plan_;
   std::vector<Buf> bufs_;
   std::vector<TRef> trefs_;
-  std::map<const Value*, int> mat_;
+  std::map<const Value*, int> mat_;  // set through setMat
+  // Every value setMat put on a buffer, by buffer (valuesOnBuffer): a rule that asks which values
+  // share one buffer reads this list, not all of mat_ (which made lowering quadratic in layers).
+  std::map<int, std::vector<const Value*>> values_on_buffer_;
   std::set<const Node*> lowered_ahead_;  // nodes a rule already lowered with an earlier node
   std::map<const Node*, DeferredRotary> deferred_rotary_;  // by the paged attention applying it
   std::set<const Node*> lowered_;        // nodes whose steps are already in the plan

@@ -125,7 +125,7 @@ void Lowerer::aliasOf(Value* out, const TRef& src, std::vector<SymExpr> shape, s
   nt.stride = std::move(stride);
   nt.offset = std::move(offset);
   nt.name = out->name;
-  mat_[out] = newTRef(std::move(nt));
+  setMat(out, newTRef(std::move(nt)));
   stats_.aliases++;
 }
 
@@ -592,7 +592,7 @@ const std::map<std::string, NodeRule>& ownRules() {
 void Lowerer::lowerEmpty(Node& n) {
   Value* out = n.output(0);
   if (!out || n.numOutputs() != 1) unsupported(n, "an empty tensor op must have exactly one output");
-  mat_[out] = freshFor(out);
+  setMat(out, freshFor(out));
 }
 
 // A node whose outputs nobody reads is skipped: right for a dead computation, wrong for an op
@@ -697,7 +697,7 @@ void Lowerer::lowerNode(Node& n) {
       c->set_dtype(toPlanDType(x->type.dtype));
       touch(tx, stepIndex());
       touch(to, stepIndex());
-      mat_[n.output(0)] = to;
+      setMat(n.output(0), to);
       stats_.collectives++;
       return;
     }
@@ -861,7 +861,7 @@ pb::Plan Lowerer::run(LowerStats* stats) {
     t.offset = I(0);
     t.name = v->name;
     int tr = newTRef(t);
-    mat_[v] = tr;
+    setMat(v, tr);
     io->set_tensor(tr);
     for (size_t d = 0; d < v->type.shape.size(); ++d) {
       const SymExpr& e = v->type.shape[d];

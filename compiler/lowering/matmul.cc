@@ -312,7 +312,7 @@ struct Lowerer::MatmulLowering {
     mem.push_back(r);
     int to = L.freshFor(out);
     L.emitKernel(mem, sh2, 0, {{r, to}});
-    L.mat_[out] = to;
+    L.setMat(out, to);
   }
 
   // The output is D, viewed back to the output's shape where that differs (matmul ND x 2D).
@@ -323,9 +323,9 @@ struct Lowerer::MatmulLowering {
       v.shape = osh;
       v.stride = contiguousStrides(osh);
       v.name = out->name;
-      L.mat_[out] = L.newTRef(v);
+      L.setMat(out, L.newTRef(v));
     } else {
-      L.mat_[out] = td;
+      L.setMat(out, td);
     }
   }
 };

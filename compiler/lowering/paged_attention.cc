@@ -148,8 +148,8 @@ bool Lowerer::onlyRotaryReads(const Node& rotary, const RotaryWriteback& wb) {
     for (const Value* o : u->outputs())
       if (o && !readOnlyByRotary(o)) return false;
   }
-  for (const auto& [v, t] : mat_)
-    if (v != wb.base && trefs_[static_cast<size_t>(t)].buffer == b.buffer && !readOnlyByRotary(v)) return false;
+  for (const Value* v : valuesOnBuffer(b.buffer))
+    if (v != wb.base && !readOnlyByRotary(v)) return false;
   return true;
 }
 
@@ -180,7 +180,7 @@ bool Lowerer::deferRotaryToPagedAttention(Node& n, const RotaryWriteback& wb, in
   d.rotated = wb.rotated;
   d.neox = neox;
   deferred_rotary_[attention] = d;
-  mat_[written_back] = newTRef(b);
+  setMat(written_back, newTRef(b));
   for (Node* s : {wb.first, wb.second}) lowered_ahead_.insert(s);
   return true;
 }
@@ -297,9 +297,9 @@ void Lowerer::lowerPagedAttention(Node& n) {
   const Attr* sc = arg(n, "scale");
   if (sc && sc->asDouble()) argF(a, "scale", *sc->asDouble());
 
-  mat_[out] = to;
-  if (Value* k_out = n.numOutputs() > 1 ? n.output(1) : nullptr) mat_[k_out] = kc;
-  if (Value* v_out = n.numOutputs() > 2 ? n.output(2) : nullptr) mat_[v_out] = vc;
+  setMat(out, to);
+  if (Value* k_out = n.numOutputs() > 1 ? n.output(1) : nullptr) setMat(k_out, kc);
+  if (Value* v_out = n.numOutputs() > 2 ? n.output(2) : nullptr) setMat(v_out, vc);
   // What `fxfuse run` needs to rebuild the reference graph of a kv-cache plan.
   (*plan_.mutable_metadata())["kv_cache"] = fp8_cache ? "fp8" : std::string(ir::dtypeName(dt));
   (*plan_.mutable_metadata())["kv_block_size"] = block_size.str();

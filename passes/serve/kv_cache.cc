@@ -94,6 +94,8 @@ class KvCachePass : public compiler::Pass {
     fp8_ = opts.kv_cache_dtype == "fp8";
     block_size_ = opts.kv_block_size;
     compiler::Rewriter rw(g);
+    input_names_.clear();
+    for (const auto& in : g.inputs()) input_names_.insert(in.value->name);
     BatchMetadata meta;
     std::vector<std::pair<ir::Value*, std::string>> mutations;  // (new cache, cache input name)
     bool changed = false;
@@ -181,17 +183,19 @@ class KvCachePass : public compiler::Pass {
     return std::nullopt;
   }
 
-  static ir::Value* addInput(ir::Graph& g, const std::string& name, ir::TensorType type) {
-    std::set<std::string> taken;
-    for (const auto& in : g.inputs()) taken.insert(in.value->name);
+  // A new graph input named `name`, or `name_N` when an input has that name (input_names_
+  // holds the graph's input names: one set per run, not one per input, which made the pass
+  // quadratic in the attention sites).
+  ir::Value* addInput(ir::Graph& g, const std::string& name, ir::TensorType type) {
     std::string unique = name;
-    for (int i = 1; taken.count(unique); ++i) unique = fmt::format("{}_{}", name, i);
+    for (int i = 1; input_names_.count(unique); ++i) unique = fmt::format("{}_{}", name, i);
+    input_names_.insert(unique);
     ir::Value* v = g.addInput(ir::ValueKind::Tensor, unique);
     v->type = std::move(type);
     return v;
   }
 
-  static void addBatchMetadata(ir::Graph& g, ir::Module& m, const ir::SymExpr& tokens, BatchMetadata& meta) {
+  void addBatchMetadata(ir::Graph& g, ir::Module& m, const ir::SymExpr& tokens, BatchMetadata& meta) {
     ir::SymExpr seqs = symbolOf(m, "kv_num_seqs", 1, 4);
     ir::SymExpr blocks = symbolOf(m, "kv_max_blocks", 1, 8);
     meta.tokens = tokens;
@@ -203,7 +207,7 @@ class KvCachePass : public compiler::Pass {
   }
 
   ir::Node* rewrite(ir::Graph& g, compiler::Rewriter& rw, const AttentionSite& site, const BatchMetadata& meta,
-                    std::vector<std::pair<ir::Value*, std::string>>& mutations) const {
+                    std::vector<std::pair<ir::Value*, std::string>>& mutations) {
     ir::Node& n = *site.node;
     ir::SymExpr num_blocks = symbolOf(*g.module(), "kv_num_blocks", 1, 64);
     ir::TensorType cache = tensorType(fp8_ ? ir::DType::F8E4M3FN : site.model_dtype,
@@ -271,6 +275,7 @@ class KvCachePass : public compiler::Pass {
     }
   }
 
+  std::set<std::string> input_names_;
   bool fp8_ = false;
   int64_t block_size_ = compiler::CompileOptions::kDefaultKvBlockSize;
 };
