@@ -45,20 +45,20 @@
 #include <string>
 #include <vector>
 
+#include "examples/decode_step/persistent_layer_reference.h"
 #include "kernels/device/mbarrier.cuh"
+#include "kernels/types.h"
 
 namespace {
 
 namespace dev = fxfuse::kernels::device;
 using bf16 = __nv_bfloat16;
+// The model's shape (kHidden, kQkv, ...), the GEMMs, the scales and the CPU reference.
+using namespace fxfuse::examples::persistent;  // NOLINT: this file is that model's benchmark
 
-// ---- the model (Llama-3.1-8B) and the kernel's shape
-constexpr int kHidden = 4096, kInter = 14336, kHeads = 32, kKvHeads = 8, kHeadDim = 128;
-constexpr int kQkv = (kHeads + 2 * kKvHeads) * kHeadDim;  // 6144
-constexpr int kGroup = kHeads / kKvHeads;                  // query heads per KV head
-constexpr int kBlockSize = 16;                             // cache block, tokens
-constexpr int kMaxBatch = 8;                               // one mma token tile
-constexpr float kEps = 1e-5f, kFp8Max = 448.f;
+// ---- the kernel's shape
+constexpr int kMaxBatch = 8;  // one mma token tile
+constexpr float kFp8Max = fxfuse::kernels::kFp8E4m3Max;
 
 constexpr int kConsumerWarps = 8, kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;
 constexpr int kTileRows = 16, kSlotK = 1024;  // a slot: 16 weight rows x 1024 bytes of K
@@ -95,12 +95,6 @@ struct LayerWeights {
   bf16 *k_cache, *v_cache;                   // [blocks, 16, kKvHeads, kHeadDim]
 };
 
-// Per-tensor scales, the same for every layer.
-struct Scales {
-  float w_qkv, w_o, w_gu, w_down;  // weights
-  float x_qkv, x_o, x_gu, x_down;  // the FP8 activations each GEMM reads
-};
-
 struct Params {
   const LayerWeights* layers;
   int num_layers, batch, max_blocks, attn_chunks;
@@ -122,12 +116,9 @@ struct Params {
 
 // ---- the four GEMMs of a layer as units of work: a unit is a 16-row tile, or for gate/up a
 // pair (gate tile p, up tile p + kInter / 16). CTA c owns units [c * U / G, (c + 1) * U / G).
-enum Gemm { kGemmQkv, kGemmO, kGemmGateUp, kGemmDown, kGemms };
-
 __host__ __device__ constexpr int gemmUnits(int g) {
-  return g == kGemmQkv ? kQkv / kTileRows : g == kGemmGateUp ? kInter / kTileRows : kHidden / kTileRows;
+  return g == kGemmGateUp ? gemmN(g) / 2 / kTileRows : gemmN(g) / kTileRows;
 }
-__host__ __device__ constexpr int gemmK(int g) { return g == kGemmDown ? kInter : kHidden; }
 __device__ const uint8_t* gemmWeight(const LayerWeights& l, int g) {
   return g == kGemmQkv ? l.qkv : g == kGemmO ? l.o : g == kGemmGateUp ? l.gate_up : l.down;
 }
@@ -737,22 +728,8 @@ void freeModel(Model& m) {
   m.owned.clear();
 }
 
-// cos then sin of the 64 neox frequencies (base 500000, Llama-3.1) per position, bf16 values.
-std::vector<float> cosSinTable(int positions) {
-  std::vector<float> t(static_cast<size_t>(positions) * kHeadDim);
-  for (int pos = 0; pos < positions; ++pos)
-    for (int f = 0; f < kHeadDim / 2; ++f) {
-      const double theta = pos * std::pow(500000.0, -2.0 * f / kHeadDim);
-      t[pos * kHeadDim + f] = __bfloat162float(__float2bfloat16_rn(static_cast<float>(std::cos(theta))));
-      t[pos * kHeadDim + kHeadDim / 2 + f] = __bfloat162float(__float2bfloat16_rn(static_cast<float>(std::sin(theta))));
-    }
-  return t;
-}
-
 // The step's batch: contexts, a shuffled block table over the model's blocks, activations.
-struct Batch {
-  int batch = 0, max_blocks = 0;
-  std::vector<int32_t> seq_lens, table;
+struct Batch : HostBatch {
   Params params{};
   Model* model = nullptr;
 };
@@ -779,7 +756,7 @@ Batch makeBatch(Model& m, const std::vector<int>& contexts, int sms, uint32_t se
   CHECK(cudaMemcpy(table, b.table.data(), b.table.size() * 4, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(lens, b.seq_lens.data(), b.batch * 4, cudaMemcpyHostToDevice));
   p.block_table = table, p.seq_lens = lens;
-  const std::vector<float> cs = cosSinTable(max_ctx);
+  const std::vector<float> cs = CosSinTable(max_ctx);
   float* cs_dev = deviceAlloc<float>(m, cs.size());
   CHECK(cudaMemcpy(cs_dev, cs.data(), cs.size() * 4, cudaMemcpyHostToDevice));
   p.cos_sin = cs_dev;
@@ -810,25 +787,12 @@ void launch(Params& p, int sms, cudaStream_t stream) {
 
 }  // namespace
 
-// ---- the CPU reference of the same layers (check mode)
-namespace ref {
-
-float bf(uint16_t bits) {
+// ---- check mode: the kernel against persistent_layer_reference.cc
+float bf16ToFloat(uint16_t bits) {
   uint32_t u = static_cast<uint32_t>(bits) << 16;
   float f;
   std::memcpy(&f, &u, 4);
   return f;
-}
-float r16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-float fp8Value(uint8_t byte) {
-  __nv_fp8_e4m3 v;
-  v.__x = byte;
-  return static_cast<float>(v);
-}
-uint8_t fp8(float v, float inv_scale) {
-  float x = std::min(std::max(v * inv_scale, -kFp8Max), kFp8Max);
-  if (v != v) x = v;
-  return __nv_fp8_e4m3(x).__x;
 }
 
 template <typename T>
@@ -837,136 +801,17 @@ std::vector<T> download(const T* p, int64_t n) {
   CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
   return h;
 }
-std::vector<uint16_t> downloadBf16(const bf16* p, int64_t n) {
-  return download(reinterpret_cast<const uint16_t*>(p), n);
-}
+std::vector<uint16_t> downloadBf16(const bf16* p, int64_t n) { return download(reinterpret_cast<const uint16_t*>(p), n); }
 
-struct Layer {
-  std::vector<uint8_t> w[kGemms];
-  std::vector<uint16_t> norm1, norm2, k_cache, v_cache;
-};
-
-// What the check compares: the step's output, residual and its last layer's intermediates.
-struct Outputs {
-  std::vector<float> hidden, residual, qkv, attn, o, act;
-};
-
-// out[m][n] = round16(sum_k x[m][k] * w[n][k] * (sx * sw)), x and w FP8.
-std::vector<float> gemm(const std::vector<uint8_t>& x, const std::vector<uint8_t>& w, int batch, int n, int k,
-                        float scale) {
-  std::vector<float> lut(256), xf(x.size()), out(static_cast<size_t>(batch) * n);
-  for (int i = 0; i < 256; ++i) lut[i] = fp8Value(static_cast<uint8_t>(i));
-  for (size_t i = 0; i < x.size(); ++i) xf[i] = lut[x[i]];
-  for (int r = 0; r < n; ++r) {
-    const uint8_t* wr = w.data() + static_cast<int64_t>(r) * k;
-    for (int m = 0; m < batch; ++m) {
-      float acc = 0.f;
-      const float* xr = xf.data() + static_cast<int64_t>(m) * k;
-      for (int i = 0; i < k; ++i) acc += xr[i] * lut[wr[i]];
-      out[static_cast<size_t>(m) * n + r] = r16(acc * scale);
-    }
-  }
-  return out;
-}
-
-// residual = round16(x + residual) (no residual: x), then the FP8 normalized rows.
-std::vector<uint8_t> norm(const std::vector<float>& x, std::vector<float>& residual, bool add,
-                          const std::vector<uint16_t>& w, int batch, float scale) {
-  std::vector<uint8_t> q(static_cast<size_t>(batch) * kHidden);
-  for (int m = 0; m < batch; ++m) {
-    float sum_sq = 0.f;
-    for (int i = 0; i < kHidden; ++i) {
-      float& z = residual[m * kHidden + i];
-      z = r16(x[m * kHidden + i] + (add ? z : 0.f));
-      sum_sq += z * z;
-    }
-    const float inv = 1.f / std::sqrt(sum_sq / kHidden + kEps);
-    for (int i = 0; i < kHidden; ++i)
-      q[m * kHidden + i] = fp8(r16(r16(residual[m * kHidden + i] * inv) * bf(w[i])), 1.f / scale);
-  }
-  return q;
-}
-
-void rotate(float* head, const float* cs) {
-  const int half = kHeadDim / 2;
-  for (int f = 0; f < half; ++f) {
-    const float x = head[f], y = head[f + half], c = cs[f], s = cs[half + f];
-    head[f] = r16(x * c - y * s), head[f + half] = r16(y * c + x * s);
-  }
-}
-
-// Rotates q and k of each token, writes k and v into the cache at the token's position and
-// attends over the cached context; the FP8 output rows.
-std::vector<uint8_t> attention(std::vector<float>& qkv, Layer& l, const Batch& b, const std::vector<float>& cs,
-                               float out_scale) {
-  std::vector<uint8_t> out(static_cast<size_t>(b.batch) * kHidden);
-  for (int s = 0; s < b.batch; ++s) {
-    const int ctx = b.seq_lens[s], pos = ctx - 1;
-    float* tok = qkv.data() + static_cast<int64_t>(s) * kQkv;
-    for (int h = 0; h < kHeads + kKvHeads; ++h) rotate(tok + h * kHeadDim, cs.data() + pos * kHeadDim);
-    auto row = [&](int p, int hk) {
-      return ((static_cast<int64_t>(b.table[s * b.max_blocks + p / kBlockSize]) * kBlockSize + p % kBlockSize) * kKvHeads + hk) * kHeadDim;
-    };
-    for (int hk = 0; hk < kKvHeads; ++hk)
-      for (int d = 0; d < kHeadDim; ++d) {
-        l.k_cache[row(pos, hk) + d] = __bfloat16_as_ushort(__float2bfloat16_rn(tok[(kHeads + hk) * kHeadDim + d]));
-        l.v_cache[row(pos, hk) + d] = __bfloat16_as_ushort(__float2bfloat16_rn(tok[(kHeads + kKvHeads + hk) * kHeadDim + d]));
-      }
-    for (int h = 0; h < kHeads; ++h) {
-      const int hk = h / kGroup;
-      std::vector<float> score(ctx);
-      float mx = -INFINITY, sum = 0.f;
-      for (int p = 0; p < ctx; ++p) {
-        float dot = 0.f;
-        for (int d = 0; d < kHeadDim; ++d) dot += tok[h * kHeadDim + d] * bf(l.k_cache[row(p, hk) + d]);
-        score[p] = dot / std::sqrt(static_cast<float>(kHeadDim));
-        mx = std::max(mx, score[p]);
-      }
-      for (float& v : score) v = std::exp(v - mx), sum += v;
-      for (int d = 0; d < kHeadDim; ++d) {
-        float o = 0.f;
-        for (int p = 0; p < ctx; ++p) o += score[p] * bf(l.v_cache[row(p, hk) + d]);
-        out[static_cast<size_t>(s) * kHidden + h * kHeadDim + d] = fp8(r16(o / sum), 1.f / out_scale);
-      }
-    }
-  }
-  return out;
-}
-
-std::vector<float> dequant(const std::vector<uint8_t>& q, float scale) {
+std::vector<float> dequantFp8(const std::vector<uint8_t>& q, float scale) {
   std::vector<float> f(q.size());
-  for (size_t i = 0; i < q.size(); ++i) f[i] = fp8Value(q[i]) * scale;
+  for (size_t i = 0; i < q.size(); ++i) {
+    __nv_fp8_e4m3 v;
+    v.__x = q[i];
+    f[i] = static_cast<float>(v) * scale;
+  }
   return f;
 }
-
-// The layers on the CPU from the model's and batch's state before the launch.
-Outputs run(std::vector<Layer>& layers, const Batch& b, const Scales& sc, std::vector<float> hidden,
-            const std::vector<float>& cs) {
-  Outputs out;
-  std::vector<float> residual(hidden.size(), 0.f);
-  for (size_t i = 0; i < layers.size(); ++i) {
-    Layer& l = layers[i];
-    const std::vector<uint8_t> xq = norm(hidden, residual, i > 0, l.norm1, b.batch, sc.x_qkv);
-    std::vector<float> qkv = gemm(xq, l.w[kGemmQkv], b.batch, kQkv, kHidden, sc.x_qkv * sc.w_qkv);
-    out.qkv = qkv;
-    const std::vector<uint8_t> attn = attention(qkv, l, b, cs, sc.x_o);
-    const std::vector<float> o = gemm(attn, l.w[kGemmO], b.batch, kHidden, kHidden, sc.x_o * sc.w_o);
-    const std::vector<uint8_t> xq2 = norm(o, residual, true, l.norm2, b.batch, sc.x_gu);
-    const std::vector<float> gu = gemm(xq2, l.w[kGemmGateUp], b.batch, 2 * kInter, kHidden, sc.x_gu * sc.w_gu);
-    std::vector<uint8_t> act(static_cast<size_t>(b.batch) * kInter);
-    for (int m = 0; m < b.batch; ++m)
-      for (int n = 0; n < kInter; ++n) {
-        const float gate = gu[static_cast<size_t>(m) * 2 * kInter + n], up = gu[static_cast<size_t>(m) * 2 * kInter + kInter + n];
-        act[static_cast<size_t>(m) * kInter + n] = fp8(r16(r16(gate / (1.f + std::exp(-gate))) * up), 1.f / sc.x_down);
-      }
-    hidden = gemm(act, l.w[kGemmDown], b.batch, kHidden, kInter, sc.x_down * sc.w_down);
-    out.attn = dequant(attn, sc.x_o), out.o = o, out.act = dequant(act, sc.x_down);
-  }
-  out.hidden = hidden, out.residual = residual;
-  return out;
-}
-
-}  // namespace ref
 
 // Relative RMS error of `got` against `want` (the first `n` values); prints one line.
 bool compare(const char* what, const std::vector<float>& got, const std::vector<float>& want, size_t n) {
@@ -983,46 +828,86 @@ bool compare(const char* what, const std::vector<float>& got, const std::vector<
 
 std::vector<float> toFloats(const std::vector<uint16_t>& bits) {
   std::vector<float> f(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) f[i] = ref::bf(bits[i]);
+  for (size_t i = 0; i < bits.size(); ++i) f[i] = bf16ToFloat(bits[i]);
   return f;
 }
 
-// Two layers, three sequences of uneven contexts (one block boundary, the new token alone in
-// its block, a chunk split), one launch, against the CPU.
-int check(int sms) {
-  const std::vector<int> contexts = {37, 129, 16};
-  Model m = makeModel(2, 24);
+// The cache rows of each sequence's new token compared as values, every other element of both
+// caches bit for bit (nothing else may be written).
+bool compareCaches(const Model& m, const Batch& b, const std::vector<HostLayer>& want) {
+  const int64_t cache = int64_t(m.blocks) * kBlockSize * kKvHeads * kHeadDim, row = int64_t(kKvHeads) * kHeadDim;
+  std::vector<char> is_new(static_cast<size_t>(cache), 0);
+  for (int s = 0; s < b.batch; ++s) {
+    const int pos = b.seq_lens[s] - 1;
+    const int64_t slot = int64_t(b.table[s * b.max_blocks + pos / kBlockSize]) * kBlockSize + pos % kBlockSize;
+    std::fill(is_new.begin() + slot * row, is_new.begin() + (slot + 1) * row, 1);
+  }
+  bool ok = true;
+  for (int i = 0; i < m.layers; ++i) {
+    const LayerWeights& l = m.host_layers[i];
+    for (int kv = 0; kv < 2; ++kv) {
+      const std::vector<uint16_t> got = downloadBf16(kv ? l.v_cache : l.k_cache, cache);
+      const std::vector<uint16_t>& exp = kv ? want[i].v_cache : want[i].k_cache;
+      std::vector<float> got_new, exp_new;
+      int64_t stray = 0;
+      for (int64_t e = 0; e < cache; ++e) {
+        if (is_new[e]) got_new.push_back(bf16ToFloat(got[e])), exp_new.push_back(bf16ToFloat(exp[e]));
+        else stray += got[e] != exp[e];
+      }
+      const std::string what = std::string(kv ? "v" : "k") + " cache " + std::to_string(i);
+      ok &= compare(what.c_str(), got_new, exp_new, got_new.size());
+      if (stray) std::printf("  %s: %lld elements outside the new tokens' rows changed: FAIL\n", what.c_str(), static_cast<long long>(stray));
+      ok &= stray == 0;
+    }
+  }
+  return ok;
+}
+
+// Two layers over one batch, one launch, against the CPU: the last layer's intermediates, the
+// output, the residual and both caches of every layer.
+bool checkBatch(int sms, const std::vector<int>& contexts, const char* what) {
+  int blocks = 0;
+  for (int c : contexts) blocks += (c + kBlockSize - 1) / kBlockSize;
+  Model m = makeModel(2, blocks + 8);
   Batch b = makeBatch(m, contexts, sms, 11);
   Params& p = b.params;
-  std::vector<ref::Layer> layers(m.layers);
+  std::vector<HostLayer> layers(m.layers);
   for (int i = 0; i < m.layers; ++i) {
     const LayerWeights& l = m.host_layers[i];
     const uint8_t* w[kGemms] = {l.qkv, l.o, l.gate_up, l.down};
-    for (int g = 0; g < kGemms; ++g) layers[i].w[g] = ref::download(w[g], int64_t(gemmUnits(g)) * kTileRows * (g == kGemmGateUp ? 2 : 1) * gemmK(g));
-    layers[i].norm1 = ref::downloadBf16(l.norm1, kHidden), layers[i].norm2 = ref::downloadBf16(l.norm2, kHidden);
+    for (int g = 0; g < kGemms; ++g)
+      layers[i].w[g] = download(w[g], int64_t(gemmUnits(g)) * kTileRows * (g == kGemmGateUp ? 2 : 1) * gemmK(g));
+    layers[i].norm1 = downloadBf16(l.norm1, kHidden), layers[i].norm2 = downloadBf16(l.norm2, kHidden);
     const int64_t cache = int64_t(m.blocks) * kBlockSize * kKvHeads * kHeadDim;
-    layers[i].k_cache = ref::downloadBf16(l.k_cache, cache), layers[i].v_cache = ref::downloadBf16(l.v_cache, cache);
+    layers[i].k_cache = downloadBf16(l.k_cache, cache), layers[i].v_cache = downloadBf16(l.v_cache, cache);
   }
-  const std::vector<float> hidden0 = toFloats(ref::downloadBf16(p.hidden, int64_t(b.batch) * kHidden));
+  const std::vector<float> hidden0 = toFloats(downloadBf16(p.hidden, int64_t(b.batch) * kHidden));
   CHECK(cudaFuncSetAttribute(persistentDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   launch(p, sms, 0);
   CHECK(cudaDeviceSynchronize());
-  std::printf("check: %d layers, batch %d, contexts 37/129/16, %d attention chunks\n", m.layers, b.batch, p.attn_chunks);
-  const ref::Outputs want = ref::run(layers, b, m.scales, hidden0, cosSinTable(129));
+  std::printf("check %s: %d layers, batch %d, %d attention chunks\n", what, m.layers, b.batch, p.attn_chunks);
+  const int positions = *std::max_element(contexts.begin(), contexts.end());
+  const Outputs want = RunReference(layers, b, m.scales, hidden0, CosSinTable(positions));
   const size_t rows = b.batch;
-  bool ok = compare("qkv", toFloats(ref::downloadBf16(p.qkv, rows * kQkv)), want.qkv, rows * kQkv);
-  ok &= compare("attention", ref::dequant(ref::download(p.attn, rows * kHidden), m.scales.x_o), want.attn, rows * kHidden);
-  ok &= compare("o", toFloats(ref::downloadBf16(p.o, rows * kHidden)), want.o, rows * kHidden);
-  ok &= compare("act", ref::dequant(ref::download(p.act, rows * kInter), m.scales.x_down), want.act, rows * kInter);
-  ok &= compare("hidden", toFloats(ref::downloadBf16(p.hidden, rows * kHidden)), want.hidden, rows * kHidden);
-  ok &= compare("residual", toFloats(ref::downloadBf16(p.residual[0], rows * kHidden)), want.residual, rows * kHidden);
-  for (int i = 0; i < m.layers; ++i) {
-    const int64_t cache = int64_t(m.blocks) * kBlockSize * kKvHeads * kHeadDim;
-    ok &= compare("k cache", toFloats(ref::downloadBf16(m.host_layers[i].k_cache, cache)), toFloats(layers[i].k_cache), cache);
-    ok &= compare("v cache", toFloats(ref::downloadBf16(m.host_layers[i].v_cache, cache)), toFloats(layers[i].v_cache), cache);
-  }
-  std::printf("check: %s\n", ok ? "PASS" : "FAIL");
+  bool ok = compare("qkv", toFloats(downloadBf16(p.qkv, rows * kQkv)), want.qkv, rows * kQkv);
+  ok &= compare("attention", dequantFp8(download(p.attn, rows * kHidden), m.scales.x_o), want.attn, rows * kHidden);
+  ok &= compare("o", toFloats(downloadBf16(p.o, rows * kHidden)), want.o, rows * kHidden);
+  ok &= compare("act", dequantFp8(download(p.act, rows * kInter), m.scales.x_down), want.act, rows * kInter);
+  ok &= compare("hidden", toFloats(downloadBf16(p.hidden, rows * kHidden)), want.hidden, rows * kHidden);
+  ok &= compare("residual", toFloats(downloadBf16(p.residual[0], rows * kHidden)), want.residual, rows * kHidden);
+  ok &= compareCaches(m, b, layers);
   freeModel(m);
+  return ok;
+}
+
+// Three batches: uneven contexts that split into chunks, leave a chunk empty and put a new
+// token alone in its block; eight sequences (the whole token tile, a context of one token);
+// one long sequence over 16 chunks.
+int check(int sms) {
+  bool ok = checkBatch(sms, {37, 129, 16}, "3 sequences");
+  ok &= checkBatch(sms, {1, 17, 300, 64, 5, 90, 33, 128}, "8 sequences");
+  ok &= checkBatch(sms, {1000}, "1 sequence");
+  std::printf("check: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
 

@@ -1,0 +1,58 @@
+// The model shape of persistent_layer_bench.cu (Llama-3.1-8B, FP8 linears, bf16 paged cache) and
+// the CPU reference its --check compares the kernel with: the same layers, with the rounding
+// points of vLLM's ops (docs/vllm semantics) taken from kernels/reference. Plain C++.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace fxfuse::examples::persistent {
+
+constexpr int kHidden = 4096, kInter = 14336, kHeads = 32, kKvHeads = 8, kHeadDim = 128;
+constexpr int kQkv = (kHeads + 2 * kKvHeads) * kHeadDim;  // 6144
+constexpr int kGroup = kHeads / kKvHeads;                  // query heads per KV head
+constexpr int kBlockSize = 16;                             // cache block, tokens
+constexpr float kEps = 1e-5f;
+
+// The four GEMMs of a layer, their weights FP8 rows [N, K] (vLLM's column-major [K, N]).
+enum Gemm { kGemmQkv, kGemmO, kGemmGateUp, kGemmDown, kGemms };
+constexpr int gemmN(int g) { return g == kGemmQkv ? kQkv : g == kGemmGateUp ? 2 * kInter : kHidden; }
+constexpr int gemmK(int g) { return g == kGemmDown ? kInter : kHidden; }
+
+// Per-tensor scales, the same for every layer.
+struct Scales {
+  float w_qkv, w_o, w_gu, w_down;  // weights
+  float x_qkv, x_o, x_gu, x_down;  // the FP8 activations each GEMM reads
+};
+
+// One layer on the host: weights, norm weights and caches as bits.
+struct HostLayer {
+  std::vector<uint8_t> w[kGemms];
+  std::vector<uint16_t> norm1, norm2;     // bf16
+  std::vector<uint16_t> k_cache, v_cache;  // bf16 [blocks, kBlockSize, kKvHeads, kHeadDim]
+};
+
+// The step's sequences: seq_lens[s] tokens of context including this step's one, block table
+// rows of max_blocks.
+struct HostBatch {
+  int batch = 0, max_blocks = 0;
+  std::vector<int32_t> seq_lens, table;
+};
+
+// What --check compares: the step's output and residual, and its last layer's intermediates
+// (FP8 ones as values).
+struct Outputs {
+  std::vector<float> hidden, residual, qkv, attn, o, act;
+};
+
+// cos then sin of the 64 neox frequencies (base 500000) per position, rounded to bf16.
+std::vector<float> CosSinTable(int positions);
+
+// Runs the layers on `hidden` ([batch, kHidden]): per layer norm1 (+ the residual from layer 1
+// on) and FP8 quant, qkv, rotary, the cache write of each sequence's new token and attention
+// over its context, FP8 quant, o, norm2 + quant, gate/up, silu_and_mul_quant, down. The caches
+// of `layers` are updated in place.
+Outputs RunReference(std::vector<HostLayer>& layers, const HostBatch& b, const Scales& scales, std::vector<float> hidden,
+                     const std::vector<float>& cos_sin);
+
+}  // namespace fxfuse::examples::persistent
