@@ -30,6 +30,7 @@
 //   bazel build //examples/decode_step:persistent_layer_bench   (bundled by stage_device.sh)
 //   ./persistent_layer_bench --check
 //   ./persistent_layer_bench [--batch 1] [--context 1024] [--layers 32] [--reps 30]
+//   ./persistent_layer_bench --batch 1 --context 1024 --skip attention   (what a phase costs)
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -112,7 +113,13 @@ struct Params {
   unsigned* attn_arrivals;     // [batch * kKvHeads], zero between layers
   unsigned long long* barrier;
   unsigned long long barrier_base;  // the counter's value when this launch starts
+  unsigned skip;                    // kSkip* bits: phases left out (timing only, outputs wrong)
 };
+
+// Phases a timing run may leave out (--skip), to see what each costs inside the persistent
+// design: the attention phase, the two norms (the GEMMs read stale activations) or every grid
+// barrier (CTAs drift apart; the step's time is then the slowest CTA's own work).
+enum Skip : unsigned { kSkipAttention = 1, kSkipNorm = 2, kSkipBarrier = 4 };
 
 // ---- the four GEMMs of a layer as units of work: a unit is a 16-row tile, or for gate/up a
 // pair (gate tile p, up tile p + kInter / 16). CTA c owns units [c * U / G, (c + 1) * U / G).
@@ -619,22 +626,27 @@ __device__ Shared carveShared(uint8_t* smem) {
 
 __device__ __forceinline__ void consumer(const Params& p, Shared& sh, unsigned* last_flag) {
   int barrier = 0;
+  auto sync = [&] {
+    if (!(p.skip & kSkipBarrier)) gridBarrier(p, barrier++);
+  };
   for (int layer = 0; layer < p.num_layers; ++layer) {
     const LayerWeights& l = p.layers[layer];
     const int norm = 2 * layer;
-    normToShared(p, p.hidden, layer ? p.residual[norm % 2] : nullptr, p.residual[(norm + 1) % 2], l.norm1,
-                 p.s.x_qkv, sh.xq);
+    if (!(p.skip & kSkipNorm))
+      normToShared(p, p.hidden, layer ? p.residual[norm % 2] : nullptr, p.residual[(norm + 1) % 2], l.norm1,
+                   p.s.x_qkv, sh.xq);
     gemmPhase<true>(p, sh, kGemmQkv, sh.xq, p.s.x_qkv * p.s.w_qkv);
-    gridBarrier(p, barrier++);
-    attentionPhase(p, l, reinterpret_cast<float*>(sh.xq), last_flag);
-    gridBarrier(p, barrier++);
+    sync();
+    if (!(p.skip & kSkipAttention)) attentionPhase(p, l, reinterpret_cast<float*>(sh.xq), last_flag);
+    sync();
     gemmPhase<false>(p, sh, kGemmO, p.attn, p.s.x_o * p.s.w_o);
-    gridBarrier(p, barrier++);
-    normToShared(p, p.o, p.residual[(norm + 1) % 2], p.residual[norm % 2], l.norm2, p.s.x_gu, sh.xq);
+    sync();
+    if (!(p.skip & kSkipNorm))
+      normToShared(p, p.o, p.residual[(norm + 1) % 2], p.residual[norm % 2], l.norm2, p.s.x_gu, sh.xq);
     gemmPhase<true>(p, sh, kGemmGateUp, sh.xq, p.s.x_gu * p.s.w_gu);
-    gridBarrier(p, barrier++);
+    sync();
     gemmPhase<false>(p, sh, kGemmDown, p.act, p.s.x_down * p.s.w_down);
-    gridBarrier(p, barrier++);
+    sync();
   }
 }
 constexpr int kBarriersPerLayer = 5;
@@ -782,7 +794,7 @@ void launch(Params& p, int sms, cudaStream_t stream) {
   void* args[] = {&p};
   CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistentDecodeKernel), dim3(sms), dim3(kThreads), args,
                                     kSmemBytes, stream));
-  p.barrier_base += static_cast<unsigned long long>(kBarriersPerLayer) * p.num_layers * sms;
+  if (!(p.skip & kSkipBarrier)) p.barrier_base += static_cast<unsigned long long>(kBarriersPerLayer) * p.num_layers * sms;
 }
 
 }  // namespace
@@ -940,10 +952,11 @@ double copyRate() {
 
 // The median of `reps` launches (each the whole step) after 5 warm-up launches, all queued back
 // to back with an event between two launches (so no host launch latency is timed); one JSON line.
-void bench(int sms, int batch, int context, int layers, int reps, double copy_rate) {
+void bench(int sms, int batch, int context, int layers, int reps, double copy_rate, unsigned skip) {
   const int blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
   Model m = makeModel(layers, batch * blocks_per_seq);
   Batch b = makeBatch(m, std::vector<int>(batch, context), sms, 5);
+  b.params.skip = skip;
   CHECK(cudaFuncSetAttribute(persistentDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   constexpr int kWarmup = 5;
   std::vector<cudaEvent_t> events(reps + 1);
@@ -968,10 +981,14 @@ void bench(int sms, int batch, int context, int layers, int reps, double copy_ra
                                            2.0 * kInter * kHidden + double(kHidden) * kInter + 2.0 * kHidden * 2);
   const double kv = double(layers) * batch * context * 2.0 * kKvHeads * kHeadDim * 2;  // C - 1 read, 1 written
   const double floor_us = (weights + kv) / copy_rate * 1e6;
+  std::string skipped;
+  for (const auto& [bit, name] : {std::pair{kSkipAttention, "attention"}, {kSkipNorm, "norm"}, {kSkipBarrier, "barrier"}})
+    if (skip & bit) skipped += (skipped.empty() ? "" : ",") + std::string(name);
   std::printf("{\"batch\": %d, \"context\": %d, \"layers\": %d, \"median_us\": %.1f, \"per_layer_us\": %.2f, "
-              "\"floor_us\": %.1f, \"fraction_of_floor\": %.3f, \"attention_chunks\": %d, \"copy_rate_tb_s\": %.3f}\n",
+              "\"floor_us\": %.1f, \"fraction_of_floor\": %.3f, \"attention_chunks\": %d, \"copy_rate_tb_s\": %.3f, "
+              "\"skipped\": \"%s\"}\n",
               batch, context, layers, median, median / layers, floor_us, floor_us / median, b.params.attn_chunks,
-              copy_rate / 1e12);
+              copy_rate / 1e12, skipped.c_str());
   std::fflush(stdout);
   freeModel(m);
 }
@@ -989,8 +1006,10 @@ std::vector<int> intList(const char* s) {
 int main(int argc, char** argv) {
   std::vector<int> batches = {1, 8}, contexts = {1024, 4096};
   int layers = 32, reps = 30;
+  unsigned skip = 0;
   bool check_only = false;
-  const char* usage = "usage: %s [--check] [--batch 1,8] [--context 1024,4096] [--layers 32] [--reps 30]\n";
+  const char* usage =
+      "usage: %s [--check] [--batch 1,8] [--context 1024,4096] [--layers 32] [--reps 30] [--skip attention,norm,barrier]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--check") {
@@ -1003,6 +1022,16 @@ int main(int argc, char** argv) {
     else if (a == "--context") contexts = intList(v);
     else if (a == "--layers") layers = std::atoi(v);
     else if (a == "--reps") reps = std::atoi(v);
+    else if (a == "--skip") {
+      for (std::string rest = v; !rest.empty();) {
+        const std::string word = rest.substr(0, rest.find(','));
+        rest = word.size() < rest.size() ? rest.substr(word.size() + 1) : "";
+        if (word == "attention") skip |= kSkipAttention;
+        else if (word == "norm") skip |= kSkipNorm;
+        else if (word == "barrier") skip |= kSkipBarrier;
+        else return std::fprintf(stderr, "--skip takes attention, norm and barrier\n"), 2;
+      }
+    }
     else return std::fprintf(stderr, usage, argv[0]), 2;
   }
   bool sizes_ok = layers >= 1 && reps >= 1 && !batches.empty() && !contexts.empty();
@@ -1018,6 +1047,6 @@ int main(int argc, char** argv) {
   if (check_only) return check(sms);
   const double rate = copyRate();
   for (int batch : batches)
-    for (int context : contexts) bench(sms, batch, context, layers, reps, rate);
+    for (int context : contexts) bench(sms, batch, context, layers, reps, rate, skip);
   return 0;
 }
