@@ -134,14 +134,15 @@ PERSISTENT_BUDGET=${PERSISTENT_BUDGET:-0}
 if [[ $PERSISTENT_BUDGET -gt 0 ]]; then
   p_batches=${PERSISTENT_BATCHES:-1,8} p_contexts=${PERSISTENT_CONTEXTS:-1024,4096}
   {
-    timeout 150 "$D/persistent_layer_bench" --check
+    timeout -k 10 180 "$D/persistent_layer_bench" --check
     echo "persistent check rc $?"
-    timeout "$PERSISTENT_BUDGET" "$D/persistent_layer_bench" --batch "$p_batches" --context "$p_contexts"
+    timeout -k 10 "$PERSISTENT_BUDGET" "$D/persistent_layer_bench" --batch "$p_batches" --context "$p_contexts"
     echo "persistent bench rc $?"
     # What each phase costs inside it: PERSISTENT_SKIPS, ';'-separated --skip lists at 1 x 1k.
     IFS=';' read -ra p_skips <<< "${PERSISTENT_SKIPS-attention;norm;barrier;attention,norm,barrier}"
     for skip in "${p_skips[@]}"; do
-      timeout 60 "$D/persistent_layer_bench" --batch 1 --context 1024 --skip "$skip"
+      timeout -k 10 60 "$D/persistent_layer_bench" --batch 1 --context 1024 --skip "$skip"
+      echo "persistent skip $skip rc $?"
     done
     for layers in 2 32; do
       python3 tools/fixtures/decode_model.py --config llama8b --form custom --layers $layers > "$LOGS/p$layers.fxg"

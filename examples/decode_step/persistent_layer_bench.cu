@@ -22,10 +22,11 @@
 // Numerics follow vLLM's ops as the plan's kernels do (docs/vllm semantics: round16 after the
 // add, the normalization and the weight; FP8 = clamp(x * (1/scale)); GEMM out = round16(acc *
 // (sx * sw)); silu_and_mul_quant; neox rotary rounded to bf16; attention in fp32 with the output
-// rounded to bf16 then quantized). `--check` runs 2 layers on a small batch and compares the
-// output, the residual and the last layer's intermediates with a CPU reference of the same math
-// (relative RMS error < 2e-2 each; exit 1 otherwise). This is a measurement of the design, not
-// a plan step: the runtime does not launch it.
+// rounded to bf16 then quantized). `--check` runs one and two layers over batches of 1, 3 and
+// 8 sequences and compares the output, the residual, the last layer's intermediates and the
+// caches with persistent_layer_reference.cc, the same math on kernels/reference's numerics
+// (check() says how; exit 1 on a difference). This is a measurement of the design, not a plan
+// step: the runtime does not launch it.
 //
 //   bazel build //examples/decode_step:persistent_layer_bench   (bundled by stage_device.sh)
 //   ./persistent_layer_bench --check
@@ -110,7 +111,7 @@ struct Params {
   bf16* o;                     // [batch, kHidden]
   uint8_t* act;                // [batch, kInter] FP8
   float* attn_partials;        // [batch * kKvHeads * chunks][kGroup][kStatePitch]
-  unsigned* attn_arrivals;     // [batch * kKvHeads], zero between layers
+  unsigned* attn_arrivals;     // [batch * kKvHeads], counting chunks modulo attn_chunks
   unsigned long long* barrier;
   unsigned long long barrier_base;  // the counter's value when this launch starts
   unsigned skip;                    // kSkip* bits: phases left out (timing only, outputs wrong)
@@ -560,7 +561,9 @@ __device__ __forceinline__ void finishUnit(const Params& p, int b, int hk, int c
   if (chunks == 1) return;
   __threadfence();
   consumerSync();
-  if (threadIdx.x == 0) *last_flag = atomicAdd(p.attn_arrivals + row, 1u) == static_cast<unsigned>(chunks - 1);
+  // atomicInc wraps to 0 after the last arrival: every `chunks` arrivals make one merge, with no
+  // reset that a later layer's arrivals could race with (--skip barrier).
+  if (threadIdx.x == 0) *last_flag = atomicInc(p.attn_arrivals + row, chunks - 1) == static_cast<unsigned>(chunks - 1);
   consumerSync();
   if (!*last_flag) return;
   __threadfence();
@@ -574,7 +577,6 @@ __device__ __forceinline__ void finishUnit(const Params& p, int b, int hk, int c
     }, m, l, o);
     storeAttention(p, b, hk * kGroup + warp, l, o);
   }
-  if (threadIdx.x == 0) p.attn_arrivals[row] = 0;  // for the next layer (after a grid barrier)
 }
 
 __device__ __forceinline__ void attentionPhase(const Params& p, const LayerWeights& l, float* states, unsigned* last_flag) {
@@ -797,16 +799,7 @@ void launch(Params& p, int sms, cudaStream_t stream) {
   if (!(p.skip & kSkipBarrier)) p.barrier_base += static_cast<unsigned long long>(kBarriersPerLayer) * p.num_layers * sms;
 }
 
-}  // namespace
-
 // ---- check mode: the kernel against persistent_layer_reference.cc
-float bf16ToFloat(uint16_t bits) {
-  uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 template <typename T>
 std::vector<T> download(const T* p, int64_t n) {
   std::vector<T> h(n);
@@ -815,38 +808,20 @@ std::vector<T> download(const T* p, int64_t n) {
 }
 std::vector<uint16_t> downloadBf16(const bf16* p, int64_t n) { return download(reinterpret_cast<const uint16_t*>(p), n); }
 
-std::vector<float> dequantFp8(const std::vector<uint8_t>& q, float scale) {
-  std::vector<float> f(q.size());
-  for (size_t i = 0; i < q.size(); ++i) {
-    __nv_fp8_e4m3 v;
-    v.__x = q[i];
-    f[i] = static_cast<float>(v) * scale;
-  }
-  return f;
-}
-
-// Relative RMS error of `got` against `want` (the first `n` values); prints one line.
-bool compare(const char* what, const std::vector<float>& got, const std::vector<float>& want, size_t n) {
-  double err = 0, norm = 0, worst = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    err += d * d, norm += static_cast<double>(want[i]) * want[i], worst = std::max(worst, std::fabs(d));
-  }
-  const double rel = std::sqrt(err / std::max(norm, 1e-30));
-  const bool ok = rel < 2e-2 && std::isfinite(rel);
-  std::printf("  %-9s relative RMS error %.2e, largest difference %.3g: %s\n", what, rel, worst, ok ? "ok" : "FAIL");
+// One output against the reference, one line: fails beyond a relative RMS error of 2e-2, and
+// where `strict` (a layer whose inputs match the reference's: only the summation order and
+// rsqrt/exp accuracy differ) when more than 1 % of the elements are over one bf16 ulp or e4m3
+// step apart, which a rounding step done differently produces.
+bool report(const char* what, const Distance& d, bool strict) {
+  const bool ok = d.relative_rms < 2e-2 && (!strict || d.beyond_one_step <= 0.01);
+  std::printf("  %-10s relative RMS error %.2e, %.3f %% beyond one step: %s\n", what, d.relative_rms,
+              100 * d.beyond_one_step, ok ? "ok" : "FAIL");
   return ok;
-}
-
-std::vector<float> toFloats(const std::vector<uint16_t>& bits) {
-  std::vector<float> f(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) f[i] = bf16ToFloat(bits[i]);
-  return f;
 }
 
 // The cache rows of each sequence's new token compared as values, every other element of both
 // caches bit for bit (nothing else may be written).
-bool compareCaches(const Model& m, const Batch& b, const std::vector<HostLayer>& want) {
+bool compareCaches(const Model& m, const Batch& b, const std::vector<HostLayer>& want, bool strict) {
   const int64_t cache = int64_t(m.blocks) * kBlockSize * kKvHeads * kHeadDim, row = int64_t(kKvHeads) * kHeadDim;
   std::vector<char> is_new(static_cast<size_t>(cache), 0);
   for (int s = 0; s < b.batch; ++s) {
@@ -860,14 +835,14 @@ bool compareCaches(const Model& m, const Batch& b, const std::vector<HostLayer>&
     for (int kv = 0; kv < 2; ++kv) {
       const std::vector<uint16_t> got = downloadBf16(kv ? l.v_cache : l.k_cache, cache);
       const std::vector<uint16_t>& exp = kv ? want[i].v_cache : want[i].k_cache;
-      std::vector<float> got_new, exp_new;
+      std::vector<uint16_t> got_new, exp_new;
       int64_t stray = 0;
       for (int64_t e = 0; e < cache; ++e) {
-        if (is_new[e]) got_new.push_back(bf16ToFloat(got[e])), exp_new.push_back(bf16ToFloat(exp[e]));
+        if (is_new[e]) got_new.push_back(got[e]), exp_new.push_back(exp[e]);
         else stray += got[e] != exp[e];
       }
       const std::string what = std::string(kv ? "v" : "k") + " cache " + std::to_string(i);
-      ok &= compare(what.c_str(), got_new, exp_new, got_new.size());
+      ok &= report(what.c_str(), Bf16Distance(got_new, exp_new), strict && i == 0);
       if (stray) std::printf("  %s: %lld elements outside the new tokens' rows changed: FAIL\n", what.c_str(), static_cast<long long>(stray));
       ok &= stray == 0;
     }
@@ -875,50 +850,55 @@ bool compareCaches(const Model& m, const Batch& b, const std::vector<HostLayer>&
   return ok;
 }
 
-// Two layers over one batch, one launch, against the CPU: the last layer's intermediates, the
-// output, the residual and both caches of every layer.
-bool checkBatch(int sms, const std::vector<int>& contexts, const char* what) {
+// `num_layers` layers over one batch, one launch, against the CPU: the last layer's
+// intermediates, the output, the residual and both caches of every layer; `strict` (one layer:
+// the reference and the kernel start from the same bits) also bounds the elements more than one
+// step apart.
+bool checkBatch(int sms, const std::vector<int>& contexts, int num_layers, const char* what) {
   int blocks = 0;
   for (int c : contexts) blocks += (c + kBlockSize - 1) / kBlockSize;
-  Model m = makeModel(2, blocks + 8);
+  Model m = makeModel(num_layers, blocks + 8);
   Batch b = makeBatch(m, contexts, sms, 11);
   Params& p = b.params;
   std::vector<HostLayer> layers(m.layers);
   for (int i = 0; i < m.layers; ++i) {
     const LayerWeights& l = m.host_layers[i];
     const uint8_t* w[kGemms] = {l.qkv, l.o, l.gate_up, l.down};
-    for (int g = 0; g < kGemms; ++g)
-      layers[i].w[g] = download(w[g], int64_t(gemmUnits(g)) * kTileRows * (g == kGemmGateUp ? 2 : 1) * gemmK(g));
+    for (int g = 0; g < kGemms; ++g) layers[i].w[g] = download(w[g], int64_t(gemmN(g)) * gemmK(g));
     layers[i].norm1 = downloadBf16(l.norm1, kHidden), layers[i].norm2 = downloadBf16(l.norm2, kHidden);
     const int64_t cache = int64_t(m.blocks) * kBlockSize * kKvHeads * kHeadDim;
     layers[i].k_cache = downloadBf16(l.k_cache, cache), layers[i].v_cache = downloadBf16(l.v_cache, cache);
   }
-  const std::vector<float> hidden0 = toFloats(downloadBf16(p.hidden, int64_t(b.batch) * kHidden));
+  std::vector<float> hidden0;
+  for (uint16_t bits : downloadBf16(p.hidden, int64_t(b.batch) * kHidden)) hidden0.push_back(__bfloat162float(__ushort_as_bfloat16(bits)));
   CHECK(cudaFuncSetAttribute(persistentDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   launch(p, sms, 0);
   CHECK(cudaDeviceSynchronize());
-  std::printf("check %s: %d layers, batch %d, %d attention chunks\n", what, m.layers, b.batch, p.attn_chunks);
+  std::printf("check %s: %d layer(s), batch %d, %d attention chunks\n", what, m.layers, b.batch, p.attn_chunks);
   const int positions = *std::max_element(contexts.begin(), contexts.end());
   const Outputs want = RunReference(layers, b, m.scales, hidden0, CosSinTable(positions));
   const size_t rows = b.batch;
-  bool ok = compare("qkv", toFloats(downloadBf16(p.qkv, rows * kQkv)), want.qkv, rows * kQkv);
-  ok &= compare("attention", dequantFp8(download(p.attn, rows * kHidden), m.scales.x_o), want.attn, rows * kHidden);
-  ok &= compare("o", toFloats(downloadBf16(p.o, rows * kHidden)), want.o, rows * kHidden);
-  ok &= compare("act", dequantFp8(download(p.act, rows * kInter), m.scales.x_down), want.act, rows * kInter);
-  ok &= compare("hidden", toFloats(downloadBf16(p.hidden, rows * kHidden)), want.hidden, rows * kHidden);
-  ok &= compare("residual", toFloats(downloadBf16(p.residual[0], rows * kHidden)), want.residual, rows * kHidden);
-  ok &= compareCaches(m, b, layers);
+  const bool strict = num_layers == 1;
+  bool ok = report("qkv", Bf16Distance(downloadBf16(p.qkv, rows * kQkv), want.qkv), strict);
+  ok &= report("attention", Fp8Distance(download(p.attn, rows * kHidden), want.attn), strict);
+  ok &= report("o", Bf16Distance(downloadBf16(p.o, rows * kHidden), want.o), strict);
+  ok &= report("act", Fp8Distance(download(p.act, rows * kInter), want.act), strict);
+  ok &= report("hidden", Bf16Distance(downloadBf16(p.hidden, rows * kHidden), want.hidden), strict);
+  ok &= report("residual", Bf16Distance(downloadBf16(p.residual[0], rows * kHidden), want.residual), strict);
+  ok &= compareCaches(m, b, layers, strict);
   freeModel(m);
   return ok;
 }
 
-// Three batches: uneven contexts that split into chunks, leave a chunk empty and put a new
-// token alone in its block; eight sequences (the whole token tile, a context of one token);
-// one long sequence over 16 chunks.
+// Four runs: one layer over uneven contexts that split into chunks, leave a chunk empty and put
+// a new token alone in its block, strictly; two layers over eight sequences (the whole token
+// tile, a context of one token: the residual and the layers' hand-over); one layer over one long
+// sequence in 16 chunks, strictly; two layers over the first batch.
 int check(int sms) {
-  bool ok = checkBatch(sms, {37, 129, 16}, "3 sequences");
-  ok &= checkBatch(sms, {1, 17, 300, 64, 5, 90, 33, 128}, "8 sequences");
-  ok &= checkBatch(sms, {1000}, "1 sequence");
+  bool ok = checkBatch(sms, {37, 129, 16}, 1, "3 sequences");
+  ok &= checkBatch(sms, {1, 17, 300, 64, 5, 90, 33, 128}, 2, "8 sequences");
+  ok &= checkBatch(sms, {1000}, 1, "1 sequence");
+  ok &= checkBatch(sms, {37, 129, 16}, 2, "3 sequences, 2 layers");
   std::printf("check: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
@@ -979,7 +959,8 @@ void bench(int sms, int batch, int context, int layers, int reps, double copy_ra
   const double median = us[us.size() / 2];
   const double weights = double(layers) * (double(kQkv) * kHidden + double(kHidden) * kHidden +
                                            2.0 * kInter * kHidden + double(kHidden) * kInter + 2.0 * kHidden * 2);
-  const double kv = double(layers) * batch * context * 2.0 * kKvHeads * kHeadDim * 2;  // C - 1 read, 1 written
+  // C - 1 tokens read and 1 written per sequence and layer (none when the attention is skipped).
+  const double kv = skip & kSkipAttention ? 0.0 : double(layers) * batch * context * 2.0 * kKvHeads * kHeadDim * 2;
   const double floor_us = (weights + kv) / copy_rate * 1e6;
   std::string skipped;
   for (const auto& [bit, name] : {std::pair{kSkipAttention, "attention"}, {kSkipNorm, "norm"}, {kSkipBarrier, "barrier"}})
@@ -1002,6 +983,8 @@ std::vector<int> intList(const char* s) {
   }
   return v;
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> batches = {1, 8}, contexts = {1024, 4096};

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/reference/numerics.h"
 #include "kernels/reference/reference_kernels.h"
@@ -16,10 +17,25 @@ float bf16(uint16_t bits) { return num::BFloat16BitsToFloat(bits); }
 float round16(float v) { return num::Round16(v, DType::BF16); }
 uint8_t fp8(float v, float scale) { return num::QuantizeToE4m3(v, scale, /*divide=*/false); }
 
-std::vector<float> dequant(const std::vector<uint8_t>& q, float scale) {
-  std::vector<float> f(q.size());
-  for (size_t i = 0; i < q.size(); ++i) f[i] = num::E4m3BitsToFloat(q[i]) * scale;
-  return f;
+std::vector<uint16_t> bits(const std::vector<float>& values) {
+  std::vector<uint16_t> b(values.size());
+  for (size_t i = 0; i < values.size(); ++i) b[i] = num::FloatToBFloat16Bits(values[i]);  // exact: bf16 values
+  return b;
+}
+
+template <typename T, typename ToFloat, typename Steps>
+Distance distance(const std::vector<T>& got, const std::vector<T>& want, ToFloat&& value, Steps&& steps) {
+  double err = 0, norm = 0;
+  size_t far = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    const double g = value(got[i]), w = value(want[i]);
+    err += (g - w) * (g - w), norm += w * w;
+    far += std::llabs(steps(got[i], want[i])) > 1;
+  }
+  Distance d;
+  d.relative_rms = got.size() == want.size() ? std::sqrt(err / std::max(norm, 1e-30)) : INFINITY;
+  d.beyond_one_step = want.empty() ? 0 : static_cast<double>(far) / static_cast<double>(want.size());
+  return d;
 }
 
 // out[m][n] = round16(sum_k x[m][k] * w[n][k] * (sx * sw)), x and w FP8, the sum in fp32.
@@ -107,7 +123,7 @@ std::vector<uint8_t> attention(std::vector<float>& qkv, HostLayer& l, const Host
   return out;
 }
 
-// silu_and_mul_quant of gate/up rows [batch, 2 * kInter]: fp8(round16(round16(silu(g)) * u) / s).
+// silu_and_mul_quant of gate/up rows [batch, 2 * kInter]: fp8(round16(round16(silu(g)) * u) * (1 / s)).
 std::vector<uint8_t> siluMulQuant(const std::vector<float>& gu, int batch, float scale) {
   std::vector<uint8_t> act(static_cast<size_t>(batch) * kInter);
   for (int m = 0; m < batch; ++m)
@@ -119,6 +135,14 @@ std::vector<uint8_t> siluMulQuant(const std::vector<float>& gu, int batch, float
 }
 
 }  // namespace
+
+Distance Bf16Distance(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
+  return distance(got, want, num::BFloat16BitsToFloat, [](uint16_t a, uint16_t b) { return num::D16UlpDistance(a, b); });
+}
+
+Distance Fp8Distance(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
+  return distance(got, want, num::E4m3BitsToFloat, num::E4m3StepDistance);
+}
 
 std::vector<float> CosSinTable(int positions) {
   std::vector<float> t(static_cast<size_t>(positions) * kHeadDim);
@@ -139,16 +163,16 @@ Outputs RunReference(std::vector<HostLayer>& layers, const HostBatch& b, const S
     HostLayer& l = layers[i];
     const std::vector<uint8_t> xq = norm(hidden, residual, i > 0, l.norm1, b.batch, sc.x_qkv);
     std::vector<float> qkv = gemm(xq, l.w[kGemmQkv], b.batch, kGemmQkv, sc.x_qkv * sc.w_qkv);
-    out.qkv = qkv;  // before the rotary, as the kernel leaves it
-    const std::vector<uint8_t> attn = attention(qkv, l, b, cos_sin, sc.x_o);
-    out.o = gemm(attn, l.w[kGemmO], b.batch, kGemmO, sc.x_o * sc.w_o);
-    const std::vector<uint8_t> xq2 = norm(out.o, residual, true, l.norm2, b.batch, sc.x_gu);
+    out.qkv = bits(qkv);  // before the rotary, as the kernel leaves it
+    out.attn = attention(qkv, l, b, cos_sin, sc.x_o);
+    const std::vector<float> o = gemm(out.attn, l.w[kGemmO], b.batch, kGemmO, sc.x_o * sc.w_o);
+    out.o = bits(o);
+    const std::vector<uint8_t> xq2 = norm(o, residual, true, l.norm2, b.batch, sc.x_gu);
     const std::vector<float> gu = gemm(xq2, l.w[kGemmGateUp], b.batch, kGemmGateUp, sc.x_gu * sc.w_gu);
-    const std::vector<uint8_t> act = siluMulQuant(gu, b.batch, sc.x_down);
-    hidden = gemm(act, l.w[kGemmDown], b.batch, kGemmDown, sc.x_down * sc.w_down);
-    out.attn = dequant(attn, sc.x_o), out.act = dequant(act, sc.x_down);
+    out.act = siluMulQuant(gu, b.batch, sc.x_down);
+    hidden = gemm(out.act, l.w[kGemmDown], b.batch, kGemmDown, sc.x_down * sc.w_down);
   }
-  out.hidden = hidden, out.residual = residual;
+  out.hidden = bits(hidden), out.residual = bits(residual);
   return out;
 }
 

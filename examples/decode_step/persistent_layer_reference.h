@@ -39,11 +39,20 @@ struct HostBatch {
   std::vector<int32_t> seq_lens, table;
 };
 
-// What --check compares: the step's output and residual, and its last layer's intermediates
-// (FP8 ones as values).
+// What --check compares: the step's output and residual and its last layer's intermediates,
+// bf16 ones as bits, FP8 ones as bytes.
 struct Outputs {
-  std::vector<float> hidden, residual, qkv, attn, o, act;
+  std::vector<uint16_t> hidden, residual, qkv, o;
+  std::vector<uint8_t> attn, act;
 };
+
+// How far a kernel output is from the reference's: the relative RMS error of the values and the
+// fraction of elements more than one representable step apart (bf16 ulps, or e4m3 steps).
+struct Distance {
+  double relative_rms = 0, beyond_one_step = 0;
+};
+Distance Bf16Distance(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want);
+Distance Fp8Distance(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want);
 
 // cos then sin of the 64 neox frequencies (base 500000) per position, rounded to bf16.
 std::vector<float> CosSinTable(int positions);
