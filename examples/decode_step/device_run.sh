@@ -126,7 +126,8 @@ if [[ -n ${STALL_POINTS:-} ]]; then
 fi
 # The persistent decode kernel (persistent_layer_bench.cu) against the plan, per layer:
 # PERSISTENT_BUDGET s for its timed points (default 0: left out). Its CPU check first (2 layers),
-# then PERSISTENT_BATCHES x PERSISTENT_CONTEXTS (default 1,8 x 1024,4096), the same at 1 x 1k
+# then PERSISTENT_BATCHES x PERSISTENT_CONTEXTS (default 1,8 x 1024,4096) for each cache format
+# of PERSISTENT_KV (default "bf16 fp8"; PERSISTENT_BUDGET s each), the same at 1 x 1k
 # without each phase (PERSISTENT_SKIPS, see the bench's --skip), and the plan's
 # per-layer time at the same points from 2- and 32-layer 8B plans, (T32 - T2) / 30, so that the
 # embedding, final norm and LM head cancel -> persistent.txt, its JSON lines in summary.txt.
@@ -136,8 +137,10 @@ if [[ $PERSISTENT_BUDGET -gt 0 ]]; then
   {
     timeout -k 10 180 "$D/persistent_layer_bench" --check
     echo "persistent check rc $?"
-    timeout -k 10 "$PERSISTENT_BUDGET" "$D/persistent_layer_bench" --batch "$p_batches" --context "$p_contexts"
-    echo "persistent bench rc $?"
+    for kv in ${PERSISTENT_KV-bf16 fp8}; do
+      timeout -k 10 "$PERSISTENT_BUDGET" "$D/persistent_layer_bench" --batch "$p_batches" --context "$p_contexts" --kv "$kv"
+      echo "persistent bench $kv rc $?"
+    done
     # What each phase costs inside it: PERSISTENT_SKIPS, ';'-separated --skip lists at 1 x 1k.
     IFS=';' read -ra p_skips <<< "${PERSISTENT_SKIPS-attention;norm;barrier;attention,norm,barrier}"
     for skip in "${p_skips[@]}"; do

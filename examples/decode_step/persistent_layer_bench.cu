@@ -30,7 +30,7 @@
 //
 //   bazel build //examples/decode_step:persistent_layer_bench   (bundled by stage_device.sh)
 //   ./persistent_layer_bench --check
-//   ./persistent_layer_bench [--batch 1] [--context 1024] [--layers 32] [--reps 30]
+//   ./persistent_layer_bench [--batch 1] [--context 1024] [--layers 32] [--reps 30] [--kv fp8]
 //   ./persistent_layer_bench --batch 1 --context 1024 --skip attention   (what a phase costs)
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -45,6 +45,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "examples/decode_step/persistent_layer_reference.h"
@@ -94,13 +95,14 @@ static_assert(kConsumerWarps * kGroup * kStatePitch * 4 <= kXqBytes, "attention 
 struct LayerWeights {
   const uint8_t *qkv, *o, *gate_up, *down;  // FP8 rows [N, K] (vLLM's column-major [K, N])
   const bf16 *norm1, *norm2;                 // [kHidden]
-  bf16 *k_cache, *v_cache;                   // [blocks, 16, kKvHeads, kHeadDim]
+  uint8_t *k_cache, *v_cache;                // [blocks, 16, kKvHeads, kHeadDim] of Params::cache
 };
 
 struct Params {
   const LayerWeights* layers;
   int num_layers, batch, max_blocks, attn_chunks;
   Scales s;
+  CacheFormat cache;
   const int32_t* block_table;  // [batch, max_blocks]
   const int32_t* seq_lens;     // [batch]: context including this step's token
   const float* cos_sin;        // [positions, kHeadDim]: cos of the 64 frequencies, then sin
@@ -401,11 +403,47 @@ __device__ __forceinline__ void unpack4(uint2 raw, float (&out)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) out[i] = __bfloat162float(b[i]);
 }
+// A lane's 4 consecutive elements of a cache row, raw: 8 bytes of bf16 or 4 of e4m3.
+template <CacheFormat F>
+using LaneRaw = std::conditional_t<F == CacheFormat::kFp8, uint32_t, uint2>;
+
+// The lane's 4 cache elements as values (FP8: f32(x8) * scale, as fxfuse.paged_attention reads).
+template <CacheFormat F>
+__device__ __forceinline__ void unpackCache(LaneRaw<F> raw, float scale, float (&out)[4]) {
+  if constexpr (F == CacheFormat::kFp8) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __nv_fp8_e4m3 v;
+      v.__x = static_cast<__nv_fp8_storage_t>((raw >> (8 * i)) & 0xffu);
+      out[i] = static_cast<float>(v) * scale;
+    }
+  } else {
+    unpack4(raw, out);
+  }
+}
+
+// The lane's 4 values as cache elements: bf16, or fp8(x / scale) saturated (vLLM's
+// reshape_and_cache_flash with kv_cache_dtype=fp8 divides).
+template <CacheFormat F>
+__device__ __forceinline__ LaneRaw<F> packCache(const float (&in)[4], float scale);
+
 __device__ __forceinline__ uint2 pack4(const float (&in)[4]) {
   uint2 raw;
   bf16* b = reinterpret_cast<bf16*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i) b[i] = __float2bfloat16_rn(in[i]);
+  return raw;
+}
+
+template <>
+__device__ __forceinline__ LaneRaw<CacheFormat::kBf16> packCache<CacheFormat::kBf16>(const float (&in)[4], float) {
+  return pack4(in);
+}
+template <>
+__device__ __forceinline__ LaneRaw<CacheFormat::kFp8> packCache<CacheFormat::kFp8>(const float (&in)[4], float scale) {
+  uint32_t raw = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) raw |= static_cast<uint32_t>(__nv_fp8_e4m3(in[i] / scale).__x) << (8 * i);
   return raw;
 }
 
@@ -428,14 +466,15 @@ __device__ __forceinline__ float warpReduceScatter(float (&v)[32]) {
 // counts where bit j of `valid` is set) into the state of the kGroup heads. Lane l holds the
 // score of key l / kGroup, head l % kGroup after the reduction; the online softmax update of a
 // head takes its group's maximum and sum across the lanes holding that head.
-__device__ __forceinline__ void attendGroup(AttnState& st, const float (&q)[kGroup][4], const uint2 (&kr)[kKeysInFlight],
-                                            const uint2 (&vr)[kKeysInFlight], unsigned valid) {
+template <CacheFormat F>
+__device__ __forceinline__ void attendGroup(AttnState& st, const float (&q)[kGroup][4], const LaneRaw<F> (&kr)[kKeysInFlight],
+                                            const LaneRaw<F> (&vr)[kKeysInFlight], unsigned valid, const Scales& sc) {
   const int lane = threadIdx.x & 31;
   float v[32];
 #pragma unroll
   for (int j = 0; j < kKeysInFlight; ++j) {
     float k[4];
-    unpack4(kr[j], k);
+    unpackCache<F>(kr[j], sc.k_cache, k);
 #pragma unroll
     for (int h = 0; h < kGroup; ++h) v[j * kGroup + h] = q[h][0] * k[0] + q[h][1] * k[1] + q[h][2] * k[2] + q[h][3] * k[3];
   }
@@ -467,7 +506,7 @@ __device__ __forceinline__ void attendGroup(AttnState& st, const float (&q)[kGro
 #pragma unroll
   for (int j = 0; j < kKeysInFlight; ++j) {
     float val[4];
-    unpack4(vr[j], val);
+    unpackCache<F>(vr[j], sc.v_cache, val);
 #pragma unroll
     for (int h = 0; h < kGroup; ++h) {
       const float pj = __shfl_sync(0xffffffffu, pw, j * kGroup + h);
@@ -478,38 +517,37 @@ __device__ __forceinline__ void attendGroup(AttnState& st, const float (&q)[kGro
 }
 
 // Keys [lo, hi) of sequence b, KV head hk, into `st`. The step's own token (position ctx - 1)
-// comes from qkv (its K rotated here) and is written into the cache by the warp that sees it.
+// comes from qkv (its K rotated here), is written into the cache by the warp that sees it and
+// attended as the cache holds it (FP8: quantized).
+template <CacheFormat F>
 __device__ __forceinline__ void attendRange(const Params& p, const LayerWeights& l, int b, int hk, int lo, int hi,
-                            const float (&q)[kGroup][4], AttnState& st) {
+                                            const float (&q)[kGroup][4], AttnState& st) {
+  using Raw = LaneRaw<F>;
   const int lane = threadIdx.x & 31, ctx = p.seq_lens[b];
   const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_blocks;
-  auto cacheRow = [&](int pos) {
-    return ((static_cast<int64_t>(table[pos / kBlockSize]) * kBlockSize + pos % kBlockSize) * kKvHeads + hk) * kHeadDim +
-           lane * 4;
+  auto at = [&](uint8_t* cache, int pos) {  // the lane's 4 elements of position pos
+    const int64_t row = (static_cast<int64_t>(table[pos / kBlockSize]) * kBlockSize + pos % kBlockSize) * kKvHeads + hk;
+    return reinterpret_cast<Raw*>(cache + (row * kHeadDim + lane * 4) * cacheBytes(F));
   };
   for (int k0 = lo; k0 < hi; k0 += kKeysInFlight) {
-    uint2 kr[kKeysInFlight], vr[kKeysInFlight];
+    Raw kr[kKeysInFlight], vr[kKeysInFlight];
     unsigned valid = 0;
 #pragma unroll
     for (int j = 0; j < kKeysInFlight; ++j) {
       const int pos = k0 + j;
-      kr[j] = vr[j] = make_uint2(0, 0);
+      kr[j] = vr[j] = Raw{};
       if (pos < hi) valid |= 1u << j;
-      if (pos < hi && pos != ctx - 1) {
-        kr[j] = __ldg(reinterpret_cast<const uint2*>(l.k_cache + cacheRow(pos)));
-        vr[j] = __ldg(reinterpret_cast<const uint2*>(l.v_cache + cacheRow(pos)));
-      }
+      if (pos < hi && pos != ctx - 1) kr[j] = __ldg(at(l.k_cache, pos)), vr[j] = __ldg(at(l.v_cache, pos));
       if (pos < hi && pos == ctx - 1) {
         const bf16* tok = p.qkv + static_cast<int64_t>(b) * kQkv;
-        float k[4];
+        float k[4], v[4];
         rotatedLane(tok + (kHeads + hk) * kHeadDim, p.cos_sin + static_cast<int64_t>(pos) * kHeadDim, lane, k);
-        kr[j] = pack4(k);  // exact: rotatedLane rounds to bf16
-        vr[j] = __ldcg(reinterpret_cast<const uint2*>(tok + (kHeads + kKvHeads + hk) * kHeadDim + lane * 4));
-        *reinterpret_cast<uint2*>(l.k_cache + cacheRow(pos)) = kr[j];
-        *reinterpret_cast<uint2*>(l.v_cache + cacheRow(pos)) = vr[j];
+        unpack4(__ldcg(reinterpret_cast<const uint2*>(tok + (kHeads + kKvHeads + hk) * kHeadDim + lane * 4)), v);
+        kr[j] = packCache<F>(k, p.s.k_cache), vr[j] = packCache<F>(v, p.s.v_cache);  // bf16: exact
+        *at(l.k_cache, pos) = kr[j], *at(l.v_cache, pos) = vr[j];
       }
     }
-    attendGroup(st, q, kr, vr, valid);
+    attendGroup<F>(st, q, kr, vr, valid, p.s);
   }
 }
 
@@ -579,7 +617,10 @@ __device__ __forceinline__ void finishUnit(const Params& p, int b, int hk, int c
   }
 }
 
-__device__ __forceinline__ void attentionPhase(const Params& p, const LayerWeights& l, float* states, unsigned* last_flag) {
+// Not inlined: its registers are allocated apart from the GEMM and norm phases' (inlined, the
+// kernel spilled inside the key loop at its 168-register limit: 9 warps per CTA).
+template <CacheFormat F>
+__device__ __noinline__ void attentionPhase(const Params& p, const LayerWeights& l, float* states, unsigned* last_flag) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, chunks = p.attn_chunks;
   const float q_factor = 1.4426950408889634f / sqrtf(static_cast<float>(kHeadDim));
   for (int unit = blockIdx.x; unit < p.batch * kKvHeads * chunks; unit += gridDim.x) {
@@ -600,7 +641,7 @@ __device__ __forceinline__ void attentionPhase(const Params& p, const LayerWeigh
       st.m[h] = -INFINITY, st.l[h] = 0.f;
       for (int i = 0; i < 4; ++i) st.o[h][i] = 0.f;
     }
-    attendRange(p, l, b, hk, wlo, whi, q, st);
+    attendRange<F>(p, l, b, hk, wlo, whi, q, st);
 #pragma unroll
     for (int h = 0; h < kGroup; ++h) {
       float* s = states + (warp * kGroup + h) * kStatePitch;
@@ -639,7 +680,9 @@ __device__ __forceinline__ void consumer(const Params& p, Shared& sh, unsigned* 
                    p.s.x_qkv, sh.xq);
     gemmPhase<true>(p, sh, kGemmQkv, sh.xq, p.s.x_qkv * p.s.w_qkv);
     sync();
-    if (!(p.skip & kSkipAttention)) attentionPhase(p, l, reinterpret_cast<float*>(sh.xq), last_flag);
+    float* states = reinterpret_cast<float*>(sh.xq);
+    if (!(p.skip & kSkipAttention) && p.cache == CacheFormat::kFp8) attentionPhase<CacheFormat::kFp8>(p, l, states, last_flag);
+    if (!(p.skip & kSkipAttention) && p.cache == CacheFormat::kBf16) attentionPhase<CacheFormat::kBf16>(p, l, states, last_flag);
     sync();
     gemmPhase<false>(p, sh, kGemmO, p.attn, p.s.x_o * p.s.w_o);
     sync();
@@ -692,6 +735,7 @@ struct Model {
   std::vector<void*> owned;
   LayerWeights* layers_dev = nullptr;
   Scales scales{};
+  CacheFormat cache = CacheFormat::kBf16;
 };
 
 template <typename T>
@@ -703,15 +747,15 @@ T* deviceAlloc(Model& m, int64_t count) {
 }
 
 // Random FP8 weights uniform in [-1, 1] with scales that keep every GEMM's output near unit
-// variance, norm weights in [0.5, 1.5], caches in [-1, 1].
-Model makeModel(int layers, int blocks) {
+// variance, norm weights in [0.5, 1.5], cache values in [-1, 1] (FP8: bytes of [-1, 1], scale 1).
+Model makeModel(int layers, int blocks, CacheFormat cache) {
   Model m;
-  m.layers = layers, m.blocks = blocks;
+  m.layers = layers, m.blocks = blocks, m.cache = cache;
   const float w_sd = 0.5f;  // about the standard deviation of the random FP8 weights
   m.scales = {1.f / (w_sd * std::sqrt(float(kHidden))), 1.f / (w_sd * std::sqrt(float(kHidden))),
               1.f / (w_sd * std::sqrt(float(kHidden))), 1.f / (w_sd * std::sqrt(float(kInter))),
-              4.f / kFp8Max, 1.f / kFp8Max, 4.f / kFp8Max, 2.f / kFp8Max};
-  const int64_t cache = static_cast<int64_t>(blocks) * kBlockSize * kKvHeads * kHeadDim;
+              4.f / kFp8Max, 1.f / kFp8Max, 4.f / kFp8Max, 2.f / kFp8Max, 1.f, 1.f};
+  const int64_t elements = static_cast<int64_t>(blocks) * kBlockSize * kKvHeads * kHeadDim;
   uint32_t seed = 1;
   for (int i = 0; i < layers; ++i) {
     LayerWeights l{};
@@ -726,9 +770,11 @@ Model makeModel(int layers, int blocks) {
     bf16* norms[2];
     for (bf16*& n : norms) n = deviceAlloc<bf16>(m, kHidden), fillBf16<<<16, 256>>>(n, kHidden, seed++, 1.f, 0.5f);
     l.norm1 = norms[0], l.norm2 = norms[1];
-    l.k_cache = deviceAlloc<bf16>(m, cache), l.v_cache = deviceAlloc<bf16>(m, cache);
-    fillBf16<<<1024, 256>>>(l.k_cache, cache, seed++, 0.f, 1.f);
-    fillBf16<<<1024, 256>>>(l.v_cache, cache, seed++, 0.f, 1.f);
+    for (uint8_t** c : {&l.k_cache, &l.v_cache}) {
+      *c = deviceAlloc<uint8_t>(m, elements * cacheBytes(cache));
+      if (cache == CacheFormat::kFp8) fillFp8<<<1024, 256>>>(*c, elements, seed++);
+      else fillBf16<<<1024, 256>>>(reinterpret_cast<bf16*>(*c), elements, seed++, 0.f, 1.f);
+    }
     m.host_layers.push_back(l);
   }
   m.layers_dev = deviceAlloc<LayerWeights>(m, layers);
@@ -751,6 +797,7 @@ struct Batch : HostBatch {
 Batch makeBatch(Model& m, const std::vector<int>& contexts, int sms, uint32_t seed) {
   Batch b;
   b.model = &m;
+  b.cache = m.cache;
   b.batch = static_cast<int>(contexts.size());
   for (int c : contexts) b.max_blocks = std::max(b.max_blocks, (c + kBlockSize - 1) / kBlockSize);
   std::vector<int32_t> order(m.blocks);
@@ -764,6 +811,7 @@ Batch makeBatch(Model& m, const std::vector<int>& contexts, int sms, uint32_t se
   const int max_ctx = *std::max_element(contexts.begin(), contexts.end());
   Params& p = b.params;
   p.layers = m.layers_dev, p.num_layers = m.layers, p.batch = b.batch, p.max_blocks = b.max_blocks, p.s = m.scales;
+  p.cache = m.cache;
   p.attn_chunks = std::max(1, std::min(16, sms / (b.batch * kKvHeads)));
   int32_t* table = deviceAlloc<int32_t>(m, b.table.size());
   int32_t* lens = deviceAlloc<int32_t>(m, b.batch);
@@ -819,11 +867,12 @@ bool report(const char* what, const Distance& d, bool strict) {
   return ok;
 }
 
-// The cache rows of each sequence's new token compared as values, every other element of both
-// caches bit for bit (nothing else may be written).
+// The cache rows of each sequence's new token compared as values, every other byte of both
+// caches exactly (nothing else may be written).
 bool compareCaches(const Model& m, const Batch& b, const std::vector<HostLayer>& want, bool strict) {
-  const int64_t cache = int64_t(m.blocks) * kBlockSize * kKvHeads * kHeadDim, row = int64_t(kKvHeads) * kHeadDim;
-  std::vector<char> is_new(static_cast<size_t>(cache), 0);
+  const int64_t elements = int64_t(m.blocks) * kBlockSize * kKvHeads * kHeadDim, row = int64_t(kKvHeads) * kHeadDim;
+  const int bytes = cacheBytes(m.cache);
+  std::vector<char> is_new(static_cast<size_t>(elements), 0);
   for (int s = 0; s < b.batch; ++s) {
     const int pos = b.seq_lens[s] - 1;
     const int64_t slot = int64_t(b.table[s * b.max_blocks + pos / kBlockSize]) * kBlockSize + pos % kBlockSize;
@@ -833,17 +882,24 @@ bool compareCaches(const Model& m, const Batch& b, const std::vector<HostLayer>&
   for (int i = 0; i < m.layers; ++i) {
     const LayerWeights& l = m.host_layers[i];
     for (int kv = 0; kv < 2; ++kv) {
-      const std::vector<uint16_t> got = downloadBf16(kv ? l.v_cache : l.k_cache, cache);
-      const std::vector<uint16_t>& exp = kv ? want[i].v_cache : want[i].k_cache;
-      std::vector<uint16_t> got_new, exp_new;
+      const std::vector<uint8_t> got = download(kv ? l.v_cache : l.k_cache, elements * bytes);
+      const std::vector<uint8_t>& exp = kv ? want[i].v_cache : want[i].k_cache;
+      std::vector<uint8_t> got_new, exp_new;
       int64_t stray = 0;
-      for (int64_t e = 0; e < cache; ++e) {
-        if (is_new[e]) got_new.push_back(got[e]), exp_new.push_back(exp[e]);
-        else stray += got[e] != exp[e];
-      }
+      for (int64_t e = 0; e < elements; ++e)
+        for (int k = 0; k < bytes; ++k) {
+          if (is_new[e]) got_new.push_back(got[e * bytes + k]), exp_new.push_back(exp[e * bytes + k]);
+          else stray += got[e * bytes + k] != exp[e * bytes + k];
+        }
       const std::string what = std::string(kv ? "v" : "k") + " cache " + std::to_string(i);
-      ok &= report(what.c_str(), Bf16Distance(got_new, exp_new), strict && i == 0);
-      if (stray) std::printf("  %s: %lld elements outside the new tokens' rows changed: FAIL\n", what.c_str(), static_cast<long long>(stray));
+      std::vector<uint16_t> got16(got_new.size() / 2), exp16(exp_new.size() / 2);
+      if (bytes == 2) {
+        std::memcpy(got16.data(), got_new.data(), got_new.size());
+        std::memcpy(exp16.data(), exp_new.data(), exp_new.size());
+      }
+      const Distance d = bytes == 2 ? Bf16Distance(got16, exp16) : Fp8Distance(got_new, exp_new);
+      ok &= report(what.c_str(), d, strict && i == 0);
+      if (stray) std::printf("  %s: %lld bytes outside the new tokens' rows changed: FAIL\n", what.c_str(), static_cast<long long>(stray));
       ok &= stray == 0;
     }
   }
@@ -854,10 +910,10 @@ bool compareCaches(const Model& m, const Batch& b, const std::vector<HostLayer>&
 // intermediates, the output, the residual and both caches of every layer; `strict` (one layer:
 // the reference and the kernel start from the same bits) also bounds the elements more than one
 // step apart.
-bool checkBatch(int sms, const std::vector<int>& contexts, int num_layers, const char* what) {
+bool checkBatch(int sms, const std::vector<int>& contexts, int num_layers, CacheFormat cache, const char* what) {
   int blocks = 0;
   for (int c : contexts) blocks += (c + kBlockSize - 1) / kBlockSize;
-  Model m = makeModel(num_layers, blocks + 8);
+  Model m = makeModel(num_layers, blocks + 8, cache);
   Batch b = makeBatch(m, contexts, sms, 11);
   Params& p = b.params;
   std::vector<HostLayer> layers(m.layers);
@@ -866,15 +922,16 @@ bool checkBatch(int sms, const std::vector<int>& contexts, int num_layers, const
     const uint8_t* w[kGemms] = {l.qkv, l.o, l.gate_up, l.down};
     for (int g = 0; g < kGemms; ++g) layers[i].w[g] = download(w[g], int64_t(gemmN(g)) * gemmK(g));
     layers[i].norm1 = downloadBf16(l.norm1, kHidden), layers[i].norm2 = downloadBf16(l.norm2, kHidden);
-    const int64_t cache = int64_t(m.blocks) * kBlockSize * kKvHeads * kHeadDim;
-    layers[i].k_cache = downloadBf16(l.k_cache, cache), layers[i].v_cache = downloadBf16(l.v_cache, cache);
+    const int64_t cache_bytes = int64_t(m.blocks) * kBlockSize * kKvHeads * kHeadDim * cacheBytes(cache);
+    layers[i].k_cache = download(l.k_cache, cache_bytes), layers[i].v_cache = download(l.v_cache, cache_bytes);
   }
   std::vector<float> hidden0;
   for (uint16_t bits : downloadBf16(p.hidden, int64_t(b.batch) * kHidden)) hidden0.push_back(__bfloat162float(__ushort_as_bfloat16(bits)));
   CHECK(cudaFuncSetAttribute(persistentDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   launch(p, sms, 0);
   CHECK(cudaDeviceSynchronize());
-  std::printf("check %s: %d layer(s), batch %d, %d attention chunks\n", what, m.layers, b.batch, p.attn_chunks);
+  std::printf("check %s: %d layer(s), batch %d, %s cache, %d attention chunks\n", what, m.layers, b.batch,
+              cache == CacheFormat::kFp8 ? "FP8" : "bf16", p.attn_chunks);
   const int positions = *std::max_element(contexts.begin(), contexts.end());
   const Outputs want = RunReference(layers, b, m.scales, hidden0, CosSinTable(positions));
   const size_t rows = b.batch;
@@ -890,15 +947,18 @@ bool checkBatch(int sms, const std::vector<int>& contexts, int num_layers, const
   return ok;
 }
 
-// Four runs: one layer over uneven contexts that split into chunks, leave a chunk empty and put
+// Five runs: one layer over uneven contexts that split into chunks, leave a chunk empty and put
 // a new token alone in its block, strictly; two layers over eight sequences (the whole token
 // tile, a context of one token: the residual and the layers' hand-over); one layer over one long
-// sequence in 16 chunks, strictly; two layers over the first batch.
+// sequence in 16 chunks, strictly; two layers over the first batch; and the first batch over an
+// FP8 cache, strictly.
 int check(int sms) {
-  bool ok = checkBatch(sms, {37, 129, 16}, 1, "3 sequences");
-  ok &= checkBatch(sms, {1, 17, 300, 64, 5, 90, 33, 128}, 2, "8 sequences");
-  ok &= checkBatch(sms, {1000}, 1, "1 sequence");
-  ok &= checkBatch(sms, {37, 129, 16}, 2, "3 sequences, 2 layers");
+  constexpr CacheFormat kBf16 = CacheFormat::kBf16;
+  bool ok = checkBatch(sms, {37, 129, 16}, 1, kBf16, "3 sequences");
+  ok &= checkBatch(sms, {1, 17, 300, 64, 5, 90, 33, 128}, 2, kBf16, "8 sequences");
+  ok &= checkBatch(sms, {1000}, 1, kBf16, "1 sequence");
+  ok &= checkBatch(sms, {37, 129, 16}, 2, kBf16, "3 sequences, 2 layers");
+  ok &= checkBatch(sms, {37, 129, 16}, 1, CacheFormat::kFp8, "3 sequences");
   std::printf("check: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
@@ -932,9 +992,9 @@ double copyRate() {
 
 // The median of `reps` launches (each the whole step) after 5 warm-up launches, all queued back
 // to back with an event between two launches (so no host launch latency is timed); one JSON line.
-void bench(int sms, int batch, int context, int layers, int reps, double copy_rate, unsigned skip) {
+void bench(int sms, int batch, int context, int layers, int reps, double copy_rate, unsigned skip, CacheFormat cache) {
   const int blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
-  Model m = makeModel(layers, batch * blocks_per_seq);
+  Model m = makeModel(layers, batch * blocks_per_seq, cache);
   Batch b = makeBatch(m, std::vector<int>(batch, context), sms, 5);
   b.params.skip = skip;
   CHECK(cudaFuncSetAttribute(persistentDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
@@ -960,16 +1020,17 @@ void bench(int sms, int batch, int context, int layers, int reps, double copy_ra
   const double weights = double(layers) * (double(kQkv) * kHidden + double(kHidden) * kHidden +
                                            2.0 * kInter * kHidden + double(kHidden) * kInter + 2.0 * kHidden * 2);
   // C - 1 tokens read and 1 written per sequence and layer (none when the attention is skipped).
-  const double kv = skip & kSkipAttention ? 0.0 : double(layers) * batch * context * 2.0 * kKvHeads * kHeadDim * 2;
+  const double kv =
+      skip & kSkipAttention ? 0.0 : double(layers) * batch * context * 2.0 * kKvHeads * kHeadDim * cacheBytes(cache);
   const double floor_us = (weights + kv) / copy_rate * 1e6;
   std::string skipped;
   for (const auto& [bit, name] : {std::pair{kSkipAttention, "attention"}, {kSkipNorm, "norm"}, {kSkipBarrier, "barrier"}})
     if (skip & bit) skipped += (skipped.empty() ? "" : ",") + std::string(name);
   std::printf("{\"batch\": %d, \"context\": %d, \"layers\": %d, \"median_us\": %.1f, \"per_layer_us\": %.2f, "
               "\"floor_us\": %.1f, \"fraction_of_floor\": %.3f, \"attention_chunks\": %d, \"copy_rate_tb_s\": %.3f, "
-              "\"skipped\": \"%s\"}\n",
+              "\"kv_cache\": \"%s\", \"skipped\": \"%s\"}\n",
               batch, context, layers, median, median / layers, floor_us, floor_us / median, b.params.attn_chunks,
-              copy_rate / 1e12, skipped.c_str());
+              copy_rate / 1e12, cache == CacheFormat::kFp8 ? "fp8" : "bf16", skipped.c_str());
   std::fflush(stdout);
   freeModel(m);
 }
@@ -990,9 +1051,11 @@ int main(int argc, char** argv) {
   std::vector<int> batches = {1, 8}, contexts = {1024, 4096};
   int layers = 32, reps = 30;
   unsigned skip = 0;
+  CacheFormat cache = CacheFormat::kBf16;
   bool check_only = false;
   const char* usage =
-      "usage: %s [--check] [--batch 1,8] [--context 1024,4096] [--layers 32] [--reps 30] [--skip attention,norm,barrier]\n";
+      "usage: %s [--check] [--batch 1,8] [--context 1024,4096] [--layers 32] [--reps 30] [--kv bf16|fp8]\n"
+      "          [--skip attention,norm,barrier]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--check") {
@@ -1005,7 +1068,11 @@ int main(int argc, char** argv) {
     else if (a == "--context") contexts = intList(v);
     else if (a == "--layers") layers = std::atoi(v);
     else if (a == "--reps") reps = std::atoi(v);
-    else if (a == "--skip") {
+    else if (a == "--kv") {
+      const std::string format = v;
+      if (format != "bf16" && format != "fp8") return std::fprintf(stderr, "--kv takes bf16 or fp8\n"), 2;
+      cache = format == "fp8" ? CacheFormat::kFp8 : CacheFormat::kBf16;
+    } else if (a == "--skip") {
       for (std::string rest = v; !rest.empty();) {
         const std::string word = rest.substr(0, rest.find(','));
         rest = word.size() < rest.size() ? rest.substr(word.size() + 1) : "";
@@ -1030,6 +1097,6 @@ int main(int argc, char** argv) {
   if (check_only) return check(sms);
   const double rate = copyRate();
   for (int batch : batches)
-    for (int context : contexts) bench(sms, batch, context, layers, reps, rate, skip);
+    for (int context : contexts) bench(sms, batch, context, layers, reps, rate, skip, cache);
   return 0;
 }

@@ -78,9 +78,25 @@ void rotate(float* head, const float* cs) {
   }
 }
 
+// Element e of a cache in format f, and the write of value x there.
+float cacheValue(const std::vector<uint8_t>& c, int64_t e, CacheFormat f, float scale) {
+  if (f == CacheFormat::kFp8) return num::E4m3BitsToFloat(c[e]) * scale;
+  return bf16(static_cast<uint16_t>(c[2 * e] | c[2 * e + 1] << 8));
+}
+void storeCache(std::vector<uint8_t>& c, int64_t e, CacheFormat f, float scale, float x) {
+  if (f == CacheFormat::kFp8) {
+    c[e] = num::QuantizeToE4m3(x, scale, /*divide=*/true);
+    return;
+  }
+  const uint16_t bits = num::FloatToBFloat16Bits(x);
+  c[2 * e] = static_cast<uint8_t>(bits & 0xff), c[2 * e + 1] = static_cast<uint8_t>(bits >> 8);
+}
+
 // One sequence: rotates q and k of its token in `tok`, writes k and v into the caches at its
-// position and returns the attention output rows of every head (fp32, unrounded).
-std::vector<float> attendSequence(float* tok, HostLayer& l, const HostBatch& b, int s, const std::vector<float>& cs) {
+// position (FP8: quantized, and attended as such) and returns the attention output rows of every
+// head (fp32, unrounded).
+std::vector<float> attendSequence(float* tok, HostLayer& l, const HostBatch& b, int s, const Scales& sc,
+                                  const std::vector<float>& cs) {
   const int ctx = b.seq_lens[s], pos = ctx - 1;
   for (int h = 0; h < kHeads + kKvHeads; ++h) rotate(tok + h * kHeadDim, cs.data() + static_cast<int64_t>(pos) * kHeadDim);
   auto row = [&](int p, int hk) {
@@ -89,8 +105,8 @@ std::vector<float> attendSequence(float* tok, HostLayer& l, const HostBatch& b, 
   };
   for (int hk = 0; hk < kKvHeads; ++hk)
     for (int d = 0; d < kHeadDim; ++d) {
-      l.k_cache[row(pos, hk) + d] = num::FloatToBFloat16Bits(tok[(kHeads + hk) * kHeadDim + d]);
-      l.v_cache[row(pos, hk) + d] = num::FloatToBFloat16Bits(tok[(kHeads + kKvHeads + hk) * kHeadDim + d]);
+      storeCache(l.k_cache, row(pos, hk) + d, b.cache, sc.k_cache, tok[(kHeads + hk) * kHeadDim + d]);
+      storeCache(l.v_cache, row(pos, hk) + d, b.cache, sc.v_cache, tok[(kHeads + kKvHeads + hk) * kHeadDim + d]);
     }
   std::vector<float> out(static_cast<size_t>(kHeads) * kHeadDim), score(ctx);
   for (int h = 0; h < kHeads; ++h) {
@@ -98,14 +114,14 @@ std::vector<float> attendSequence(float* tok, HostLayer& l, const HostBatch& b, 
     float mx = -INFINITY, sum = 0.f;
     for (int p = 0; p < ctx; ++p) {
       float dot = 0.f;
-      for (int d = 0; d < kHeadDim; ++d) dot += tok[h * kHeadDim + d] * bf16(l.k_cache[row(p, hk) + d]);
+      for (int d = 0; d < kHeadDim; ++d) dot += tok[h * kHeadDim + d] * cacheValue(l.k_cache, row(p, hk) + d, b.cache, sc.k_cache);
       score[p] = dot / std::sqrt(static_cast<float>(kHeadDim));
       mx = std::max(mx, score[p]);
     }
     for (float& v : score) v = std::exp(v - mx), sum += v;
     for (int d = 0; d < kHeadDim; ++d) {
       float o = 0.f;
-      for (int p = 0; p < ctx; ++p) o += score[p] * bf16(l.v_cache[row(p, hk) + d]);
+      for (int p = 0; p < ctx; ++p) o += score[p] * cacheValue(l.v_cache, row(p, hk) + d, b.cache, sc.v_cache);
       out[static_cast<size_t>(h) * kHeadDim + d] = o / sum;
     }
   }
@@ -113,12 +129,12 @@ std::vector<float> attendSequence(float* tok, HostLayer& l, const HostBatch& b, 
 }
 
 // Attention of every sequence, quantized as attention_quant: fp8(round16(o) * (1 / scale)).
-std::vector<uint8_t> attention(std::vector<float>& qkv, HostLayer& l, const HostBatch& b, const std::vector<float>& cs,
-                               float out_scale) {
+std::vector<uint8_t> attention(std::vector<float>& qkv, HostLayer& l, const HostBatch& b, const Scales& sc,
+                               const std::vector<float>& cs) {
   std::vector<uint8_t> out(static_cast<size_t>(b.batch) * kHidden);
   for (int s = 0; s < b.batch; ++s) {
-    const std::vector<float> o = attendSequence(qkv.data() + static_cast<int64_t>(s) * kQkv, l, b, s, cs);
-    for (int i = 0; i < kHidden; ++i) out[static_cast<size_t>(s) * kHidden + i] = fp8(round16(o[i]), out_scale);
+    const std::vector<float> o = attendSequence(qkv.data() + static_cast<int64_t>(s) * kQkv, l, b, s, sc, cs);
+    for (int i = 0; i < kHidden; ++i) out[static_cast<size_t>(s) * kHidden + i] = fp8(round16(o[i]), sc.x_o);
   }
   return out;
 }
@@ -164,7 +180,7 @@ Outputs RunReference(std::vector<HostLayer>& layers, const HostBatch& b, const S
     const std::vector<uint8_t> xq = norm(hidden, residual, i > 0, l.norm1, b.batch, sc.x_qkv);
     std::vector<float> qkv = gemm(xq, l.w[kGemmQkv], b.batch, kGemmQkv, sc.x_qkv * sc.w_qkv);
     out.qkv = bits(qkv);  // before the rotary, as the kernel leaves it
-    out.attn = attention(qkv, l, b, cos_sin, sc.x_o);
+    out.attn = attention(qkv, l, b, sc, cos_sin);
     const std::vector<float> o = gemm(out.attn, l.w[kGemmO], b.batch, kGemmO, sc.x_o * sc.w_o);
     out.o = bits(o);
     const std::vector<uint8_t> xq2 = norm(o, residual, true, l.norm2, b.batch, sc.x_gu);

@@ -23,20 +23,28 @@ constexpr int gemmK(int g) { return g == kGemmDown ? kInter : kHidden; }
 struct Scales {
   float w_qkv, w_o, w_gu, w_down;  // weights
   float x_qkv, x_o, x_gu, x_down;  // the FP8 activations each GEMM reads
+  float k_cache, v_cache;          // an FP8 cache's k_scale / v_scale (vLLM's kv_cache_dtype=fp8)
 };
 
-// One layer on the host: weights, norm weights and caches as bits.
+// A cache element: bf16, or FP8 e4m3 written as fp8(x / scale) and read as f32(x8) * scale
+// (docs/canonical-ops.md, fxfuse.paged_attention).
+enum class CacheFormat { kBf16, kFp8 };
+constexpr int cacheBytes(CacheFormat f) { return f == CacheFormat::kFp8 ? 1 : 2; }
+
+// One layer on the host: weights, norm weights (bf16 bits) and caches (raw bytes of the
+// format: little-endian bf16 pairs or e4m3 bytes).
 struct HostLayer {
   std::vector<uint8_t> w[kGemms];
-  std::vector<uint16_t> norm1, norm2;     // bf16
-  std::vector<uint16_t> k_cache, v_cache;  // bf16 [blocks, kBlockSize, kKvHeads, kHeadDim]
+  std::vector<uint16_t> norm1, norm2;
+  std::vector<uint8_t> k_cache, v_cache;  // [blocks, kBlockSize, kKvHeads, kHeadDim]
 };
 
 // The step's sequences: seq_lens[s] tokens of context including this step's one, block table
-// rows of max_blocks.
+// rows of max_blocks, and the caches' format.
 struct HostBatch {
   int batch = 0, max_blocks = 0;
   std::vector<int32_t> seq_lens, table;
+  CacheFormat cache = CacheFormat::kBf16;
 };
 
 // What --check compares: the step's output and residual and its last layer's intermediates,
