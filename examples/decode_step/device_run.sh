@@ -149,19 +149,23 @@ if [[ $PERSISTENT_BUDGET -gt 0 ]]; then
     done
     for layers in 2 32; do
       python3 tools/fixtures/decode_model.py --config llama8b --form custom --layers $layers > "$LOGS/p$layers.fxg"
-      "$D/fxfuse" compile "$LOGS/p$layers.fxg" --kv-cache=bf16 --emit=plan -o "$LOGS/p$layers.plan.pb" -q
+      for kv in ${PERSISTENT_KV-bf16 fp8}; do
+        "$D/fxfuse" compile "$LOGS/p$layers.fxg" --kv-cache="$kv" --emit=plan -o "$LOGS/p${layers}_$kv.plan.pb" -q
+      done
     done
-    for batch in ${p_batches//,/ }; do
-      for ctx in ${p_contexts//,/ }; do
-        for layers in 2 32; do
-          timeout 120 "$D/fxfuse" bench "$LOGS/p$layers.plan.pb" --kv-batch "$batch" --kv-query-len 1 --kv-context "$ctx" \
-            --iters 50 --quiet --json "$LOGS/p${layers}_${batch}x$ctx.json" > /dev/null
-        done
-        python3 -c 'import json, sys
+    for kv in ${PERSISTENT_KV-bf16 fp8}; do
+      for batch in ${p_batches//,/ }; do
+        for ctx in ${p_contexts//,/ }; do
+          for layers in 2 32; do
+            timeout -k 10 120 "$D/fxfuse" bench "$LOGS/p${layers}_$kv.plan.pb" --kv-batch "$batch" --kv-query-len 1 \
+              --kv-context "$ctx" --iters 50 --quiet --json "$LOGS/p${layers}_${kv}_${batch}x$ctx.json" > /dev/null
+          done
+          python3 -c 'import json, sys
 a, b = (json.load(open(f))["median_us"] for f in sys.argv[1:3])
-print(json.dumps({"plan_batch": int(sys.argv[3]), "context": int(sys.argv[4]), "plan_2_layers_us": a,
-                  "plan_32_layers_us": b, "plan_per_layer_us": round((b - a) / 30, 2)}))' \
-          "$LOGS/p2_${batch}x$ctx.json" "$LOGS/p32_${batch}x$ctx.json" "$batch" "$ctx"
+print(json.dumps({"plan_batch": int(sys.argv[3]), "context": int(sys.argv[4]), "kv_cache": sys.argv[5],
+                  "plan_2_layers_us": a, "plan_32_layers_us": b, "plan_per_layer_us": round((b - a) / 30, 2)}))' \
+            "$LOGS/p2_${kv}_${batch}x$ctx.json" "$LOGS/p32_${kv}_${batch}x$ctx.json" "$batch" "$ctx" "$kv"
+        done
       done
     done
   } > "$OUT/persistent.txt" 2>&1
