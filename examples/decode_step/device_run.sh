@@ -125,19 +125,19 @@ if [[ -n ${STALL_POINTS:-} ]]; then
   done
 fi
 # The persistent decode kernel (persistent_layer_bench.cu) against the plan, per layer:
-# PERSISTENT_BUDGET s for its timed points (default 0: left out). Its CPU check first (2 layers),
+# PERSISTENT_BUDGET s for its timed points (default 0: left out). Its check against the CPU first,
 # then PERSISTENT_BATCHES x PERSISTENT_CONTEXTS (default 1,8 x 1024,4096) for each cache format
-# of PERSISTENT_KV (default "bf16 fp8"; PERSISTENT_BUDGET s each), the same at 1 x 1k
+# of PERSISTENT_KV (default bf16,fp8; PERSISTENT_BUDGET s each), the same at 1 x 1k
 # without each phase (PERSISTENT_SKIPS, see the bench's --skip), and the plan's
 # per-layer time at the same points from 2- and 32-layer 8B plans, (T32 - T2) / 30, so that the
 # embedding, final norm and LM head cancel -> persistent.txt, its JSON lines in summary.txt.
 PERSISTENT_BUDGET=${PERSISTENT_BUDGET:-0}
 if [[ $PERSISTENT_BUDGET -gt 0 ]]; then
-  p_batches=${PERSISTENT_BATCHES:-1,8} p_contexts=${PERSISTENT_CONTEXTS:-1024,4096}
+  p_batches=${PERSISTENT_BATCHES:-1,8} p_contexts=${PERSISTENT_CONTEXTS:-1024,4096} p_kv=${PERSISTENT_KV-bf16,fp8}
   {
     timeout -k 10 180 "$D/persistent_layer_bench" --check
     echo "persistent check rc $?"
-    for kv in ${PERSISTENT_KV-bf16 fp8}; do
+    for kv in ${p_kv//,/ }; do
       timeout -k 10 "$PERSISTENT_BUDGET" "$D/persistent_layer_bench" --batch "$p_batches" --context "$p_contexts" --kv "$kv"
       echo "persistent bench $kv rc $?"
     done
@@ -149,11 +149,11 @@ if [[ $PERSISTENT_BUDGET -gt 0 ]]; then
     done
     for layers in 2 32; do
       python3 tools/fixtures/decode_model.py --config llama8b --form custom --layers $layers > "$LOGS/p$layers.fxg"
-      for kv in ${PERSISTENT_KV-bf16 fp8}; do
+      for kv in ${p_kv//,/ }; do
         "$D/fxfuse" compile "$LOGS/p$layers.fxg" --kv-cache="$kv" --emit=plan -o "$LOGS/p${layers}_$kv.plan.pb" -q
       done
     done
-    for kv in ${PERSISTENT_KV-bf16 fp8}; do
+    for kv in ${p_kv//,/ }; do
       for batch in ${p_batches//,/ }; do
         for ctx in ${p_contexts//,/ }; do
           for layers in 2 32; do

@@ -1,6 +1,6 @@
-// The model shape of persistent_layer_bench.cu (Llama-3.1-8B, FP8 linears, bf16 paged cache) and
-// the CPU reference its --check compares the kernel with: the same layers, with the rounding
-// points of vLLM's ops (docs/vllm semantics) taken from kernels/reference. Plain C++.
+// The model shape of persistent_layer_bench.cu (Llama-3.1-8B, FP8 linears, a bf16 or FP8 paged
+// cache) and the CPU reference its --check compares the kernel with: the same layers, with the
+// rounding points of vLLM's ops (docs/vllm semantics) taken from kernels/reference. Plain C++.
 #pragma once
 
 #include <cstdint>
