@@ -50,6 +50,7 @@
 
 #include "examples/decode_step/persistent_layer_reference.h"
 #include "kernels/device/mbarrier.cuh"
+#include "kernels/device/mma_fp8.cuh"
 #include "kernels/types.h"
 
 namespace {
@@ -200,14 +201,6 @@ __device__ __forceinline__ void producer(const Params& p, Ring& ring) {
 
 // ---- consumer GEMM: one 16-row tile over all K, warp w taking bytes [w * 128, w * 128 + 128)
 // of every slot; tokens are the mma's N (8), weight rows its M (16), as in small_m_fp8_gemm.cu.
-__device__ __forceinline__ void mmaE4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // 16 activation bytes of token g at `at`: shared memory (the normalized rows) or global memory
 // written earlier in this launch (read through L2: another SM wrote it).
@@ -226,8 +219,8 @@ __device__ __forceinline__ void slotProduct(const uint8_t* slot, uint4 x0, uint4
   for (int h = 0; h < 2; ++h) {
     const uint4 lo = *reinterpret_cast<const uint4*>(r0 + h * 64), hi = *reinterpret_cast<const uint4*>(r1 + h * 64);
     const uint4 x = h ? x1 : x0;
-    mmaE4m3(acc, lo.x, hi.x, lo.y, hi.y, x.x, x.y);
-    mmaE4m3(acc, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+    dev::mmaE4m3(acc, lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+    dev::mmaE4m3(acc, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
   }
 }
 

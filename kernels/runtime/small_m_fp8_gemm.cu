@@ -34,6 +34,7 @@
 
 #include "kernels/device/cp_async.cuh"
 #include "kernels/device/mbarrier.cuh"
+#include "kernels/device/mma_fp8.cuh"
 #include "kernels/device/pdl.cuh"
 #include "kernels/runtime/small_m_fp8_epilogue.cuh"
 #include "kernels/runtime/small_m_fp8_gemm.h"
@@ -75,15 +76,6 @@ __device__ __forceinline__ int64_t tileOf(const Launch& l, int tile_in_block) {
   const int half = per_block / 2;
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * half + tile_in_block % half;
   return tile_in_block < half ? pair : l.gate_tiles + pair;
-}
-
-// c += A (16 x 32, rows of weights) * B (32 x 8, columns of tokens), e4m3 in, f32 accumulate.
-__device__ __forceinline__ void mmaE4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // 16 bytes through L1 (activations), zero when !valid.
@@ -140,8 +132,8 @@ __device__ __forceinline__ void computeStep(const uint8_t* stage, const uint4 (&
     const uint4 hi = *reinterpret_cast<const uint4*>(stage + stageOffset(g + 8, h * 64 + t * 16));
 #pragma unroll
     for (int a = 0; a < kTiles; ++a) {
-      mmaE4m3(acc[a], lo.x, hi.x, lo.y, hi.y, x[a][h].x, x[a][h].y);
-      mmaE4m3(acc[a], lo.z, hi.z, lo.w, hi.w, x[a][h].z, x[a][h].w);
+      dev::mmaE4m3(acc[a], lo.x, hi.x, lo.y, hi.y, x[a][h].x, x[a][h].y);
+      dev::mmaE4m3(acc[a], lo.z, hi.z, lo.w, hi.w, x[a][h].z, x[a][h].w);
     }
   }
 }
