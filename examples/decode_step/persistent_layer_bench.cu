@@ -1029,10 +1029,12 @@ void bench(int sms, int batch, int context, int layers, int reps, double copy_ra
   std::string skipped;
   for (const auto& [bit, name] : {std::pair{kSkipAttention, "attention"}, {kSkipNorm, "norm"}, {kSkipBarrier, "barrier"}})
     if (skip & bit) skipped += (skipped.empty() ? "" : ",") + std::string(name);
-  std::printf("{\"batch\": %d, \"context\": %d, \"layers\": %d, \"median_us\": %.1f, \"per_layer_us\": %.2f, "
+  std::printf("{\"batch\": %d, \"context\": %d, \"layers\": %d, \"median_us\": %.1f, \"tokens_per_s\": %.0f, "
+              "\"per_layer_us\": %.2f, "
               "\"floor_us\": %.1f, \"fraction_of_floor\": %.3f, \"attention_chunks\": %d, \"copy_rate_tb_s\": %.3f, "
               "\"kv_cache\": \"%s\", \"skipped\": \"%s\"}\n",
-              batch, context, layers, median, median / layers, floor_us, floor_us / median, b.params.attn_chunks,
+              batch, context, layers, median, batch / (median * 1e-6), median / layers, floor_us, floor_us / median,
+              b.params.attn_chunks,
               copy_rate / 1e12, cache == CacheFormat::kFp8 ? "fp8" : "bf16", skipped.c_str());
   std::fflush(stdout);
   freeModel(m);
