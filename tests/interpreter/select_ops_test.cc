@@ -1,6 +1,7 @@
 // Ordering, scattering and row-statistic ops of the interpreter (ops_select.cc, ops_reduce.cc,
 // ops_linalg.cc) against hand-computed values and f64 references.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <limits>
@@ -59,6 +60,15 @@ TEST_CASE("topk with k out of range is an error", "[ops][select]") {
                          "output %2\n"),
                       {T({3}, DType::F32, {1, 2, 3})}),
                   FxError);
+}
+
+TEST_CASE("clamp of a number instead of a tensor is an error, not a crash", "[ops][select]") {
+  // Found by the pipeline fuzzer: `self` a literal made the op read a tensor without storage.
+  for (const char* op : {"aten.clamp_min.default(self=-9, min=-448.0)", "aten.clamp_max.default(self=2, max=1.0)",
+                         "aten.clamp.default(self=0.5, min=0.0, max=1.0)"})
+    CHECK_THROWS_WITH(run(g1("input %1 \"x\": f32[3]\n", fmt::format("%2: f32[3] = {}\n", op), "output %2\n"),
+                          {T({3}, DType::F32, {1, 2, 3})}),
+                      Catch::Contains("argument 'self' must be a tensor"));
 }
 
 TEST_CASE("sort ascending and descending, stable overload", "[ops][select]") {

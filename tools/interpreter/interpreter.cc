@@ -864,6 +864,7 @@ RValue viewOfBase(const std::map<std::string, RValue>& kw, const std::string& an
   }
   int64_t b = idx->second.i;
   if (b < 0 || static_cast<size_t>(b) >= bases.size()) fail("_{}_base_index {} out of range", an, b);
+  if (!bases[b].isTensor()) fail("_{}_base_index {} names {}, not a tensor", an, b, bases[b].describe());
   Tensor base = bases[b].t;
   auto opt = [&](const std::string& suffix) -> const RValue* {
     auto f = kw.find("_" + an + "_" + suffix);

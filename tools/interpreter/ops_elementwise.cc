@@ -315,11 +315,11 @@ void registerLogicAndSelectOps(OpTable& t) {
   });
   auto clampImpl = [](Call& c, const RValue* lo, const RValue* hi) {
     const RValue& self = c.get("self", 0);
+    Tensor x = c.tensor("self", 0);  // a number there is bad input, not a tensor without storage
     std::vector<const RValue*> ops = {&self};
     if (lo && !lo->isNone()) ops.push_back(lo);
     if (hi && !hi->isNone()) ops.push_back(hi);
     DType common = resultType(ops);
-    Tensor x = self.t;
     bool has_lo = lo && !lo->isNone(), has_hi = hi && !hi->isNone();
     if (!has_lo && !has_hi) fail("clamp: at least one of min and max must be given");
     Operand o[3] = {Operand{&x, 0}, has_lo ? operand(*lo, "min") : Operand{nullptr, 0},
