@@ -169,7 +169,7 @@ print(json.dumps({"plan_batch": int(sys.argv[3]), "context": int(sys.argv[4]), "
       done
     done
   } > "$OUT/persistent.txt" 2>&1
-  { echo "== persistent decode kernel against the plan"; grep -E '^\{|^check|^  |rc [0-9]' "$OUT/persistent.txt"; } >> "$OUT/summary.txt"
+  { echo "== persistent decode kernel against the plan"; grep -E '^\{|^check|relative RMS|FAIL|rc [0-9]' "$OUT/persistent.txt"; } >> "$OUT/summary.txt"
 fi
 tar -C "$LOGS" --exclude=parity --exclude="*.plan.pb" --exclude="*.fxg" -czf "$OUT/logs.tgz" . 2>/dev/null
 cat "$OUT/summary.txt"
