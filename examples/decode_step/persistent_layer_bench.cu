@@ -20,9 +20,9 @@
 // split each 1024-byte K slot and sum in shared memory.
 //
 // Numerics follow vLLM's ops as the plan's kernels do (docs/vllm semantics: round16 after the
-// add, the normalization and the weight; FP8 = clamp(x * (1/scale)); GEMM out = round16(acc *
-// (sx * sw)); silu_and_mul_quant; neox rotary rounded to bf16; attention in fp32 with the output
-// rounded to bf16 then quantized). `--check` runs one and two layers over batches of 1, 3 and
+// add, the normalization and the weight; FP8 activations clamp(x * (1/scale)), an FP8 cache
+// x / scale; GEMM out = round16(acc * (sx * sw)); silu_and_mul_quant; neox rotary rounded to
+// bf16; attention in fp32 with the output rounded to bf16 then quantized). `--check` runs one and two layers over batches of 1, 3 and
 // 8 sequences and compares the output, the residual, the last layer's intermediates and the
 // caches with persistent_layer_reference.cc, the same math on kernels/reference's numerics
 // (check() says how; exit 1 on a difference). This is a measurement of the design, not a plan
