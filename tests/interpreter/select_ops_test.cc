@@ -71,6 +71,14 @@ TEST_CASE("clamp of a number instead of a tensor is an error, not a crash", "[op
                       Catch::Contains("argument 'self' must be a tensor"));
 }
 
+TEST_CASE("stack of numbers instead of tensors is an error, not a crash", "[ops][select]") {
+  // A list of numbers became tensors without storage (unsqueeze of a non-tensor): a segfault.
+  CHECK_THROWS_WITH(run(g1("input %1 \"x\": f32[3]\n", "%2: f32[2] = aten.stack.default(tensors=[1.0, 2.0], dim=0)\n",
+                           "output %2\n"),
+                        {T({3}, DType::F32, {1, 2, 3})}),
+                    Catch::Contains("stack: list items must be tensors"));
+}
+
 TEST_CASE("sort ascending and descending, stable overload", "[ops][select]") {
   auto out = run(g1("input %1 \"x\": f32[5]\n",
                     "%2: f32[5], %3: i64[5] = aten.sort.default(self=%1)\n"

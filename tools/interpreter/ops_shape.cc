@@ -373,6 +373,8 @@ void registerJoinSplitOps(OpTable& t) {
   t.add("aten.stack", [](Call& c) {
     std::vector<RValue> items = c.list("tensors", 0);
     if (items.empty()) fail("stack: no tensors");
+    for (const RValue& r : items)  // before unsqueeze makes a tensor of whatever it is given
+      if (!r.isTensor()) fail("stack: list items must be tensors, got {}", r.describe());
     int64_t dim = normDim(c.integer("dim", 0, 1), items[0].t.dim() + 1);
     for (auto& r : items) r = RValue::ofTensor(unsqueeze(r.t, dim));
     c.out(0, catTensors(c, items, dim));
