@@ -1,8 +1,8 @@
-// Graphs that give an op a value of the wrong kind in a tensor slot, for the "never a crash"
+// Graphs that give an op a value of the wrong kind in an argument slot, for the "never a crash"
 // sweeps of the interpreter (tests/interpreter/argument_kinds_test.cc) and of lowering
 // (tests/plans/argument_kinds_lowering_test.cc): each op of the built-in schema registry with a
 // number, a list of numbers or None in each tensor slot in turn (the other tensors x: f32[4]),
-// and ops without a built-in schema (named by the caller) through a carried schema of one to
+// or a tensor, a list or a string in each other slot, and ops without a built-in schema (named by the caller) through a carried schema of one to
 // three Tensor arguments, passed positionally, one of them a number.
 #pragma once
 
@@ -54,15 +54,18 @@ inline SweepCase makeCase(const std::string& header, const std::string& line, si
 }
 
 // The built-in registry's ops that return tensors and that `include` accepts, each tensor slot
-// given a number, a list of numbers and None in turn.
+// given a number, a list of numbers and None in turn; with `other_slots`, each non-tensor slot
+// given the tensor x, a list of numbers and a string instead.
 template <typename Include>
-std::vector<SweepCase> schemaCases(Include&& include) {
+std::vector<SweepCase> schemaCases(Include&& include, bool other_slots = false) {
   std::vector<SweepCase> cases;
   for (const auto& [name, schema] : ir::OpRegistry::builtin().all()) {
     if (!returnsTensors(schema) || !include(schema)) continue;
     for (size_t target = 0; target < schema.args.size(); ++target) {
-      if (!schema.args[target].is_tensor) continue;
-      for (const char* wrong : {"2.0", "[1.0, 2.0]", "None"}) {
+      if (schema.args[target].is_tensor == other_slots) continue;
+      const std::vector<const char*> kinds = other_slots ? std::vector<const char*>{"%1", "[1.0, 2.0]", "\"x\""}
+                                                         : std::vector<const char*>{"2.0", "[1.0, 2.0]", "None"};
+      for (const char* wrong : kinds) {
         std::vector<std::string> args, outs;
         for (size_t i = 0; i < schema.args.size(); ++i) {
           const ir::SchemaArg& a = schema.args[i];

@@ -52,6 +52,18 @@ TEST_CASE("every interpreter op refuses a non-tensor where a tensor is expected,
   CHECK(unknown == 0);
 }
 
+TEST_CASE("every interpreter op refuses a tensor, list or string in a non-tensor slot, without crashing",
+          "[ops][robustness]") {
+  const auto cases = fxfuse::test::schemaCases(
+      [](const fxfuse::ir::OpSchema& s) { return OpTable::get().find(s.target()) != nullptr; }, /*other_slots=*/true);
+  int unknown = 0;
+  const int refused = runCases(cases, &unknown);
+  INFO(fmt::format("{} runs, {} refused", cases.size(), refused));
+  CHECK(cases.size() > 300);
+  CHECK(refused > static_cast<int>(cases.size()) / 2);
+  CHECK(unknown == 0);
+}
+
 TEST_CASE("interpreter ops without a built-in schema refuse numbers in tensor slots, without crashing",
           "[ops][robustness]") {
   std::set<std::string> with_schema;

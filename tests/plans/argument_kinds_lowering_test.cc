@@ -1,5 +1,6 @@
 // Lowering's side of tests/interpreter/argument_kinds_test.cc: every op of the built-in schema
-// registry with a number, a list of numbers or None in each tensor slot (tests/op_sweep.h),
+// registry with a number, a list of numbers or None in each tensor slot, and a tensor, a list or
+// a string in each other slot (tests/op_sweep.h),
 // lowered as read and after the default pass pipeline — as `fxfuse compile --emit=plan` does —
 // must give a plan or an FxError (one line naming the node), never a crash.
 #include <catch2/catch.hpp>
@@ -30,14 +31,16 @@ bool lowers(const fxfuse::test::SweepCase& c, bool compile) {
 
 }  // namespace
 
-TEST_CASE("lowering refuses a non-tensor where a tensor is expected, without crashing", "[lowering][robustness]") {
-  const auto cases = fxfuse::test::schemaCases([](const fxfuse::ir::OpSchema&) { return true; });
+TEST_CASE("lowering refuses a value of the wrong kind in any slot, without crashing", "[lowering][robustness]") {
+  auto cases = fxfuse::test::schemaCases([](const fxfuse::ir::OpSchema&) { return true; });
+  for (auto& c : fxfuse::test::schemaCases([](const fxfuse::ir::OpSchema&) { return true; }, /*other_slots=*/true))
+    cases.push_back(std::move(c));
   int plans = 0;
   for (const auto& c : cases) {
     INFO(c.line);
     for (bool compile : {false, true}) plans += lowers(c, compile);
   }
   INFO(fmt::format("{} cases, {} lowered to a plan", cases.size(), plans));
-  CHECK(cases.size() > 300);
+  CHECK(cases.size() > 600);
   CHECK(plans > 0);  // some ops take a number there (torch wraps it): the sweep reaches lowering
 }
