@@ -10,6 +10,7 @@
 // Adding an op: write its rule here (or reuse one), add its row to the table, and give it an
 // interpreter entry and a plan golden test (docs/architecture.md).
 #include <limits>
+#include <set>
 #include <unordered_map>
 
 #include "compiler/lowering/lowerer.h"
@@ -400,12 +401,32 @@ void Lowerer::defineReducedRow(const GenOut& g, int res, const std::vector<SymEx
 
 // ---------------------------------------------------------------------------------- other rules
 
+namespace {
+
+// Functions torch computes in floating point whatever the input (an integer tensor's sigmoid
+// is a float tensor): an integral compute type becomes f32 for them, and the result is cast to
+// the graph's output dtype.
+bool floatingFunction(const std::string& f) {
+  static const std::set<std::string> kFloating = {
+      "exp",   "log",    "sqrt", "rsqrt", "reciprocal", "sin",         "cos",   "tanh",  "erf",  "sigmoid",
+      "silu",  "log1p",  "expm1", "exp2", "log2",       "log10",       "tan",   "atan",  "sinh", "cosh",
+      "softplus", "log_sigmoid"};
+  return kFloating.count(f) > 0;
+}
+
+bool bitwiseFunction(const std::string& f) { return f == "bnot" || f == "band" || f == "bor" || f == "bxor"; }
+
+}  // namespace
+
 void Lowerer::lowerUnary(Node& n, const GenOut& g) {
   [[maybe_unused]] const auto& [out, odt, osh, o] = g;
   int a = operand(valArg(n, "self"), n);
   std::string f = unaryFunctions().at(n.target);
   DType ct = ir::isFloating(odt) ? odt : cg_.node(a).dtype;
   if (f == "not") ct = DType::BOOL;
+  if (floatingFunction(f) && !ir::isFloating(ct)) ct = DType::F32;
+  if (bitwiseFunction(f) && (ir::isFloating(ct) || ir::isFloating(cg_.node(a).dtype)))
+    unsupported(n, fmt::format("a bitwise op on {} (torch takes integer and bool tensors only)", ir::dtypeName(ct)));
   int res = gUnary(f, a, ct == DType::BOOL && f != "not" && f != "bnot" ? odt : ct, osh, o);
   if (f == "softplus") cg_.node(res).f = {num(n, "beta", 1.0), num(n, "threshold", 20.0)};
   define(out, gCast(res, odt, osh, o));
@@ -426,6 +447,9 @@ void Lowerer::lowerBinary(Node& n, const GenOut& g) {
   DType ct = odt;
   if (f == "eq" || f == "ne" || f == "lt" || f == "le" || f == "gt" || f == "ge" || f == "and" || f == "or")
     ct = DType::BOOL;
+  if (bitwiseFunction(f) &&
+      (ir::isFloating(ct) || ir::isFloating(cg_.node(a).dtype) || ir::isFloating(cg_.node(c).dtype)))
+    unsupported(n, fmt::format("a bitwise op on {} (torch takes integer and bool tensors only)", ir::dtypeName(ct)));
   define(out, gBin(f, a, c, ct, osh, o));
 }
 
@@ -890,19 +914,30 @@ void Lowerer::lowerIndex(Node& n, const GenOut& g) {
   Value* x = tensorArg(n, "self");
   const Attr* l = arg(n, "indices");
   if (!l || l->kind != Attr::Kind::List) unsupported(n, "index without an index list");
+  if (l->list.size() > x->type.rank())
+    unsupported(n, fmt::format("{} indices for a tensor of rank {}", l->list.size(), x->type.rank()));
   int64_t first = -1, last = -1;
+  size_t index_rank = 0;
   std::vector<int> ins{operand(x, n)};
   for (size_t k = 0; k < l->list.size(); ++k) {
     const Attr& e = l->list[k];
     if (e.isNone()) continue;
-    if (!e.isValue()) unsupported(n, "non-tensor index");
+    if (!e.isValue() || !e.value->isTensor()) unsupported(n, "non-tensor index");
     if (e.value->type.dtype == DType::BOOL || e.value->type.dtype == DType::U8) unsupported(n, "boolean mask indexing");
+    if (!ir::isIntegral(e.value->type.dtype, /*include_bool=*/false))
+      unsupported(n, fmt::format("an index tensor of dtype {} (indices are integers)", ir::dtypeName(e.value->type.dtype)));
     if (first < 0) first = static_cast<int64_t>(k);
     if (last >= 0 && last != static_cast<int64_t>(k) - 1) unsupported(n, "non-adjacent advanced indices");
     last = static_cast<int64_t>(k);
+    index_rank = std::max(index_rank, e.value->type.rank());
     ins.push_back(operand(e.value, n));
   }
   if (first < 0) unsupported(n, "index without index tensors");
+  // The result: the dims before the indexed ones, the indices' broadcast shape, the dims after.
+  const size_t indexed = ins.size() - 1;
+  if (osh.size() != x->type.rank() - indexed + index_rank)
+    unsupported(n, fmt::format("an output of rank {} (indexing rank {} by {} index tensors of rank {} gives rank {})",
+                               osh.size(), x->type.rank(), indexed, index_rank, x->type.rank() - indexed + index_rank));
   int id = gnode("index", "", ins, odt, osh, o);
   cg_.node(id).iv = {first};
   define(out, id);
