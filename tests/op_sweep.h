@@ -2,7 +2,8 @@
 // sweeps of the interpreter (tests/interpreter/argument_kinds_test.cc) and of lowering
 // (tests/plans/argument_kinds_lowering_test.cc): each op of the built-in schema registry with a
 // number, a list of numbers or None in each tensor slot in turn (the other tensors x: f32[4]),
-// or a tensor, a list or a string in each other slot, and ops without a built-in schema (named by the caller) through a carried schema of one to
+// or a tensor, a list or a string in each other slot, or all tensors of one unusual dtype, and
+// ops without a built-in schema (named by the caller) through a carried schema of one to
 // three Tensor arguments, passed positionally, one of them a number.
 #pragma once
 
@@ -77,6 +78,36 @@ std::vector<SweepCase> schemaCases(Include&& include, bool other_slots = false) 
         const std::string line = outs.empty() ? call + "\n" : fmt::format("{} = {}\n", fmt::join(outs, ", "), call);
         cases.push_back(makeCase("", line, schema.returns.size()));
       }
+    }
+  }
+  return cases;
+}
+
+// The dtypes the dtype sweeps give every tensor of an op (fxg names).
+inline const std::vector<const char*>& sweepDtypes() {
+  static const std::vector<const char*> kDtypes = {"bf16", "f16", "f32", "f64", "i64", "i32", "b8", "f8e4m3fn"};
+  return kDtypes;
+}
+
+// The built-in registry's ops that return tensors and that `include` accepts, with every tensor
+// slot x (lists: [x, x]) and every return of one dtype, for each of sweepDtypes(); x lives on
+// cuda:0 so that lowering plans it.
+template <typename Include>
+std::vector<SweepCase> dtypeCases(Include&& include) {
+  std::vector<SweepCase> cases;
+  for (const auto& [name, schema] : ir::OpRegistry::builtin().all()) {
+    if (!returnsTensors(schema) || schema.returns.empty() || !include(schema)) continue;
+    for (const char* dt : sweepDtypes()) {
+      std::vector<std::string> args, outs;
+      for (const auto& a : schema.args) {
+        std::string v = a.is_tensor ? (a.is_list ? "[%1, %1]" : "%1") : plainValue(a);
+        if (!v.empty()) args.push_back(fmt::format("{}={}", a.name, v));
+      }
+      for (size_t r = 0; r < schema.returns.size(); ++r) outs.push_back(fmt::format("%{}: {}[4]", r + 2, dt));
+      const std::string line =
+          fmt::format("{} = {}({})\n", fmt::join(outs, ", "), schema.target(), fmt::join(args, ", "));
+      cases.push_back({"", fmt::format("graph @main {{\ninput %1 \"x\": {}[4] cuda:0\n{}output %2\n}}\n", dt, line),
+                       line});
     }
   }
   return cases;

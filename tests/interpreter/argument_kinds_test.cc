@@ -64,6 +64,17 @@ TEST_CASE("every interpreter op refuses a tensor, list or string in a non-tensor
   CHECK(unknown == 0);
 }
 
+TEST_CASE("every interpreter op in every dtype gives a result or an FxError, without crashing", "[ops][robustness]") {
+  const auto cases = fxfuse::test::dtypeCases(
+      [](const fxfuse::ir::OpSchema& s) { return OpTable::get().find(s.target()) != nullptr; });
+  int unknown = 0;
+  const int refused = runCases(cases, &unknown);
+  INFO(fmt::format("{} runs, {} refused", cases.size(), refused));
+  CHECK(cases.size() > 1000);
+  CHECK(refused < static_cast<int>(cases.size()));  // most ops take most dtypes
+  CHECK(unknown == 0);
+}
+
 TEST_CASE("interpreter ops without a built-in schema refuse numbers in tensor slots, without crashing",
           "[ops][robustness]") {
   std::set<std::string> with_schema;

@@ -17,22 +17,6 @@
 #include "passes/pipeline/pipeline.h"
 #include "tests/op_sweep.h"
 
-namespace {
-
-// The op's node with every tensor slot x (lists: [x, x]) and every return of dtype `dt`.
-std::string graphOf(const fxfuse::ir::OpSchema& schema, const std::string& dt) {
-  std::vector<std::string> args, outs;
-  for (const auto& a : schema.args) {
-    std::string v = a.is_tensor ? (a.is_list ? "[%1, %1]" : "%1") : fxfuse::test::plainValue(a);
-    if (!v.empty()) args.push_back(fmt::format("{}={}", a.name, v));
-  }
-  for (size_t r = 0; r < schema.returns.size(); ++r) outs.push_back(fmt::format("%{}: {}[4]", r + 2, dt));
-  return fmt::format("graph @main {{\ninput %1 \"x\": {}[4] cuda:0\n{} = {}({})\noutput %2\n}}\n", dt,
-                     fmt::join(outs, ", "), schema.target(), fmt::join(args, ", "));
-}
-
-}  // namespace
-
 TEST_CASE("every op in every dtype lowers to compiling kernels or is refused", "[lowering][codegen]") {
   std::set<std::string> sources;  // generated kernels, by source (many ops share one)
   struct Kernel {
@@ -40,21 +24,17 @@ TEST_CASE("every op in every dtype lowers to compiling kernels or is refused", "
   };
   std::vector<Kernel> kernels;
   int lowered = 0, refused = 0;
-  for (const auto& [name, schema] : fxfuse::ir::OpRegistry::builtin().all()) {
-    if (!fxfuse::test::returnsTensors(schema) || schema.returns.empty()) continue;
-    for (const char* dt : {"bf16", "f16", "f32", "f64", "i64", "i32", "b8", "f8e4m3fn"}) {
-      const std::string graph = graphOf(schema, dt);
-      INFO(graph);
-      try {
-        auto m = fxfuse::ir::parseFxg("fxfuse.module {\n" + graph + "}\n", "<dtype sweep>");
-        fxfuse::compiler::compileModule(*m, fxfuse::compiler::CompileOptions{});
-        auto plan = fxfuse::lowering::lowerModule(*m, fxfuse::lowering::LowerOptions{});
-        ++lowered;
-        for (const auto& k : plan.kernels())
-          if (sources.insert(k.source()).second) kernels.push_back({graph, k.source(), k.name()});
-      } catch (const fxfuse::FxError&) {
-        ++refused;
-      }
+  for (const auto& c : fxfuse::test::dtypeCases([](const fxfuse::ir::OpSchema&) { return true; })) {
+    INFO(c.graph);
+    try {
+      auto m = fxfuse::ir::parseFxg("fxfuse.module {\n" + c.graph + "}\n", "<dtype sweep>");
+      fxfuse::compiler::compileModule(*m, fxfuse::compiler::CompileOptions{});
+      auto plan = fxfuse::lowering::lowerModule(*m, fxfuse::lowering::LowerOptions{});
+      ++lowered;
+      for (const auto& k : plan.kernels())
+        if (sources.insert(k.source()).second) kernels.push_back({c.graph, k.source(), k.name()});
+    } catch (const fxfuse::FxError&) {
+      ++refused;
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
