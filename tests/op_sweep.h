@@ -2,7 +2,8 @@
 // sweeps of the interpreter (tests/interpreter/argument_kinds_test.cc) and of lowering
 // (tests/plans/argument_kinds_lowering_test.cc): each op of the built-in schema registry with a
 // number, a list of numbers or None in each tensor slot in turn (the other tensors x: f32[4]),
-// or a tensor, a list or a string in each other slot, or all tensors of one unusual dtype, and
+// or a tensor, a list or a string in each other slot, or all tensors of one dtype or one edge
+// shape (0-d, empty, rank 2 and 3), and
 // ops without a built-in schema (named by the caller) through a carried schema of one to
 // three Tensor arguments, passed positionally, one of them a number.
 #pragma once
@@ -89,28 +90,51 @@ inline const std::vector<const char*>& sweepDtypes() {
   return kDtypes;
 }
 
+// The shapes the shape sweeps give every tensor of an op: 0-d, empty, and ranks 2 and 3.
+inline const std::vector<const char*>& sweepShapes() {
+  static const std::vector<const char*> kShapes = {"[]", "[0]", "[2, 3]", "[1, 0, 4]"};
+  return kShapes;
+}
+
 // The built-in registry's ops that return tensors and that `include` accepts, with every tensor
-// slot x (lists: [x, x]) and every return of one dtype, for each of sweepDtypes(); x lives on
-// cuda:0 so that lowering plans it.
+// slot x (lists: [x, x]) and every return of type `type` (e.g. "f32[4]"); x lives on cuda:0 so
+// that lowering plans it.
 template <typename Include>
-std::vector<SweepCase> dtypeCases(Include&& include) {
+std::vector<SweepCase> typedCases(Include&& include, const std::vector<std::string>& types) {
   std::vector<SweepCase> cases;
   for (const auto& [name, schema] : ir::OpRegistry::builtin().all()) {
     if (!returnsTensors(schema) || schema.returns.empty() || !include(schema)) continue;
-    for (const char* dt : sweepDtypes()) {
+    for (const std::string& type : types) {
       std::vector<std::string> args, outs;
       for (const auto& a : schema.args) {
         std::string v = a.is_tensor ? (a.is_list ? "[%1, %1]" : "%1") : plainValue(a);
         if (!v.empty()) args.push_back(fmt::format("{}={}", a.name, v));
       }
-      for (size_t r = 0; r < schema.returns.size(); ++r) outs.push_back(fmt::format("%{}: {}[4]", r + 2, dt));
+      for (size_t r = 0; r < schema.returns.size(); ++r) outs.push_back(fmt::format("%{}: {}", r + 2, type));
       const std::string line =
           fmt::format("{} = {}({})\n", fmt::join(outs, ", "), schema.target(), fmt::join(args, ", "));
-      cases.push_back({"", fmt::format("graph @main {{\ninput %1 \"x\": {}[4] cuda:0\n{}output %2\n}}\n", dt, line),
-                       line});
+      cases.push_back(
+          {"", fmt::format("graph @main {{\ninput %1 \"x\": {} cuda:0\n{}output %2\n}}\n", type, line), line});
     }
   }
   return cases;
+}
+
+// Every tensor of one dtype, for each of sweepDtypes() (shape [4]).
+template <typename Include>
+std::vector<SweepCase> dtypeCases(Include&& include) {
+  std::vector<std::string> types;
+  for (const char* dt : sweepDtypes()) types.push_back(fmt::format("{}[4]", dt));
+  return typedCases(include, types);
+}
+
+// Every tensor of one shape, for each of sweepShapes(), in f32 and bf16.
+template <typename Include>
+std::vector<SweepCase> shapeCases(Include&& include) {
+  std::vector<std::string> types;
+  for (const char* dt : {"f32", "bf16"})
+    for (const char* shape : sweepShapes()) types.push_back(fmt::format("{}{}", dt, shape));
+  return typedCases(include, types);
 }
 
 // `op` ("aten.atan2") through a carried schema "ns::name(Tensor a0, ..) -> Tensor" of one to

@@ -626,6 +626,7 @@ void Lowerer::lowerSlice(Node& n, const GenOut& g) {
 void Lowerer::lowerSelect(Node& n, const GenOut& g) {
   [[maybe_unused]] const auto& [out, odt, osh, o] = g;
   Value* x = tensorArg(n, "self");
+  if (x->type.rank() == 0) unsupported(n, "select of a 0-d tensor (it has no dim to select from)");
   int64_t d = normDim(n, intArg(n, "dim", 0), x->type.shape.size());
   SymExpr idx = requiredSize(n, "index");
   if (idx.isInt() && idx.intValue() < 0) idx = idx + x->type.shape[static_cast<size_t>(d)];
@@ -766,6 +767,10 @@ void Lowerer::lowerScatter(Node& n, const GenOut& g) {
   Value* index = valArg(n, "index");
   if (!index) unsupported(n, "missing index tensor");
   size_t r = x->type.shape.size();
+  if (r == 0 || osh.size() != r)
+    unsupported(n, fmt::format("an output of rank {} for self of rank {} (both at least 1 and equal)", osh.size(), r));
+  if (!index->isTensor() || !ir::isIntegral(index->type.dtype, /*include_bool=*/false))
+    unsupported(n, fmt::format("an index of dtype {} (indices are integers)", ir::dtypeName(index->type.dtype)));
   int64_t d = normDim(n, intArg(n, "dim", 0), r);
   bool index_add = t == "aten.index_add.default";
   if (index_add ? index->type.shape.size() != 1 : index->type.shape.size() != r)
@@ -811,6 +816,9 @@ void Lowerer::lowerIndexPut(Node& n, const GenOut& g) {
   want[0] = index->type.shape[0];
   if (index->type.dtype == DType::BOOL || values->type.shape != want)
     unsupported(n, "index_put with a boolean index or values that are not [index, ...]");
+  if (!index->isTensor() || !ir::isIntegral(index->type.dtype, /*include_bool=*/false) || osh.size() != want.size())
+    unsupported(n, fmt::format("index_put with an index of dtype {} or an output of rank {} (need integers, rank {})",
+                               ir::dtypeName(index->type.dtype), osh.size(), want.size()));
   int id = gnode("scatter", "", {operand(x, n), operand(index, n), operand(values, n)}, odt, osh, o);
   cg_.node(id).iv = {0, flag(n, "accumulate", false) ? 2 : 3};
   cg_.node(id).f = {1.0};
@@ -903,9 +911,20 @@ void Lowerer::lowerGather(Node& n, const GenOut& g) {
   const std::string& t = n.target;
   [[maybe_unused]] const auto& [out, odt, osh, o] = g;
   Value* x = tensorArg(n, "self");
+  Value* index = tensorArg(n, "index");
+  const bool select = t == "aten.index_select.default";
+  // The kernel reads the index at the output position (gather: same rank as self and the
+  // output) or at the selected dim (index_select: a vector).
+  if (x->type.rank() == 0 || osh.size() != x->type.rank())
+    unsupported(n, fmt::format("an output of rank {} for self of rank {} (both at least 1 and equal)", osh.size(),
+                               x->type.rank()));
+  if (index->type.rank() != (select ? 1 : x->type.rank()))
+    unsupported(n, fmt::format("an index of rank {} (need {})", index->type.rank(), select ? 1 : x->type.rank()));
+  if (!ir::isIntegral(index->type.dtype, /*include_bool=*/false))
+    unsupported(n, fmt::format("an index of dtype {} (indices are integers)", ir::dtypeName(index->type.dtype)));
   int64_t d = normDim(n, intArg(n, "dim", 0), x->type.shape.size());
-  int id = gnode("gather", "", {operand(x, n), operand(valArg(n, "index"), n)}, odt, osh, o);
-  cg_.node(id).iv = {d, t == "aten.index_select.default" ? 1 : 3};
+  int id = gnode("gather", "", {operand(x, n), operand(index, n)}, odt, osh, o);
+  cg_.node(id).iv = {d, select ? 1 : 3};
   define(out, id);
 }
 

@@ -282,6 +282,7 @@ bool Lowerer::aliasSlice(Node& n, const TRef& src, Value* out) {
 bool Lowerer::aliasSelect(Node& n, const TRef& src, Value* out) {
   if (!out) return true;
   const size_t r = src.shape.size();
+  if (r == 0) unsupported(n, "select of a 0-d tensor (it has no dim to select from)");
   int64_t d = normDim(n, intArg(n, "dim", 0), r);
   SymExpr idx = requiredSize(n, "index");
   if (idx.isInt() && idx.intValue() < 0) idx = idx + src.shape[static_cast<size_t>(d)];

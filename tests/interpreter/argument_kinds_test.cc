@@ -64,13 +64,14 @@ TEST_CASE("every interpreter op refuses a tensor, list or string in a non-tensor
   CHECK(unknown == 0);
 }
 
-TEST_CASE("every interpreter op in every dtype gives a result or an FxError, without crashing", "[ops][robustness]") {
-  const auto cases = fxfuse::test::dtypeCases(
-      [](const fxfuse::ir::OpSchema& s) { return OpTable::get().find(s.target()) != nullptr; });
+TEST_CASE("every interpreter op in every dtype and edge shape gives a result or an FxError, without crashing", "[ops][robustness]") {
+  auto implemented = [](const fxfuse::ir::OpSchema& s) { return OpTable::get().find(s.target()) != nullptr; };
+  auto cases = fxfuse::test::dtypeCases(implemented);
+  for (auto& c : fxfuse::test::shapeCases(implemented)) cases.push_back(std::move(c));
   int unknown = 0;
   const int refused = runCases(cases, &unknown);
   INFO(fmt::format("{} runs, {} refused", cases.size(), refused));
-  CHECK(cases.size() > 1000);
+  CHECK(cases.size() > 2000);
   CHECK(refused < static_cast<int>(cases.size()));  // most ops take most dtypes
   CHECK(unknown == 0);
 }

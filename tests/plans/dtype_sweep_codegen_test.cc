@@ -1,5 +1,6 @@
 // Every op of the built-in schema registry with all its tensor arguments (and its outputs) of
-// one dtype — bf16, f16, f32, f64, i64, i32, bool, f8e4m3fn — lowered after the pass pipeline:
+// one dtype — bf16, f16, f32, f64, i64, i32, bool, f8e4m3fn — or of one edge shape (0-d, empty,
+// ranks 2 and 3; f32 and bf16), lowered after the pass pipeline:
 // a refusal (FxError) or a plan whose generated kernels compile with NVRTC for sm_90a. An
 // unusual dtype must not produce CUDA code that fails only when a GPU compiles it.
 #include <catch2/catch.hpp>
@@ -17,14 +18,16 @@
 #include "passes/pipeline/pipeline.h"
 #include "tests/op_sweep.h"
 
-TEST_CASE("every op in every dtype lowers to compiling kernels or is refused", "[lowering][codegen]") {
+TEST_CASE("every op in every dtype and edge shape lowers to compiling kernels or is refused", "[lowering][codegen]") {
   std::set<std::string> sources;  // generated kernels, by source (many ops share one)
   struct Kernel {
     std::string graph, source, name;
   };
   std::vector<Kernel> kernels;
   int lowered = 0, refused = 0;
-  for (const auto& c : fxfuse::test::dtypeCases([](const fxfuse::ir::OpSchema&) { return true; })) {
+  auto cases = fxfuse::test::dtypeCases([](const fxfuse::ir::OpSchema&) { return true; });
+  for (auto& c : fxfuse::test::shapeCases([](const fxfuse::ir::OpSchema&) { return true; })) cases.push_back(std::move(c));
+  for (const auto& c : cases) {
     INFO(c.graph);
     try {
       auto m = fxfuse::ir::parseFxg("fxfuse.module {\n" + c.graph + "}\n", "<dtype sweep>");

@@ -25,6 +25,7 @@ std::string KvBatchPlan::describe() const {
 
 KvBatchPlan planKvLengths(int64_t tokens, int64_t batch, int64_t block_size, const KvBatchOptions& o) {
   if (batch < 1) fail("kv batch: {} sequences (need at least 1)", batch);
+  if (block_size < 1) fail("kv batch: the key cache's block size (its dim 1) is {}, need at least 1", block_size);
   KvBatchPlan p;
   p.tokens = tokens;
   p.block_size = block_size;

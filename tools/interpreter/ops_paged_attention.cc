@@ -67,6 +67,7 @@ PagedBatch readBatch(const Call& c, int64_t tokens, const Tensor& key_cache) {
   b.tokens = tokens;
   b.num_blocks = key_cache.shape[0];
   b.block_size = key_cache.shape[1];
+  if (b.block_size < 1) fail("paged_attention: key_cache {} has block size 0", key_cache.describe());
   Tensor table = c.tensor("block_table");
   b.slots = integers(c.tensor("slot_mapping"), "slot_mapping", 1);
   b.block_table = integers(table, "block_table", 2);
