@@ -100,7 +100,8 @@ inline const std::vector<const char*>& sweepShapes() {
 // slot x (lists: [x, x]) and every return of type `type` (e.g. "f32[4]"); x lives on cuda:0 so
 // that lowering plans it.
 template <typename Include>
-std::vector<SweepCase> typedCases(Include&& include, const std::vector<std::string>& types) {
+std::vector<SweepCase> typedCases(Include&& include, const std::vector<std::string>& types,
+                                  const std::string& header = "") {
   std::vector<SweepCase> cases;
   for (const auto& [name, schema] : ir::OpRegistry::builtin().all()) {
     if (!returnsTensors(schema) || schema.returns.empty() || !include(schema)) continue;
@@ -114,7 +115,7 @@ std::vector<SweepCase> typedCases(Include&& include, const std::vector<std::stri
       const std::string line =
           fmt::format("{} = {}({})\n", fmt::join(outs, ", "), schema.target(), fmt::join(args, ", "));
       cases.push_back(
-          {"", fmt::format("graph @main {{\ninput %1 \"x\": {} cuda:0\n{}output %2\n}}\n", type, line), line});
+          {header, fmt::format("graph @main {{\ninput %1 \"x\": {} cuda:0\n{}output %2\n}}\n", type, line), line});
     }
   }
   return cases;
@@ -128,11 +129,21 @@ std::vector<SweepCase> dtypeCases(Include&& include) {
   return typedCases(include, types);
 }
 
-// Every tensor of one shape, for each of sweepShapes(), in f32 and bf16.
+// Every tensor of a symbolic shape ([s0], [s0, 3], [2, s0]; s0 in [1, 4096], hint 8), in each of
+// `dtypes`: sizes lowering evaluates only when the plan is bound.
 template <typename Include>
-std::vector<SweepCase> shapeCases(Include&& include) {
+std::vector<SweepCase> symbolicCases(Include&& include, const std::vector<const char*>& dtypes = {"f32", "bf16"}) {
   std::vector<std::string> types;
-  for (const char* dt : {"f32", "bf16"})
+  for (const char* dt : dtypes)
+    for (const char* shape : {"[s0]", "[s0, 3]", "[2, s0]"}) types.push_back(fmt::format("{}{}", dt, shape));
+  return typedCases(include, types, "symbol s0 range=[1, 4096] hint=8\n");
+}
+
+// Every tensor of one shape, for each of sweepShapes(), in each of `dtypes`.
+template <typename Include>
+std::vector<SweepCase> shapeCases(Include&& include, const std::vector<const char*>& dtypes = {"f32", "bf16"}) {
+  std::vector<std::string> types;
+  for (const char* dt : dtypes)
     for (const char* shape : sweepShapes()) types.push_back(fmt::format("{}{}", dt, shape));
   return typedCases(include, types);
 }

@@ -965,6 +965,9 @@ void Lowerer::lowerIndex(Node& n, const GenOut& g) {
 void Lowerer::lowerSliceScatter(Node& n, const GenOut& g) {
   [[maybe_unused]] const auto& [out, odt, osh, o] = g;
   Value* x = tensorArg(n, "self");
+  if (x->type.rank() == 0 || osh.size() != x->type.rank())
+    unsupported(n, fmt::format("an output of rank {} for self of rank {} (both at least 1 and equal)", osh.size(),
+                               x->type.rank()));
   int64_t d = normDim(n, intArg(n, "dim", 0), x->type.shape.size());
   SymExpr start = sizeArg(n, "start").value_or(I(0));
   SymExpr end = sizeArg(n, "end").value_or(x->type.shape[static_cast<size_t>(d)]);

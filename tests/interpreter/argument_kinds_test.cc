@@ -68,6 +68,7 @@ TEST_CASE("every interpreter op in every dtype and edge shape gives a result or 
   auto implemented = [](const fxfuse::ir::OpSchema& s) { return OpTable::get().find(s.target()) != nullptr; };
   auto cases = fxfuse::test::dtypeCases(implemented);
   for (auto& c : fxfuse::test::shapeCases(implemented)) cases.push_back(std::move(c));
+  for (auto& c : fxfuse::test::symbolicCases(implemented)) cases.push_back(std::move(c));
   int unknown = 0;
   const int refused = runCases(cases, &unknown);
   INFO(fmt::format("{} runs, {} refused", cases.size(), refused));

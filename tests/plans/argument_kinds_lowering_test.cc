@@ -1,6 +1,6 @@
 // Lowering's side of tests/interpreter/argument_kinds_test.cc: every op of the built-in schema
-// registry with a number, a list of numbers or None in each tensor slot, and a tensor, a list or
-// a string in each other slot (tests/op_sweep.h),
+// registry with a number, a list of numbers or None in each tensor slot, a tensor, a list or a
+// string in each other slot, and bf16 tensors of edge and symbolic shapes (tests/op_sweep.h),
 // lowered as read and after the default pass pipeline — as `fxfuse compile --emit=plan` does —
 // must give a plan or an FxError (one line naming the node), never a crash.
 #include <catch2/catch.hpp>
@@ -34,6 +34,11 @@ bool lowers(const fxfuse::test::SweepCase& c, bool compile) {
 TEST_CASE("lowering refuses a value of the wrong kind in any slot, without crashing", "[lowering][robustness]") {
   auto cases = fxfuse::test::schemaCases([](const fxfuse::ir::OpSchema&) { return true; });
   for (auto& c : fxfuse::test::schemaCases([](const fxfuse::ir::OpSchema&) { return true; }, /*other_slots=*/true))
+    cases.push_back(std::move(c));
+  // Edge and symbolic shapes in bf16 (dtype_sweep_codegen_test lowers them in f32, with NVRTC).
+  for (auto& c : fxfuse::test::shapeCases([](const fxfuse::ir::OpSchema&) { return true; }, {"bf16"}))
+    cases.push_back(std::move(c));
+  for (auto& c : fxfuse::test::symbolicCases([](const fxfuse::ir::OpSchema&) { return true; }, {"bf16"}))
     cases.push_back(std::move(c));
   int plans = 0;
   for (const auto& c : cases) {
