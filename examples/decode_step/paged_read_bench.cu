@@ -20,19 +20,12 @@
 #include <random>
 #include <vector>
 
+#include "examples/decode_step/cuda_check.h"
+
 namespace {
 
 constexpr int kHeads = 8, kRowBytes = 256, kBlock = 16, kStages = 4, kKeysPerStage = 8;
 constexpr int kStageBytes = 2 * kKeysPerStage * kRowBytes;  // K and V rows
-
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));  \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 __device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");

@@ -48,6 +48,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "examples/decode_step/cuda_check.h"
 #include "examples/decode_step/persistent_layer_reference.h"
 #include "kernels/device/mbarrier.cuh"
 #include "kernels/device/mma_fp8.cuh"
@@ -83,15 +84,6 @@ constexpr int kSmemBytes = kRingBytes + kBarrierBytes + kXqBytes + kPartialBytes
 // state's o starts 16-byte aligned (float4 accesses).
 constexpr int kStatePitch = kHeadDim + 4;
 static_assert(kConsumerWarps * kGroup * kStatePitch * 4 <= kXqBytes, "attention states fit");
-
-#define CHECK(x)                                                                     \
-  do {                                                                               \
-    cudaError_t e = (x);                                                             \
-    if (e != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
 
 struct LayerWeights {
   const uint8_t *qkv, *o, *gate_up, *down;  // FP8 rows [N, K] (vLLM's column-major [K, N])
