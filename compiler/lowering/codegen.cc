@@ -453,9 +453,15 @@ class Emitter {
       return "((" + x + ") * " + beta + " > " + thr + " ? (" + x + ") : " + (d ? "log1p(exp(" : "log1pf(expf(") + "(" +
              x + ") * " + beta + ")) / " + beta + ")";
     }
+    // Integers and bools are never infinite or NaN (and CUDA's isinf has no integer overload).
+    const bool floating = d || t == "float";
     if (f == "isnan") return "((" + x + ") != (" + x + "))";
-    if (f == "isinf") return "isinf(" + x + ")";
-    if (f == "finite_or_zero") return "(isinf(" + x + ") ? (" + t + ")0 : (" + x + "))";
+    if (f == "isinf") return floating ? "isinf(" + x + ")" : "false";
+    if (f == "isfinite") return floating ? "isfinite(" + x + ")" : "true";
+    if (f == "finite_or_zero") return floating ? "(isinf(" + x + ") ? (" + t + ")0 : (" + x + "))" : x;
+    if (f == "leaky_relu")  // f = {negative_slope}
+      return "((" + x + ") > (" + t + ")0 ? (" + x + ") : (" + x + ") * (" + t + ")" +
+             floatLit(n.f.empty() ? 0.01 : n.f[0], d) + ")";
     fail("codegen: unknown unary op {}", f);
   }
 
@@ -464,7 +470,7 @@ class Emitter {
     std::string a = broadcastOperand(o, n, 0), b = broadcastOperand(o, n, 1);
     const std::string& f = n.s;
     bool cmp = f == "eq" || f == "ne" || f == "lt" || f == "le" || f == "gt" || f == "ge";
-    bool logic = f == "and" || f == "or";
+    bool logic = f == "and" || f == "or" || f == "xor";
     // Comparisons compute in a type both operands fit (f64, f32, bool or int64), logic ops in bool.
     std::string t;
     if (cmp) {
@@ -488,7 +494,7 @@ class Emitter {
     static const std::map<std::string, const char*> ops = {
         {"add", " + "},  {"sub", " - "},  {"mul", " * "}, {"div", " / "},  {"eq", " == "}, {"ne", " != "},
         {"lt", " < "},   {"le", " <= "},  {"gt", " > "},  {"ge", " >= "},  {"and", " && "}, {"or", " || "},
-        {"band", " & "}, {"bor", " | "},  {"bxor", " ^ "},
+        {"band", " & "}, {"bor", " | "},  {"bxor", " ^ "}, {"xor", " != "},
     };
     return ops;
   }
@@ -506,6 +512,8 @@ class Emitter {
       return t == "double"  ? "pow(" + x + ", " + y + ")"
              : t == "float" ? "powf(" + x + ", " + y + ")"
                             : "(long long)pow((double)" + x + ", (double)" + y + ")";
+    if (f == "atan2") return (t == "double" ? "atan2(" : "atan2f(") + x + ", " + y + ")";
+    if (f == "hypot") return (t == "double" ? "hypot(" : "hypotf(") + x + ", " + y + ")";
     if (f == "max") return "fx_maxp(" + x + ", " + y + ")";
     if (f == "min") return "fx_minp(" + x + ", " + y + ")";
     if (f == "rem")
@@ -580,6 +588,20 @@ class Emitter {
       for (size_t k = 0; k < ri; ++k)
         o << "  j[" << k << "] = i[" << k << "]" << (static_cast<int64_t>(k) == n.iv.at(0) ? " / " + sx(n.sv.at(0)) : "")
           << ";\n";
+    } else if (n.s == "flip") {  // iv = the reversed dims
+      std::set<int64_t> dims(n.iv.begin(), n.iv.end());
+      for (size_t k = 0; k < ri; ++k)
+        o << "  j[" << k << "] = "
+          << (dims.count(static_cast<int64_t>(k)) ? "(" + sx(src.shape[k]) + " - 1) - i[" + std::to_string(k) + "]"
+                                                  : "i[" + std::to_string(k) + "]")
+          << ";\n";
+    } else if (n.s == "roll") {  // iv = (dim, shift) pairs: j = (i - shift) mod size, never negative
+      for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = i[" << k << "];\n";
+      for (size_t p = 0; p + 1 < n.iv.size(); p += 2) {
+        const std::string d = std::to_string(n.iv[p]), size = sx(src.shape[static_cast<size_t>(n.iv[p])]);
+        o << "  j[" << d << "] = ((i[" << d << "] - (" << n.iv[p + 1] << "LL)) % " << size << " + " << size << ") % "
+          << size << ";\n";
+      }
     } else if (n.s == "expand") {
       bcastIndex(o, "jb", src.shape, n.shape, "i");
       for (size_t k = 0; k < ri; ++k) o << "  j[" << k << "] = jb[" << k << "];\n";

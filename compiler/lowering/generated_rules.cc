@@ -64,6 +64,8 @@ const std::map<std::string, std::string>& unaryFunctions() {
       {"aten.softplus.default", "softplus"},
       {"aten.isnan.default", "isnan"},
       {"aten.isinf.default", "isinf"},
+      {"aten.isfinite.default", "isfinite"},
+      {"aten.leaky_relu.default", "leaky_relu"},
   };
   return kFunctions;
 }
@@ -107,6 +109,9 @@ const std::map<std::string, std::string>& binaryFunctions() {
       {"aten.bitwise_xor.Scalar", "bxor"},
       {"aten.bitwise_and.Scalar", "band"},
       {"aten.bitwise_or.Scalar", "bor"},
+      {"aten.logical_xor.default", "xor"},
+      {"aten.atan2.default", "atan2"},
+      {"aten.hypot.default", "hypot"},
   };
 
   return kFunctions;
@@ -134,6 +139,9 @@ const std::unordered_map<std::string, GeneratedRule>& generatedRules() {
         {{"aten.sum.dim_IntList", "aten.mean.dim", "aten.amax.default", "aten.amin.default", "aten.sum.default",
           "aten.mean.default", "aten.max.default", "aten.min.default"},
          &L::lowerReduction,
+         J::OwnGroup},
+        {{"aten.any.default", "aten.any.dim", "aten.any.dims", "aten.all.default", "aten.all.dim", "aten.all.dims"},
+         &L::lowerAnyAll,
          J::OwnGroup},
         {{"aten.logsumexp.default"}, &L::lowerLogSumExp, J::OwnGroup},
         {{"aten.linalg_vector_norm.default"}, &L::lowerVectorNorm, J::OwnGroup},
@@ -181,7 +189,7 @@ const std::unordered_map<std::string, GeneratedRule>& generatedRules() {
          &L::lowerReshape,
          J::Remap},
         {{"aten.permute.default", "aten.transpose.int", "aten.t.default"}, &L::lowerPermute, J::Remap},
-        {{"aten.slice.Tensor"}, &L::lowerSlice, J::Remap},
+        {{"aten.slice.Tensor", "aten.narrow.default"}, &L::lowerSlice, J::Remap},  // narrow: its start, step 1
         {{"aten.select.int"}, &L::lowerSelect, J::Remap},
         {{"aten.unsqueeze.default"}, &L::lowerUnsqueeze, J::Remap},
         {{"aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default"}, &L::lowerSqueeze, J::Remap},
@@ -191,6 +199,8 @@ const std::unordered_map<std::string, GeneratedRule>& generatedRules() {
          J::Remap},
         {{"aten.cat.default", "aten.stack.default"}, &L::lowerCat, J::Remap},
         {{"aten.repeat.default"}, &L::lowerRepeat, J::Remap},
+        {{"aten.flip.default"}, &L::lowerFlip, J::Remap},
+        {{"aten.roll.default"}, &L::lowerRoll, J::Remap},
         {{"aten.repeat_interleave.self_int"}, &L::lowerRepeatInterleave, J::Remap},
         {{"aten.pad.default"}, &L::lowerPad, J::Remap},
         {{"aten.constant_pad_nd.default"}, &L::lowerConstantPadNd, J::Remap},
@@ -227,6 +237,12 @@ const std::unordered_map<std::string, GeneratedRule>& generatedRules() {
 }
 
 }  // namespace
+
+std::vector<std::string> generatedRuleTargets() {
+  std::vector<std::string> targets;
+  for (const auto& [target, rule] : generatedRules()) targets.push_back(target);
+  return targets;
+}
 
 // The output a rule defines: the node's first present output (multi-output views may leave
 // the first unused), which must be a tensor.
@@ -319,6 +335,35 @@ void Lowerer::lowerReduction(Node& n, const GenOut& g) {
   int red = gReduce(kind, in, src->k, g.odt, g.osh, g.o);
   if (in != src->id) member(in);
   define(g.out, red);
+}
+
+// any / all: whether some / every element of a row is nonzero, as the max / min of x != 0
+// (bool, or u8 for a u8 input: the output's dtype). No dim, or dim=None: every dim.
+void Lowerer::lowerAnyAll(Node& n, const GenOut& g) {
+  const std::string& o = g.o;
+  Value* x = tensorArg(n, "self");
+  if (!x) unsupported(n, "missing input tensor");
+  const Attr* dim = arg(n, "dim");
+  std::set<int64_t> dims;
+  if (!dim || dim->isNone() || intList(n, "dim").empty())
+    for (size_t k = 0; k < x->type.shape.size(); ++k) dims.insert(static_cast<int64_t>(k));
+  else
+    for (int64_t d : intList(n, "dim")) dims.insert(normDim(n, d, x->type.shape.size()));
+  // A rank-0 input is its own row; nonzero-ness still has to be taken.
+  if (x->type.shape.empty()) {
+    prepareGroup(n, {g.osh, 0}, false);
+    int nz = gBin("ne", operand(x, n), constNum(0, DType::I32), DType::BOOL, {}, o);
+    member(nz);
+    define(g.out, gCast(nz, g.odt, g.osh, o));
+    return;
+  }
+  auto src = reductionSource(n, g, x, dims);
+  const auto rs = rowShape(src->shape, src->k);
+  int nz = gBin("ne", src->id, constNum(0, DType::I32), DType::BOOL, src->shape, o);
+  int wide = gCast(nz, DType::I32, src->shape, o);
+  int red = gReduce(n.target.find("any") != std::string::npos ? "max" : "min", wide, src->k, DType::I32, rs, o);
+  for (int id : {nz, wide}) member(id);
+  defineReducedRow(g, red, rs);
 }
 
 // max/min.dim: with their indices used, the arg-extreme rule; else a plain reduction.
@@ -429,6 +474,7 @@ void Lowerer::lowerUnary(Node& n, const GenOut& g) {
     unsupported(n, fmt::format("a bitwise op on {} (torch takes integer and bool tensors only)", ir::dtypeName(ct)));
   int res = gUnary(f, a, ct == DType::BOOL && f != "not" && f != "bnot" ? odt : ct, osh, o);
   if (f == "softplus") cg_.node(res).f = {num(n, "beta", 1.0), num(n, "threshold", 20.0)};
+  if (f == "leaky_relu") cg_.node(res).f = {num(n, "negative_slope", 0.01)};
   define(out, gCast(res, odt, osh, o));
 }
 
@@ -445,8 +491,13 @@ void Lowerer::lowerBinary(Node& n, const GenOut& g) {
   int c = scalarOrTensor(n, t.find("pow") != std::string::npos ? "exponent" : "other");
   std::string f = binaryFunctions().at(n.target);
   DType ct = odt;
-  if (f == "eq" || f == "ne" || f == "lt" || f == "le" || f == "gt" || f == "ge" || f == "and" || f == "or")
+  if (f == "eq" || f == "ne" || f == "lt" || f == "le" || f == "gt" || f == "ge" || f == "and" || f == "or" ||
+      f == "xor")
     ct = DType::BOOL;
+  // Floating functions of two arguments: torch computes integer inputs in the default float
+  // dtype, so a graph that says otherwise is malformed.
+  if ((f == "atan2" || f == "hypot") && !ir::isFloating(odt))
+    unsupported(n, fmt::format("{} with a {} result (torch computes it in floating point)", f, ir::dtypeName(odt)));
   if (bitwiseFunction(f) &&
       (ir::isFloating(ct) || ir::isFloating(cg_.node(a).dtype) || ir::isFloating(cg_.node(c).dtype)))
     unsupported(n, fmt::format("a bitwise op on {} (torch takes integer and bool tensors only)", ir::dtypeName(ct)));
@@ -740,6 +791,48 @@ void Lowerer::lowerRepeat(Node& n, const GenOut& g) {
   Value* x = tensorArg(n, "self");
   if (sizeList(n, "repeats").size() < x->type.shape.size()) unsupported(n, "fewer repeats than dimensions");
   define(out, gnode("remap", "repeat", {operand(x, n)}, odt, osh, o));
+}
+
+// flip: each listed dim read backwards (a remap; iv = the dims).
+void Lowerer::lowerFlip(Node& n, const GenOut& g) {
+  [[maybe_unused]] const auto& [out, odt, osh, o] = g;
+  Value* x = tensorArg(n, "self");
+  if (osh != x->type.shape) unsupported(n, "a flip's output must have its input's shape");
+  std::set<int64_t> dims;
+  for (int64_t d : intList(n, "dims")) dims.insert(normDim(n, d, x->type.shape.size()));
+  if (x->type.shape.empty()) dims.clear();  // a 0-d tensor flips to itself
+  int id = gnode("remap", "flip", {operand(x, n)}, odt, osh, o);
+  cg_.node(id).iv.assign(dims.begin(), dims.end());
+  define(out, id);
+}
+
+// roll: output index i along a rolled dim reads (i - shift) mod size (iv = dim, shift pairs);
+// without dims the flattened tensor rolls by its one shift.
+void Lowerer::lowerRoll(Node& n, const GenOut& g) {
+  [[maybe_unused]] const auto& [out, odt, osh, o] = g;
+  Value* x = tensorArg(n, "self");
+  if (osh != x->type.shape) unsupported(n, "a roll's output must have its input's shape");
+  std::vector<int64_t> shifts = intList(n, "shifts"), dims = intList(n, "dims");
+  int src = operand(x, n);
+  std::vector<SymExpr> rolled_shape = x->type.shape;
+  if (dims.empty()) {
+    if (shifts.size() != 1) unsupported(n, "a roll without dims takes exactly one shift");
+    rolled_shape = {numelOf(x->type.shape)};
+    src = gnode("remap", "reshape", {src}, x->type.dtype, rolled_shape, o);
+    member(src);
+    dims = {0};
+  } else {
+    if (shifts.size() != dims.size()) unsupported(n, "a roll needs one shift per dim");
+    for (int64_t& d : dims) d = normDim(n, d, x->type.shape.size());
+    if (x->type.shape.empty()) unsupported(n, "a roll of a 0-d tensor along a dim");
+  }
+  int id = gnode("remap", "roll", {src}, odt, rolled_shape, o);
+  for (size_t k = 0; k < dims.size(); ++k) cg_.node(id).iv.insert(cg_.node(id).iv.end(), {dims[k], shifts[k]});
+  if (rolled_shape != osh) {
+    member(id);
+    id = gnode("remap", "reshape", {id}, odt, osh, o);
+  }
+  define(out, id);
 }
 
 void Lowerer::lowerRepeatInterleave(Node& n, const GenOut& g) {

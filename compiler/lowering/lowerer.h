@@ -115,6 +115,8 @@ class Lowerer {
   }
 
   pb::Plan run(LowerStats* stats);
+  // The views with an alias form of their own (LoweredTargets, lowering.h).
+  static std::vector<std::string> aliasFormTargets();
 
  private:
   // ------------------------------------------------------------------ small helpers
@@ -686,6 +688,7 @@ class Lowerer {
   // cannot alias (the node is then lowered by the other rules).
   using AliasForm = bool (Lowerer::*)(Node& n, const TRef& src, Value* out);
   static AliasForm aliasForm(const std::string& target);
+  static const std::map<std::string, AliasForm>& aliasForms();
   void aliasOf(Value* out, const TRef& src, std::vector<SymExpr> shape, std::vector<SymExpr> stride, SymExpr offset);
   bool aliasSame(Node& n, const TRef& src, Value* out);
   bool aliasReshape(Node& n, const TRef& src, Value* out);
@@ -717,6 +720,7 @@ class Lowerer {
   void defineReducedRow(const GenOut& g, int res, const std::vector<SymExpr>& rs);
   void lowerReduction(Node& n, const GenOut& g);
   void lowerMaxMinDim(Node& n, const GenOut& g);
+  void lowerAnyAll(Node& n, const GenOut& g);
   void lowerSoftmax(Node& n, const GenOut& g);
   void lowerVectorNorm(Node& n, const GenOut& g);
   void lowerLogSumExp(Node& n, const GenOut& g);
@@ -747,6 +751,8 @@ class Lowerer {
   void lowerSplit(Node& n, const GenOut& g);
   void lowerCat(Node& n, const GenOut& g);
   void lowerRepeat(Node& n, const GenOut& g);
+  void lowerFlip(Node& n, const GenOut& g);
+  void lowerRoll(Node& n, const GenOut& g);
   void lowerRepeatInterleave(Node& n, const GenOut& g);
   void lowerPad(Node& n, const GenOut& g);
   void lowerConstantPadNd(Node& n, const GenOut& g);
@@ -816,5 +822,8 @@ class Lowerer {
   Group grp_;
   LowerStats stats_;
 };
+
+// The targets of generated_rules.cc's rule table (LoweredTargets, lowering.h).
+std::vector<std::string> generatedRuleTargets();
 
 }  // namespace fxfuse::lowering::detail

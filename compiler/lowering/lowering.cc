@@ -65,6 +65,12 @@ bool isCastTarget(const std::string& t) {
 Lowerer::AliasForm Lowerer::aliasForm(const std::string& t) {
   // Identities; an all-reduce at one rank; casts to the same dtype.
   if (isIdentityTarget(t) || isAllReduceTarget(t) || isCastTarget(t)) return &Lowerer::aliasSame;
+  auto it = aliasForms().find(t);
+  return it == aliasForms().end() ? nullptr : it->second;
+}
+
+// The views with an alias form of their own: target -> form.
+const std::map<std::string, Lowerer::AliasForm>& Lowerer::aliasForms() {
   static const std::map<std::string, AliasForm> forms = {
       {"aten.view.default", &Lowerer::aliasReshape},
       {"aten.reshape.default", &Lowerer::aliasReshape},
@@ -85,8 +91,13 @@ Lowerer::AliasForm Lowerer::aliasForm(const std::string& t) {
       {"aten.chunk.default", &Lowerer::aliasSplit},
       {"aten.unbind.int", &Lowerer::aliasSplit},
   };
-  auto it = forms.find(t);
-  return it == forms.end() ? nullptr : it->second;
+  return forms;
+}
+
+std::vector<std::string> Lowerer::aliasFormTargets() {
+  std::vector<std::string> targets;
+  for (const auto& [target, form] : aliasForms()) targets.push_back(target);
+  return targets;
 }
 
 // A view node as an alias of its input's memory (a TensorRef, no step) when it can be one.
@@ -372,13 +383,14 @@ int Lowerer::trailingSource(Node& n, Value* x, const std::set<int64_t>& dims, st
 }
 
 // Ops that are a short chain of elementwise steps around row reductions, generated into the
-// row kernel of their input: layer norm (mean, centered mean of squares, rsqrt), var/var_mean
-// and Inductor's online-softmax statistics. Computed in f32 (f64 for f64 inputs), rounded
+// row kernel of their input: layer norm (mean, centered mean of squares, rsqrt), var/var_mean,
+// std (the square root of var) and Inductor's online-softmax statistics. Computed in f32 (f64 for f64 inputs), rounded
 // once to each output's dtype.
 bool Lowerer::lowerRowComposite(Node& n) {
   const std::string& t = n.target;
   bool layer_norm = t == "aten.layer_norm.default" || t == "aten.native_layer_norm.default";
-  bool var = t == "aten.var_mean.correction" || t == "aten.var.correction" || t == "aten.var_mean.dim" ||
+  bool std_dev = t == "aten.std.correction" || t == "aten.std.dim";
+  bool var = std_dev || t == "aten.var_mean.correction" || t == "aten.var.correction" || t == "aten.var_mean.dim" ||
              t == "aten.var.dim";
   bool online_softmax = t == "prims.prepare_softmax_online.default";
   if (!layer_norm && !var && !online_softmax) return false;
@@ -440,6 +452,7 @@ bool Lowerer::lowerRowComposite(Node& n) {
       int dn = keep(gCast(constSym(cnt - I(static_cast<int64_t>(corr))), ct, {}, o));
       v = keep(gBin("div", keep(gBin("mul", msq, nn, ct, rs, o)), dn, ct, rs, o));
     }
+    if (std_dev) v = keep(gUnary("sqrt", v, ct, rs, o));
     defineRow(0, v);
     if (n.numOutputs() > 1) defineRow(1, mean);
     return true;
@@ -570,6 +583,8 @@ const std::map<std::string, NodeRule>& ownRules() {
       {"aten.empty_strided.default", &Lowerer::lowerEmpty},
       {"aten.empty_like.default", &Lowerer::lowerEmpty},
       {"aten.empty_permuted.default", &Lowerer::lowerEmpty},
+      {"aten.new_empty.default", &Lowerer::lowerEmpty},
+      {"aten.new_empty_strided.default", &Lowerer::lowerEmpty},
       {"aten.scaled_dot_product_attention.default", &Lowerer::lowerAttention},
       {"aten._scaled_dot_product_flash_attention.default", &Lowerer::lowerAttention},
       {"aten._scaled_dot_product_flash_attention_for_cpu.default", &Lowerer::lowerAttention},
@@ -905,6 +920,14 @@ pb::Plan Lowerer::run(LowerStats* stats) {
 }  // namespace detail
 
 using detail::Lowerer;
+
+std::vector<std::string> LoweredTargets() {
+  std::set<std::string> targets;
+  for (const auto& [target, rule] : ownRules()) targets.insert(target);
+  for (const std::string& target : Lowerer::aliasFormTargets()) targets.insert(target);
+  for (const std::string& target : generatedRuleTargets()) targets.insert(target);
+  return {targets.begin(), targets.end()};
+}
 
 // A refusal names the graph file (opts.source) before the node and op, as the readers' do.
 pb::Plan lowerModule(ir::Module& m, const LowerOptions& opts, LowerStats* stats) {

@@ -93,4 +93,9 @@ std::string describePlan(const fxfuse::plan::v1::Plan& p);
 fxfuse::ir::v1::DType toPlanDType(ir::DType t);
 ir::DType fromPlanDType(fxfuse::ir::v1::DType t);
 
+// The op targets lowering has a rule for by name (matmuls, attention, empty, views, generated
+// kernels), sorted: what the robustness sweeps give wrong arguments to. fxfuse and symbolic ops
+// dispatch by namespace and are not listed.
+std::vector<std::string> LoweredTargets();
+
 }  // namespace fxfuse::lowering

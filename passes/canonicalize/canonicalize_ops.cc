@@ -12,8 +12,9 @@
 //   aten.rms_norm, aten._fused_rms_norm                                    -> fxfuse.rms_norm
 //   aten.scaled_dot_product_attention and _flash/_efficient/_cudnn/_for_cpu -> fxfuse.attention
 //   vLLM's fused ops (_C.rms_norm_static_fp8_quant, ...)                   -> fxfuse fused ops
-//   ATen spellings of one ATen op (kAtenSpellings: concat, min/max.other, flatten,
-//   expand_as, device_put)                                                 -> that op
+//   ATen spellings of one ATen op (kAtenSpellings: concat, true_divide, clip, hardtanh,
+//   __xor__, dot and mv, min/max.other, flatten, expand_as, view_copy, _reshape_alias,
+//   device_put, lift_fresh)                                     -> that op
 //
 // REQUIRES: functionalize (custom ops in auto_functionalized v1 form).
 // Semantics and attribute values: docs/canonical-ops.md.
@@ -77,6 +78,8 @@ class CanonicalizeOpsPass : public Pass {
     const char* to;
     std::vector<std::pair<const char*, const char*>> renames;
     const char* size_from_output;  // argument set to the output's shape, or nullptr
+    // Defaults of `from` that `to` lacks, by their new names: added when the node leaves them out.
+    std::vector<std::pair<const char*, double>> defaults = {};
   };
   static const std::vector<Spelling>& atenSpellings() {
     static const std::vector<Spelling> kAtenSpellings = {
@@ -87,8 +90,22 @@ class CanonicalizeOpsPass : public Pass {
         {"aten.unflatten.int", "aten.view.default", {}, "size"},
         {"aten.reshape_as.default", "aten.reshape.default", {}, "shape"},
         {"aten.expand_as.default", "aten.expand.default", {}, "size"},
+        {"aten.view_copy.default", "aten.view.default", {}, nullptr},
+        {"aten.concatenate.default", "aten.cat.default", {}, nullptr},
+        {"aten.true_divide.Tensor", "aten.div.Tensor", {}, nullptr},
+        {"aten.true_divide.Scalar", "aten.div.Scalar", {}, nullptr},
+        {"aten.clip.default", "aten.clamp.default", {}, nullptr},
+        {"aten.hardtanh.default", "aten.clamp.default", {{"min_val", "min"}, {"max_val", "max"}}, nullptr,
+         {{"min", -1.0}, {"max", 1.0}}},
+        {"aten.__xor__.Tensor", "aten.bitwise_xor.Tensor", {}, nullptr},
+        {"aten.__xor__.Scalar", "aten.bitwise_xor.Scalar", {}, nullptr},
+        {"aten.dot.default", "aten.matmul.default", {{"tensor", "other"}}, nullptr},
+        {"aten.mv.default", "aten.matmul.default", {{"vec", "other"}}, nullptr},
+        // Exactly the view it names (the size and strides it was given, the input's offset).
+        {"aten._reshape_alias.default", "aten.as_strided.default", {}, nullptr},
         // A transfer between devices: one device in a plan, so the value itself.
         {"prims.device_put.default", "aten.alias.default", {{"a", "self"}}, nullptr},
+        {"aten.lift_fresh.default", "aten.alias.default", {}, nullptr},
     };
     return kAtenSpellings;
   }
@@ -104,6 +121,11 @@ class CanonicalizeOpsPass : public Pass {
         for (const auto& [from, into] : sp.renames)
           if (a.name == from) a.name = into;
         if (to->argIndex(a.name) >= 0) args.push_back(std::move(a));
+      }
+      for (const auto& [name, value] : sp.defaults) {
+        bool given = false;
+        for (const ir::Arg& a : args) given |= a.name == name;
+        if (!given) args.push_back({name, false, ir::Attr::ofFloat(value)});
       }
       if (sp.size_from_output) {
         std::vector<ir::Attr> sizes;

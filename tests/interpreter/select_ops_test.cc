@@ -166,6 +166,29 @@ TEST_CASE("layer norm with and without weight/bias, native outputs mean and rstd
   CHECK(vals(out[3]) == std::vector<double>{rstd});
 }
 
+TEST_CASE("group norm: blocks of channels and positions, weight and bias per channel", "[ops][select]") {
+  // N=1, C=4, HxW=2, 2 groups: group 0 is channels 0-1 = [1, 3, 5, 7] (mean 4, var 5),
+  // group 1 is channels 2-3 = [2, 2, 2, 2] (mean 2, var 0: every value (x - m) * rstd = 0).
+  auto out = run(g1("input %1 \"x\": f32[1, 4, 2]\ninput %2 \"w\": f32[4]\ninput %3 \"b\": f32[4]\n",
+                    "%4: f32[1, 4, 2], %5: f32[1, 2], %6: f32[1, 2] = aten.native_group_norm.default(input=%1, "
+                    "weight=%2, bias=%3, N=1, C=4, HxW=2, group=2, eps=4.0)\n",
+                    "output %4\noutput %5\noutput %6\n"),
+                 {T({1, 4, 2}, DType::F32, {1, 3, 5, 7, 2, 2, 2, 2}), T({4}, DType::F32, {1, 2, 1, 1}),
+                  T({4}, DType::F32, {0, 0, 10, 20})});
+  const double rstd = 1.0 / 3;  // 1 / sqrt(5 + 4)
+  // Channel 1 (values 5, 7) is scaled by its weight 2; channels 2 and 3 are their biases.
+  CHECK(vals(out[0]) == std::vector<double>{f32(-3 * rstd), f32(-1 * rstd), f32(2 * rstd), f32(6 * rstd), 10, 10,
+                                            20, 20});
+  CHECK(vals(out[1]) == std::vector<double>{4, 2});
+  CHECK(vals(out[2]) == std::vector<double>{f32(rstd), 0.5});
+  CHECK_THROWS_AS(run(g1("input %1 \"x\": f32[1, 4, 2]\n",
+                         "%2: f32[1, 4, 2], %3: f32[1, 3], %4: f32[1, 3] = aten.native_group_norm.default(input=%1, "
+                         "weight=None, bias=None, N=1, C=4, HxW=2, group=3, eps=1e-05)\n",
+                         "output %2\n"),
+                      {T({1, 4, 2}, DType::F32, {1, 2, 3, 4, 5, 6, 7, 8})}),
+                  FxError);
+}
+
 TEST_CASE("var_mean.correction over a non-trailing dim", "[ops][select]") {
   auto out = run(g1("input %1 \"x\": f32[3, 2]\n",
                     "%2: f32[1, 2], %3: f32[1, 2] = aten.var_mean.correction(self=%1, dim=[0], correction=1, keepdim=true)\n"

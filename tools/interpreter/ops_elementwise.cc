@@ -237,6 +237,7 @@ void registerArithmeticOps(OpTable& t) {
     return std::isnan(x) || std::isnan(y) ? kNaN : std::min(x, y);
   });
   regBinary(t, "aten.atan2", Promo::IntToFloat, [](double x, double y, DType) { return std::atan2(x, y); });
+  regBinary(t, "aten.hypot", Promo::IntToFloat, [](double x, double y, DType) { return std::hypot(x, y); });
 }
 
 // Comparisons, logic, NaN/inf tests, where, masked_fill and clamps.

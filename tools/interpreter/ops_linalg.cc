@@ -138,6 +138,47 @@ void layerNorm(Call& c, bool native) {
   }
 }
 
+// native_group_norm: x [N, C, *] in N x group blocks of C/group channels (each C/group * HxW
+// contiguous values), each normalized by its mean and 1/sqrt(var + eps); then weight and bias
+// per channel. Outputs: y, mean and rstd of shape [N, group].
+void groupNorm(Call& c) {
+  Tensor x = c.tensor("input", 0);
+  std::optional<Tensor> w = c.optTensor("weight", 1), b = c.optTensor("bias", 2);
+  const int64_t n = c.integer("N", 0, 3), ch = c.integer("C", 0, 4), hw = c.integer("HxW", 0, 5);
+  const int64_t groups = c.integer("group", 1, 6);
+  const double eps = c.number("eps", 1e-5, 7);
+  if (groups <= 0 || ch % groups != 0) fail("group_norm: {} channels do not split into {} groups", ch, groups);
+  if (x.dim() < 2 || x.shape[0] != n || x.shape[1] != ch || x.numel() != n * ch * hw)
+    fail("group_norm: input of shape {} is not N={} x C={} x HxW={}", shapeStr(x.shape), n, ch, hw);
+  const std::vector<double> v = contiguous(x).values();
+  std::vector<double> wv = w ? w->values() : std::vector<double>{}, bv = b ? b->values() : std::vector<double>{};
+  if ((w && static_cast<int64_t>(wv.size()) != ch) || (b && static_cast<int64_t>(bv.size()) != ch))
+    fail("group_norm: weight and bias need {} values, one per channel", ch);
+  const int64_t block = ch / groups * hw;
+  std::vector<double> out(v.size()), means, rstds;
+  for (int64_t blk = 0; blk < n * groups; ++blk) {
+    const double* p = v.data() + blk * block;
+    double m = 0, var = 0;
+    for (int64_t j = 0; j < block; ++j) m += p[j];
+    m = block ? m / static_cast<double>(block) : 0.0;
+    for (int64_t j = 0; j < block; ++j) var += (p[j] - m) * (p[j] - m);
+    var = block ? var / static_cast<double>(block) : 0.0;
+    const double rs = 1.0 / std::sqrt(var + eps);
+    means.push_back(m);
+    rstds.push_back(rs);
+    for (int64_t j = 0; j < block; ++j) {
+      const int64_t channel = (blk % groups) * (ch / groups) + j / std::max<int64_t>(hw, 1);
+      double y = (p[j] - m) * rs;
+      if (w) y *= wv[static_cast<size_t>(channel)];
+      if (b) y += bv[static_cast<size_t>(channel)];
+      out[static_cast<size_t>(blk * block + j)] = y;
+    }
+  }
+  c.out(0, tensorFromValues(c, 0, x.shape, c.outDType(0, x.dtype), out));
+  c.out(1, tensorFromValues(c, 1, {n, groups}, c.outDType(1, x.dtype), means));
+  c.out(2, tensorFromValues(c, 2, {n, groups}, c.outDType(2, x.dtype), rstds));
+}
+
 }  // namespace
 
 namespace ops {
@@ -342,7 +383,11 @@ void registerLinalgOps(OpTable& t) {
     auto [shape, v] = matmulValues(a, b);
     c.out(0, tensorFromValues(c, 0, shape, mmDType(a, b), v));
   });
-  t.alias("aten.dot", "aten.matmul");
+  t.add("aten.dot", [](Call& c) {  // torch names its second vector "tensor"
+    Tensor a = c.tensor("self", 0), b = c.tensor("tensor", 1);
+    auto [shape, v] = matmulValues(a, b);
+    c.out(0, tensorFromValues(c, 0, shape, mmDType(a, b), v));
+  });
   t.add("aten.mv", [](Call& c) {
     Tensor a = c.tensor("self", 0), b = c.tensor("vec", 1);
     auto [shape, v] = matmulValues(a, b);
@@ -389,6 +434,7 @@ void registerLinalgOps(OpTable& t) {
   t.add("aten._fused_rms_norm", [](Call& c) { atenRmsNorm(c, true); });
   t.add("aten.layer_norm", [](Call& c) { layerNorm(c, false); });
   t.add("aten.native_layer_norm", [](Call& c) { layerNorm(c, true); });
+  t.add("aten.native_group_norm", groupNorm);
 }
 
 }  // namespace fxfuse::interp

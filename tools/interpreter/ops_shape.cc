@@ -250,6 +250,7 @@ void registerViewOps(OpTable& t) {
   t.add("aten.alias", [](Call& c) { c.out(0, c.tensor("self", 0)); });
   t.alias("aten.detach", "aten.alias");
   t.alias("aten.lift_fresh", "aten.alias");
+  t.alias("aten.positive", "aten.alias");
   t.add("aten.lift_fresh_copy", [](Call& c) { c.out(0, clonePreserve(c.tensor("self", 0))); });
   t.add("aten.clone", [](Call& c) {
     Tensor x = c.tensor("self", 0);
