@@ -632,8 +632,18 @@ void Lowerer::lowerEye(Node& n, const GenOut& g) {
 void Lowerer::lowerReshape(Node& n, const GenOut& g) {
   const std::string& t = n.target;
   [[maybe_unused]] const auto& [out, odt, osh, o] = g;
-  if (t == "aten.as_strided.default") unsupported(n, "as_strided of a computed value");
-  define(out, gnode("remap", "reshape", {operand(valArg(n, "self"), n)}, odt, osh, o));
+  Value* x = valArg(n, "self");
+  if (t == "aten.as_strided.default") {
+    // A computed value is contiguous in its kernel's index space, so an as_strided that
+    // reads all of it with contiguous strides from offset 0 is its reshape (torch 1.13's
+    // _reshape_alias, respelled to as_strided, is this); any other is refused.
+    const Attr* offset = arg(n, "storage_offset");
+    const bool from_start = !offset || offset->isNone() || offset->asInt().value_or(-1) == 0;
+    if (!x || !from_start || sizeList(n, "stride") != contiguousStrides(osh) ||
+        !(numelOf(osh) == numelOf(x->type.shape)))
+      unsupported(n, "as_strided of a computed value (only its contiguous reshape can be generated)");
+  }
+  define(out, gnode("remap", "reshape", {operand(x, n)}, odt, osh, o));
 }
 
 void Lowerer::lowerPermute(Node& n, const GenOut& g) {
