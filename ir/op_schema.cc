@@ -257,6 +257,7 @@ const char* const kBuiltinSchemas[] = {
     "aten::ceil(Tensor self) -> Tensor",
     "aten::trunc(Tensor self) -> Tensor",
     "aten::round(Tensor self) -> Tensor",
+    "aten::round.decimals(Tensor self, *, int decimals) -> Tensor",
     "aten::sign(Tensor self) -> Tensor",
     "aten::positive(Tensor(a) self) -> Tensor(a)",
     "aten::isinf(Tensor self) -> Tensor",

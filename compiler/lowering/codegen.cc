@@ -459,6 +459,13 @@ class Emitter {
     if (f == "isinf") return floating ? "isinf(" + x + ")" : "false";
     if (f == "isfinite") return floating ? "isfinite(" + x + ")" : "true";
     if (f == "finite_or_zero") return floating ? "(isinf(" + x + ") ? (" + t + ")0 : (" + x + "))" : x;
+    if (f == "round_decimals") {  // f = {decimals}: torch scales by 10^|decimals| in the compute type
+      const double decimals = n.f.empty() ? 0.0 : n.f[0];
+      const std::string scale = floatLit(std::pow(10.0, std::fabs(decimals)), d), r = d ? "rint(" : "rintf(";
+      if (decimals > 0) return "(" + r + "(" + x + ") * " + scale + ") / " + scale + ")";
+      if (decimals < 0) return "(" + r + "(" + x + ") / " + scale + ") * " + scale + ")";
+      return r + x + ")";
+    }
     if (f == "leaky_relu")  // f = {negative_slope}
       return "((" + x + ") > (" + t + ")0 ? (" + x + ") : (" + x + ") * (" + t + ")" +
              floatLit(n.f.empty() ? 0.01 : n.f[0], d) + ")";

@@ -48,6 +48,7 @@ const std::map<std::string, std::string>& unaryFunctions() {
       {"aten.floor.default", "floor"},
       {"aten.ceil.default", "ceil"},
       {"aten.round.default", "round"},
+      {"aten.round.decimals", "round_decimals"},
       {"aten.sign.default", "sign"},
       {"aten.square.default", "square"},
       {"aten.log1p.default", "log1p"},
@@ -475,6 +476,7 @@ void Lowerer::lowerUnary(Node& n, const GenOut& g) {
   int res = gUnary(f, a, ct == DType::BOOL && f != "not" && f != "bnot" ? odt : ct, osh, o);
   if (f == "softplus") cg_.node(res).f = {num(n, "beta", 1.0), num(n, "threshold", 20.0)};
   if (f == "leaky_relu") cg_.node(res).f = {num(n, "negative_slope", 0.01)};
+  if (f == "round_decimals") cg_.node(res).f = {static_cast<double>(intArg(n, "decimals", 0))};
   define(out, gCast(res, odt, osh, o));
 }
 

@@ -189,6 +189,18 @@ TEST_CASE("group norm: blocks of channels and positions, weight and bias per cha
                   FxError);
 }
 
+TEST_CASE("round.decimals scales around the rounding, half to even", "[ops][select]") {
+  auto out = run(g1("input %1 \"x\": f64[3]\n",
+                    "%2: f64[3] = aten.round.decimals(self=%1, decimals=2)\n"
+                    "%3: f64[3] = aten.round.decimals(self=%1, decimals=-1)\n"
+                    "%4: f64[3] = aten.round.default(self=%1)\n",
+                    "output %2\noutput %3\noutput %4\n"),
+                 {T({3}, DType::F64, {1.2345, 125, -2.5})});
+  CHECK(vals(out[0]) == std::vector<double>{std::nearbyint(1.2345 * 100) / 100, 125, -2.5});
+  CHECK(vals(out[1]) == std::vector<double>{0, 120, -0.0});  // 12.5 -> 12, -0.25 -> -0
+  CHECK(vals(out[2]) == std::vector<double>{1, 125, -2});
+}
+
 TEST_CASE("var_mean.correction over a non-trailing dim", "[ops][select]") {
   auto out = run(g1("input %1 \"x\": f32[3, 2]\n",
                     "%2: f32[1, 2], %3: f32[1, 2] = aten.var_mean.correction(self=%1, dim=[0], correction=1, keepdim=true)\n"

@@ -352,7 +352,17 @@ void registerUnaryMathAndCastOps(OpTable& t) {
   regUnary(t, "aten.floor", false, [](double x, DType) { return std::floor(x); });
   regUnary(t, "aten.ceil", false, [](double x, DType) { return std::ceil(x); });
   regUnary(t, "aten.trunc", false, [](double x, DType) { return std::trunc(x); });
-  regUnary(t, "aten.round", false, [](double x, DType) { return std::nearbyint(x); });
+  // round.decimals scales by 10^|decimals| around the rounding, as torch does (x * 10^d for
+  // d > 0, x / 10^-d below); rounding half to even.
+  t.add("aten.round", [](Call& c) {
+    const int64_t decimals = c.integer("decimals", 0);
+    const double scale = std::pow(10.0, static_cast<double>(std::llabs(decimals)));
+    unary(c, false, [decimals, scale](double x, DType) {
+      if (decimals > 0) return std::nearbyint(x * scale) / scale;
+      if (decimals < 0) return std::nearbyint(x / scale) * scale;
+      return std::nearbyint(x);
+    });
+  });
   regUnary(t, "aten.square", false, [](double x, DType) { return x * x; });
   regUnary(t, "aten.exp", true, [](double x, DType) { return std::exp(x); });
   regUnary(t, "aten.exp2", true, [](double x, DType) { return std::exp2(x); });
