@@ -120,8 +120,12 @@ class Lowerer {
 
  private:
   // ------------------------------------------------------------------ small helpers
+  // A node a pass made names the graph's nodes it came from (a user finds those in the file).
   [[noreturn]] void unsupported(const Node& n, const std::string& why) {
-    fail("lowering: node '{}' ({}): {}", n.name, n.target, why);
+    auto from = n.meta.find("fused_from");
+    const std::string origin =
+        from != n.meta.end() && from->second != n.name ? ", from '" + from->second + "'" : std::string();
+    fail("lowering: node '{}' ({}{}): {}", n.name, n.target, origin, why);
   }
   const Attr* arg(const Node& n, const std::string& name) {
     const ir::OpSchema* s = ir::lookupSchema(m_.op_schemas, n.target, &schema_cache_);

@@ -14,6 +14,7 @@
 # TORCH_MODES_8B (default "eager,default"), B8_BATCHES (1,8,32,64), B8_CONTEXTS (1024,4096). PROFILE (default 10): per-step profile runs of each 8B point.
 # ABLATE (default 0): replays of each 8B point without each step group (fxfuse bench --ablate).
 # PERSISTENT_BUDGET (default 0): the persistent decode kernel against the plan (below).
+# SPLIT_SWEEP (default empty): the plan's per-layer time under paged-attention split settings (below).
 # Files that come back: summary.txt (the tables and the check lines), kv.txt, decode_*.json and
 # decode_*.md of both models, logs.tgz, and stalls_*.txt / persistent.txt where those run.
 set -uo pipefail
@@ -124,6 +125,26 @@ if [[ -n ${STALL_POINTS:-} ]]; then
     echo "ncu stalls $point (rc $?)" >> "$OUT/summary.txt"
   done
 fi
+# The plan's time per decoder layer at one point: 2- and 32-layer 8B plans (compiled once per
+# cache format), (T32 - T2) / 30 so that the embedding, final norm and LM head cancel; one JSON
+# line with `label` (the environment it ran under, for the sweeps below).
+plan_per_layer() {
+  local kv=$1 batch=$2 ctx=$3 label=${4:-default} layers
+  for layers in 2 32; do
+    if [[ ! -s $LOGS/p${layers}_$kv.plan.pb ]]; then
+      python3 tools/fixtures/decode_model.py --config llama8b --form custom --layers $layers > "$LOGS/p$layers.fxg"
+      "$D/fxfuse" compile "$LOGS/p$layers.fxg" --kv-cache="$kv" --emit=plan -o "$LOGS/p${layers}_$kv.plan.pb" -q
+    fi
+    timeout -k 10 120 "$D/fxfuse" bench "$LOGS/p${layers}_$kv.plan.pb" --kv-batch "$batch" --kv-query-len 1 \
+      --kv-context "$ctx" --iters 50 --quiet --json "$LOGS/p${layers}_${kv}_${batch}x$ctx.json" > /dev/null
+  done
+  python3 -c 'import json, sys
+a, b = (json.load(open(f))["median_us"] for f in sys.argv[1:3])
+print(json.dumps({"plan_batch": int(sys.argv[3]), "context": int(sys.argv[4]), "kv_cache": sys.argv[5], "env": sys.argv[6],
+                  "plan_2_layers_us": a, "plan_32_layers_us": b, "plan_per_layer_us": round((b - a) / 30, 2)}))' \
+    "$LOGS/p2_${kv}_${batch}x$ctx.json" "$LOGS/p32_${kv}_${batch}x$ctx.json" "$batch" "$ctx" "$kv" "$label"
+}
+
 # The persistent decode kernel (persistent_layer_bench.cu) against the plan, per layer:
 # PERSISTENT_BUDGET s for its timed points (default 0: left out). Its check against the CPU first,
 # then PERSISTENT_BATCHES x PERSISTENT_CONTEXTS (default 1,8 x 1024,4096) for each cache format
@@ -147,29 +168,30 @@ if [[ $PERSISTENT_BUDGET -gt 0 ]]; then
       timeout -k 10 60 "$D/persistent_layer_bench" --batch 1 --context 1024 --skip "$skip"
       echo "persistent skip $skip rc $?"
     done
-    for layers in 2 32; do
-      python3 tools/fixtures/decode_model.py --config llama8b --form custom --layers $layers > "$LOGS/p$layers.fxg"
-      for kv in ${p_kv//,/ }; do
-        "$D/fxfuse" compile "$LOGS/p$layers.fxg" --kv-cache="$kv" --emit=plan -o "$LOGS/p${layers}_$kv.plan.pb" -q
-      done
-    done
     for kv in ${p_kv//,/ }; do
       for batch in ${p_batches//,/ }; do
-        for ctx in ${p_contexts//,/ }; do
-          for layers in 2 32; do
-            timeout -k 10 120 "$D/fxfuse" bench "$LOGS/p${layers}_$kv.plan.pb" --kv-batch "$batch" --kv-query-len 1 \
-              --kv-context "$ctx" --iters 50 --quiet --json "$LOGS/p${layers}_${kv}_${batch}x$ctx.json" > /dev/null
-          done
-          python3 -c 'import json, sys
-a, b = (json.load(open(f))["median_us"] for f in sys.argv[1:3])
-print(json.dumps({"plan_batch": int(sys.argv[3]), "context": int(sys.argv[4]), "kv_cache": sys.argv[5],
-                  "plan_2_layers_us": a, "plan_32_layers_us": b, "plan_per_layer_us": round((b - a) / 30, 2)}))' \
-            "$LOGS/p2_${kv}_${batch}x$ctx.json" "$LOGS/p32_${kv}_${batch}x$ctx.json" "$batch" "$ctx" "$kv"
-        done
+        for ctx in ${p_contexts//,/ }; do plan_per_layer "$kv" "$batch" "$ctx"; done
       done
     done
   } > "$OUT/persistent.txt" 2>&1
   { echo "== persistent decode kernel against the plan"; grep -E '^\{|^check|relative RMS|FAIL|rc [0-9]' "$OUT/persistent.txt"; } >> "$OUT/summary.txt"
+fi
+# A/B of the paged attention's split plan inside the plan (per-layer time, plan_per_layer):
+# SPLIT_SWEEP, ';'-separated environments (e.g. "FXFUSE_PAGED_WARPS_PER_SM=1;FXFUSE_PAGED_MMA=0";
+# "default" is the unchanged plan) at SPLIT_POINTS (batch x context, default 1x1024,1x4096,8x1024)
+# with a bf16 cache -> split_sweep.txt, its lines in summary.txt.
+if [[ -n ${SPLIT_SWEEP:-} ]]; then
+  IFS=';' read -ra sweep_envs <<< "$SPLIT_SWEEP"
+  SPLIT_POINTS=${SPLIT_POINTS:-1x1024,1x4096,8x1024}
+  {
+    for env_spec in "${sweep_envs[@]}"; do
+      for point in ${SPLIT_POINTS//,/ }; do
+        # shellcheck disable=SC2086  # env_spec is a list of NAME=VALUE words
+        ( [[ $env_spec == default ]] || export $env_spec; plan_per_layer bf16 "${point%x*}" "${point#*x}" "$env_spec" )
+      done
+    done
+  } > "$OUT/split_sweep.txt" 2>&1
+  { echo "== paged attention split sweep"; grep -E '^\{' "$OUT/split_sweep.txt"; } >> "$OUT/summary.txt"
 fi
 tar -C "$LOGS" --exclude=parity --exclude="*.plan.pb" --exclude="*.fxg" -czf "$OUT/logs.tgz" . 2>/dev/null
 cat "$OUT/summary.txt"
