@@ -285,6 +285,8 @@ const char* const kBuiltinSchemas[] = {
     "aten::leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor",
     "aten::fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)",
     "aten::zero_(Tensor(a!) self) -> Tensor(a!)",
+    "aten::fill.Scalar(Tensor self, Scalar value) -> Tensor",
+    "aten::zero(Tensor self) -> Tensor",
     // Reductions.
     "aten::sum(Tensor self, *, ScalarType? dtype=None) -> Tensor",
     "aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",

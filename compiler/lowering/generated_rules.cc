@@ -177,7 +177,7 @@ const std::unordered_map<std::string, GeneratedRule>& generatedRules() {
         // constants
         {{"aten.full.default", "aten.zeros.default", "aten.ones.default", "aten.scalar_tensor.default",
           "aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default", "aten.new_ones.default",
-          "aten.new_zeros.default", "aten.new_full.default"},
+          "aten.new_zeros.default", "aten.new_full.default", "aten.fill.Scalar", "aten.zero.default"},
          &L::lowerFill,
          J::Pointwise},
         {{"aten.arange.default", "aten.arange.start", "aten.arange.start_step", "prims.iota.default"},
@@ -588,6 +588,7 @@ void Lowerer::lowerFill(Node& n, const GenOut& g) {
   if (t == "aten.full.default" || t == "aten.full_like.default" || t == "aten.new_full.default")
     v = num(n, "fill_value", 0.0);
   if (t == "aten.scalar_tensor.default") v = num(n, "s", 0.0);
+  if (t == "aten.fill.Scalar") v = num(n, "value", 0.0);
   int c = constNum(v, odt);
   member(c);
   define(out, gnode("remap", "expand", {c}, odt, osh, o));

@@ -648,6 +648,15 @@ void registerCopyAndQueryOps(OpTable& t) {
     writeValues(x, std::vector<double>(static_cast<size_t>(x.numel()), c.number("value", 0.0, 1)));
     c.out(0, x);
   });
+  // The functional forms functionalize makes of fill_ and zero_: a new tensor of self's shape.
+  t.add("aten.fill", [](Call& c) {
+    Tensor x = c.tensor("self", 0);
+    c.out(0, Tensor::full(x.shape, x.dtype, c.number("value", 0.0, 1)));
+  });
+  t.add("aten.zero", [](Call& c) {
+    Tensor x = c.tensor("self", 0);
+    c.out(0, Tensor::full(x.shape, x.dtype, 0.0));
+  });
   t.add("aten.zero_", [](Call& c) {
     Tensor x = c.tensor("self", 0);
     writeValues(x, std::vector<double>(static_cast<size_t>(x.numel()), 0.0));
