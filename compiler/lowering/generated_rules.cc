@@ -637,14 +637,17 @@ void Lowerer::lowerReshape(Node& n, const GenOut& g) {
   [[maybe_unused]] const auto& [out, odt, osh, o] = g;
   Value* x = valArg(n, "self");
   if (t == "aten.as_strided.default") {
-    // A computed value is contiguous in its kernel's index space, so an as_strided that
-    // reads all of it with contiguous strides from offset 0 is its reshape (torch 1.13's
-    // _reshape_alias, respelled to as_strided, is this); any other is refused.
+    // A computed value owns contiguous storage in its kernel's index space, so an as_strided
+    // that reads all of it with contiguous strides from offset 0 is its reshape (torch 1.13's
+    // _reshape_alias, respelled to as_strided, is this). A view (permute, slice, ...) shares
+    // its base's storage, which as_strided would read instead: refused, as is any other.
     const Attr* offset = arg(n, "storage_offset");
     const bool from_start = !offset || offset->isNone() || offset->asInt().value_or(-1) == 0;
-    if (!x || !from_start || sizeList(n, "stride") != contiguousStrides(osh) ||
+    const Node* producer = x ? x->producer() : nullptr;
+    const bool owns_storage = producer && !aliasForm(producer->target);
+    if (!x || !owns_storage || !from_start || sizeList(n, "stride") != contiguousStrides(osh) ||
         !(numelOf(osh) == numelOf(x->type.shape)))
-      unsupported(n, "as_strided of a computed value (only its contiguous reshape can be generated)");
+      unsupported(n, "as_strided of a computed value (only a contiguous reshape of a value that is no view can be generated)");
   }
   define(out, gnode("remap", "reshape", {operand(x, n)}, odt, osh, o));
 }
