@@ -647,7 +647,9 @@ void Lowerer::lowerReshape(Node& n, const GenOut& g) {
     const bool owns_storage = producer && !aliasForm(producer->target);
     if (!x || !owns_storage || !from_start || sizeList(n, "stride") != contiguousStrides(osh) ||
         !(numelOf(osh) == numelOf(x->type.shape)))
-      unsupported(n, "as_strided of a computed value (only a contiguous reshape of a value that is no view can be generated)");
+      unsupported(n,
+                  "as_strided of a computed value (only a contiguous reshape of a value that is no view can be "
+                  "generated)");
   }
   define(out, gnode("remap", "reshape", {operand(x, n)}, odt, osh, o));
 }

@@ -384,8 +384,8 @@ int Lowerer::trailingSource(Node& n, Value* x, const std::set<int64_t>& dims, st
 
 // Ops that are a short chain of elementwise steps around row reductions, generated into the
 // row kernel of their input: layer norm (mean, centered mean of squares, rsqrt), var/var_mean,
-// std (the square root of var) and Inductor's online-softmax statistics. Computed in f32 (f64 for f64 inputs), rounded
-// once to each output's dtype.
+// std (the square root of var) and Inductor's online-softmax statistics. Computed in f32 (f64
+// for f64 inputs), rounded once to each output's dtype.
 bool Lowerer::lowerRowComposite(Node& n) {
   const std::string& t = n.target;
   bool layer_norm = t == "aten.layer_norm.default" || t == "aten.native_layer_norm.default";

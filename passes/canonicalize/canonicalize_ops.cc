@@ -14,7 +14,7 @@
 //   vLLM's fused ops (_C.rms_norm_static_fp8_quant, ...)                   -> fxfuse fused ops
 //   ATen spellings of one ATen op (kAtenSpellings: concat, true_divide, clip, hardtanh,
 //   __xor__, dot and mv, min/max.other, flatten, expand_as, view_copy, _reshape_alias,
-//   device_put, lift_fresh)                                     -> that op
+//   device_put, lift_fresh)                                                -> that op
 //
 // REQUIRES: functionalize (custom ops in auto_functionalized v1 form).
 // Semantics and attribute values: docs/canonical-ops.md.
