@@ -211,7 +211,9 @@ namespace {
 
 std::string floatLit(double v, bool dbl) {
   if (std::isnan(v)) return dbl ? "(double)FX_NAN" : "FX_NAN";
-  if (std::isinf(v)) return std::string(v < 0 ? "-" : "") + (dbl ? "(double)FX_INF" : "FX_INF");
+  // Past float's range a float literal is infinite too (printed, it would read "inf").
+  if (std::isinf(v) || (!dbl && std::isinf(static_cast<float>(v))))
+    return std::string(v < 0 ? "-" : "") + (dbl ? "(double)FX_INF" : "FX_INF");
   char buf[64];
   if (dbl) {
     std::snprintf(buf, sizeof buf, "%.17g", v);

@@ -10,6 +10,7 @@
 // Adding an op: write its rule here (or reuse one), add its row to the table, and give it an
 // interpreter entry and a plan golden test (docs/architecture.md).
 #include <limits>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -817,7 +818,9 @@ void Lowerer::lowerFlip(Node& n, const GenOut& g) {
   Value* x = tensorArg(n, "self");
   if (osh != x->type.shape) unsupported(n, "a flip's output must have its input's shape");
   std::set<int64_t> dims;
-  for (int64_t d : intList(n, "dims")) dims.insert(normDim(n, d, x->type.shape.size()));
+  for (int64_t d : intList(n, "dims"))
+    if (!dims.insert(normDim(n, d, x->type.shape.size())).second)
+      unsupported(n, fmt::format("dim {} appears twice in a flip's dims (torch refuses it)", d));
   if (x->type.shape.empty()) dims.clear();  // a 0-d tensor flips to itself
   int id = gnode("remap", "flip", {operand(x, n)}, odt, osh, o);
   cg_.node(id).iv.assign(dims.begin(), dims.end());
@@ -825,7 +828,8 @@ void Lowerer::lowerFlip(Node& n, const GenOut& g) {
 }
 
 // roll: output index i along a rolled dim reads (i - shift) mod size (iv = dim, shift pairs);
-// without dims the flattened tensor rolls by its one shift.
+// without dims the flattened tensor rolls by its one shift. A dim listed twice rolls by the
+// sum of its shifts (torch rolls once per entry); shifts are reduced modulo static sizes.
 void Lowerer::lowerRoll(Node& n, const GenOut& g) {
   [[maybe_unused]] const auto& [out, odt, osh, o] = g;
   Value* x = tensorArg(n, "self");
@@ -844,8 +848,19 @@ void Lowerer::lowerRoll(Node& n, const GenOut& g) {
     for (int64_t& d : dims) d = normDim(n, d, x->type.shape.size());
     if (x->type.shape.empty()) unsupported(n, "a roll of a 0-d tensor along a dim");
   }
+  constexpr int64_t kMaxShift = int64_t{1} << 62;  // (i - shift) stays in range in the kernel
+  std::map<int64_t, int64_t> shift_of;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const SymExpr& size = rolled_shape[static_cast<size_t>(dims[k])];
+    int64_t s = shifts[k];
+    if (size.isInt() && size.intValue() > 0) s %= size.intValue();
+    int64_t& total = shift_of[dims[k]];
+    if (s < -kMaxShift || s > kMaxShift || __builtin_add_overflow(total, s, &total) || total < -kMaxShift ||
+        total > kMaxShift)
+      unsupported(n, fmt::format("a roll shift of {} along a dim of symbolic size (at most 2^62)", shifts[k]));
+  }
   int id = gnode("remap", "roll", {src}, odt, rolled_shape, o);
-  for (size_t k = 0; k < dims.size(); ++k) cg_.node(id).iv.insert(cg_.node(id).iv.end(), {dims[k], shifts[k]});
+  for (const auto& [d, s] : shift_of) cg_.node(id).iv.insert(cg_.node(id).iv.end(), {d, s});
   if (rolled_shape != osh) {
     member(id);
     id = gnode("remap", "reshape", {id}, odt, osh, o);

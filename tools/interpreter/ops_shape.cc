@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "tools/interpreter/ops_common.h"
 
@@ -595,8 +596,10 @@ void registerRepeatPadOps(OpTable& t) {
   t.add("aten.flip", [](Call& c) {
     Tensor x = c.tensor("self", 0);
     Tensor v = x;
+    std::set<int64_t> seen;
     for (int64_t d : c.ints("dims", 1)) {
       int64_t nd = normDim(d, x.dim());
+      if (!seen.insert(nd).second) fail("flip: dim {} appears twice in dims", d);
       if (v.shape[nd] > 0) {
         v.offset += (v.shape[nd] - 1) * v.strides[nd];
         v.strides[nd] = -v.strides[nd];
