@@ -197,8 +197,8 @@ void fillBatchMetadata(const PagedOperands& t, PagedAttentionParams& p, const st
 }  // namespace
 
 std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
-                                                            PagedScratch& scratch, int& kernels,
-                                                            const std::string& where) {
+                                                            bool metadata_read_only, PagedScratch& scratch,
+                                                            int& kernels, const std::string& where) {
   const DeviceTensor &q = operand(t, "q", where), &out = operand(t, "out", where);
   const DeviceTensor &kc = operand(t, "key_cache", where), &vc = operand(t, "value_cache", where);
   requireRank(q, "q", 3, where);
@@ -233,6 +233,7 @@ std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands&
   p.num_blocks = kc.shape[0];
   p.block_size = kc.shape[1];
   fillBatchMetadata(t, p, where);
+  p.metadata_read_only = metadata_read_only;
   if (kc.dtype == DType::F8E4M3FN) {
     p.k_scale = scaleOperand(t, "k_scale", where);
     p.v_scale = scaleOperand(t, "v_scale", where);

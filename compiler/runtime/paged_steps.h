@@ -49,8 +49,10 @@ class PagedScratch {
 // `scale`: the softmax scale (nullopt: 1/sqrt(E)). The context split is chosen for the
 // current device and the bound sizes; `scratch` must outlive the returned closure. `kernels`:
 // how many kernels one run of the step launches (2 with a split: the chunks, then the merge).
+// `metadata_read_only`: no step of the plan writes the batch metadata
+// (PagedAttentionParams::metadata_read_only).
 std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
-                                                            PagedScratch& scratch, int& kernels,
-                                                            const std::string& where);
+                                                            bool metadata_read_only, PagedScratch& scratch,
+                                                            int& kernels, const std::string& where);
 
 }  // namespace fxfuse::runtime

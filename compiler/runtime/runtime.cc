@@ -782,8 +782,16 @@ std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string&
   if (name == "rt.reshape_and_cache") return prepareReshapeAndCacheStep(t, args.flag("is_neox"), args.where);
   std::optional<double> scale;
   if (args.has("scale")) scale = args.real("scale", 0.0);
+  // The metadata may be read before the kernel waits for the preceding step only where no step
+  // writes it (a graph that computes seq_lens, say, has a step that does).
+  bool metadata_read_only = true;
+  for (const char* name : {"block_table", "seq_lens", "query_start_loc"}) {
+    const auto a = args.args.find(name);
+    metadata_read_only = metadata_read_only && a != args.args.end() && a->second->v_case() == pb::KernelArg::kTensor &&
+                         lowering::readOnlyInPlan(plan_, a->second->tensor());
+  }
   int kernels = 1;
-  auto run = preparePagedAttentionStep(t, scale, *paged_scratch_, kernels, args.where);
+  auto run = preparePagedAttentionStep(t, scale, metadata_read_only, *paged_scratch_, kernels, args.where);
   launches_ += kernels - 1;  // prepareKernel counted one
   return run;
 }

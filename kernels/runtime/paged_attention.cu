@@ -605,37 +605,67 @@ __device__ __forceinline__ void addKeyStepMma(const uint8_t* stages, uint32_t va
   }
 }
 
-// Keys [lo, hi) of a sequence (block table `blocks`, KV head hk) through the warp's ring
-// (`smem`, MmaRing::kBytes) 16 at a time into consume(stages, valid): the copies of the next
-// 16 keys are in flight while 16 are computed. Lane l keeps, for key l of the current 32-key
-// window, its cache row ((block * bs + offset) * Hk + hk, in rows of E elements; rows fit 31 bits:
-// LaunchPagedAttention checks) or -1 for a key past the chunk or with a bad block id, whose
-// copies are zero-filled and whose valid bit is clear. The next window's block ids are loaded
-// a window ahead.
-template <int E, CacheFormat F, typename Consume>
-__device__ void streamKeySteps(const PagedAttentionParams& p, const int32_t* blocks, int32_t hk, int64_t lo,
-                               int64_t hi, int lane, uint8_t* smem, Consume&& consume) {
-  using Ring = MmaRing<E, F>;
-  const uint32_t span = hi > lo ? static_cast<uint32_t>(hi - lo) : 0u;
-  const int steps = static_cast<int>((span + 15) / 16);
-  const uint32_t bs = static_cast<uint32_t>(p.block_size);
-  const int64_t first_block = lo / p.block_size;
-  const uint32_t first_offset = static_cast<uint32_t>(lo - first_block * p.block_size);
-  const int32_t heads_kv = static_cast<int32_t>(p.heads_kv);
-  auto blockOf = [&](int window, uint32_t& offset) -> int32_t {  // key window * 32 + lane
+// The cache rows of a warp's keys [lo, hi) of one sequence (block table `blocks`, KV head hk),
+// 32 keys (a window) at a time: lane l holds, for key l of the current window, its cache row
+// ((block * bs + offset) * Hk + hk, in rows of E elements; rows fit 31 bits:
+// LaunchPagedAttention checks) or -1 for a key past the chunk or with a bad block id, and the
+// block id of its key in the next window, loaded a window ahead. A key's block and offset come
+// from its position: no division chain from key to key. The constructor only issues the block
+// table loads of the first two windows (the kernel builds it before it waits for the preceding
+// grid where the metadata is read-only); begin() turns the first window's ids into rows once
+// they are needed. Positions are 32-bit: the tensor-core path's keys fit (loadPathOf).
+struct KeyWindows {
+  const int32_t* blocks;
+  uint32_t first_block, span, bs, first_offset;
+  int32_t hk, heads_kv, num_blocks;
+  int lane;
+  int32_t first_block_id, rows = -1, next_block;
+  uint32_t offset, next_offset;  // in its block: the current window's key, the next one's
+
+  __device__ KeyWindows(const PagedAttentionParams& p, const int32_t* blocks, int32_t hk, uint32_t lo, uint32_t hi,
+                        int lane)
+      : blocks(blocks),
+        first_block(lo / static_cast<uint32_t>(p.block_size)),
+        span(hi > lo ? hi - lo : 0u),
+        bs(static_cast<uint32_t>(p.block_size)),
+        first_offset(lo - first_block * static_cast<uint32_t>(p.block_size)),
+        hk(hk),
+        heads_kv(static_cast<int32_t>(p.heads_kv)),
+        num_blocks(static_cast<int32_t>(p.num_blocks)),
+        lane(lane) {
+    first_block_id = blockOf(0, offset);
+    next_block = blockOf(1, next_offset);
+  }
+  // The first window's rows.
+  __device__ void begin() { rows = rowOf(first_block_id, offset); }
+  // The block id of key window * 32 + lane and its offset in the block; -1 past the chunk.
+  __device__ int32_t blockOf(int window, uint32_t& key_offset) const {
     const uint32_t r = static_cast<uint32_t>(window) * 32 + lane, position = first_offset + r;
-    offset = position % bs;
+    key_offset = position % bs;
     return r < span ? blocks[first_block + position / bs] : -1;
-  };
-  auto rowOf = [&](int32_t block, uint32_t offset) -> int32_t {  // bad metadata: never outside the cache
-    return block >= 0 && block < p.num_blocks
-               ? (block * static_cast<int32_t>(bs) + static_cast<int32_t>(offset)) * heads_kv + hk
-               : -1;
-  };
-  uint32_t offset = 0, next_offset = 0;
-  int32_t rows = rowOf(blockOf(0, offset), offset);
-  int32_t next_block = blockOf(1, next_offset);
-  unsigned window_valid = __ballot_sync(0xffffffffu, rows >= 0);
+  }
+  // The cache row of a key, -1 for a bad block id (never outside the cache).
+  __device__ int32_t rowOf(int32_t block, uint32_t key_offset) const {
+    if (block < 0 || block >= num_blocks) return -1;
+    return (block * static_cast<int32_t>(bs) + static_cast<int32_t>(key_offset)) * heads_kv + hk;
+  }
+  // Moves to window `window` (the next one): its rows from the block ids loaded ahead.
+  __device__ void advance(int window) {
+    rows = rowOf(next_block, next_offset);
+    next_block = blockOf(window + 1, next_offset);
+  }
+};
+
+// The keys of `windows` through the warp's ring (`smem`, MmaRing::kBytes) 16 at a time into
+// consume(stages, valid): the copies of the next 16 keys are in flight while 16 are computed.
+// A key with row -1 is zero-filled and its valid bit clear.
+template <int E, CacheFormat F, typename Consume>
+__device__ void streamKeySteps(const PagedAttentionParams& p, KeyWindows& windows, int lane, uint8_t* smem,
+                               Consume&& consume) {
+  using Ring = MmaRing<E, F>;
+  const int steps = static_cast<int>((windows.span + 15) / 16);
+  windows.begin();
+  unsigned window_valid = __ballot_sync(0xffffffffu, windows.rows >= 0);
   const int piece = lane % Ring::kPieces;
   const uint8_t* k_src = static_cast<const uint8_t*>(p.key_cache) + piece * 16;
   const uint8_t* v_src = static_cast<const uint8_t*>(p.value_cache) + piece * 16;
@@ -646,9 +676,8 @@ __device__ void streamKeySteps(const PagedAttentionParams& p, const int32_t* blo
     to_row[i] = Ring::pieceOffset(lane / Ring::kPieces + i * Ring::kRowsPerPass, piece);
   auto issue = [&](int step) -> unsigned {  // called for step = 0, 1, 2, ... in order
     if (step % 2 == 0 && step > 0) {
-      rows = rowOf(next_block, next_offset);
-      next_block = blockOf(step / 2 + 1, next_offset);
-      window_valid = __ballot_sync(0xffffffffu, rows >= 0);
+      windows.advance(step / 2);
+      window_valid = __ballot_sync(0xffffffffu, windows.rows >= 0);
     }
     const int half = (step % 2) * 16;
     const uint32_t stages = ring + (step % 2) * 2 * Ring::kStageBytes;
@@ -657,7 +686,7 @@ __device__ void streamKeySteps(const PagedAttentionParams& p, const int32_t* blo
 #pragma unroll
       for (int i = 0; i < Ring::kPasses; ++i) {
         const int32_t row =
-            __shfl_sync(0xffffffffu, rows, half + h * kKeyGroup + lane / Ring::kPieces + i * Ring::kRowsPerPass);
+            __shfl_sync(0xffffffffu, windows.rows, half + h * kKeyGroup + lane / Ring::kPieces + i * Ring::kRowsPerPass);
         const uint64_t from = static_cast<uint64_t>(row >= 0 ? row : 0) * Ring::kRowBytes;
         const uint32_t to = stages + h * Ring::kStageBytes + to_row[i];  // V rows: 8 rows on, same swizzle
         kernels::cpAsync16(to, k_src + from, row >= 0);
@@ -722,19 +751,19 @@ __device__ float loadQueryFragments(const PagedAttentionParams& p, int64_t t, in
   }
 }
 
-// Keys [lo, hi) for the warp's HPW query heads (h0 ..) of token t through the ring (`smem`: the
-// warp's MmaRing) with tensor cores; returns the state of row g = lane / 4 (rows g >= HPW: no
-// head).
+// The keys of `windows` for the warp's HPW query heads (h0 ..) of token t through the ring
+// (`smem`: the warp's MmaRing) with tensor cores; returns the state of row g = lane / 4 (rows
+// g >= HPW: no head).
 template <int E, int HPW, CacheFormat F>
-__device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t h0, const int32_t* blocks, int32_t hk,
-                              int64_t lo, int64_t hi, float q_factor, int lane, uint8_t* smem, MmaSoftmax<E>& st) {
+__device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t h0, KeyWindows& windows,
+                              float q_factor, int lane, uint8_t* smem, MmaSoftmax<E>& st) {
   using Ring = MmaRing<E, F>;
   uint32_t qa[E / 16][2];
   q_factor *= loadQueryFragments<E, HPW, F>(p, t, h0, lane, qa);
   // Lane l's ldmatrix.trans row: key (l / 8 odd ? 8 : 0) + l % 8, first piece l / 16.
   const int value_key = ((lane >> 3) & 1) * kKeyGroup + (lane & 7), value_piece = lane >> 4;
   uint8_t* wide = smem + Ring::kStages * Ring::kStageBytes;
-  streamKeySteps<E, F>(p, blocks, hk, lo, hi, lane, smem, [&](const uint8_t* stages, unsigned valid) {
+  streamKeySteps<E, F>(p, windows, lane, smem, [&](const uint8_t* stages, unsigned valid) {
     if constexpr (F == CacheFormat::kFp8) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
@@ -837,30 +866,66 @@ struct MergedState {
   __device__ float& l(int h) const { return f[HPW * E + HPW + h]; }
 };
 
-// Element e of head h of `count` (at most kMaxStates) states, o = sum_i o_i * 2^(m_i - M) and
-// l = sum_i l_i * 2^(m_i - M) with M the largest m_i, in order (states that saw no valid key,
-// m = -inf, weigh 0). Every state's values are loaded before any is used: the loads of another
-// CTA's shared memory are in flight together instead of one round trip after another.
-template <int kMaxStates, typename StateAt>
-__device__ void mergeElement(int count, StateAt&& state, int h, int e, float& o, float& m, float& l) {
-  float ms[kMaxStates], ls[kMaxStates], os[kMaxStates];
+// The dynamic shared memory of a tensor-core CTA of `warps` warps: their rings, then for a
+// clustered launch of `cluster` CTAs the slots of the cluster's merged states (mergeWarpStates).
+template <int E, int HPW, CacheFormat F>
+constexpr int64_t MmaSmemBytes(int64_t warps, int64_t cluster) {
+  return warps * MmaRing<E, F>::kBytes + (cluster > 1 ? cluster * MergedState<E, HPW>::kFloats * 4 : 0);
+}
+// The most any launch takes, within sm_90's 227 KB per block (bf16, E = 128, 8 heads per warp:
+// 12 rings of 16 KB and 8 slots of 4160 bytes).
+template <int E, int HPW, CacheFormat F>
+constexpr int64_t kMmaMaxSmemBytes = MmaSmemBytes<E, HPW, F>(kMmaMaxWarps, kMmaMaxCluster);
+constexpr int64_t kSm90MaxSmemPerBlock = 227 * 1024;
+
+// The shared memory mergeStates keeps its per-head weights in: [HPW][kMaxStates] factors, then
+// l and M per head.
+template <int HPW, int kMaxStates>
+constexpr int kMergeWeightFloats = HPW * (kMaxStates + 2);
+
+// The merge of `count` (at most kMaxStates) states of a row's HPW heads, in state order:
+//
+//      M(h) = max_i m_i(h)          f_i(h) = 2^(m_i(h) - M(h))   (0 where m_i = -inf: no valid key)
+//      o(h, e) = sum_i o_i(h, e) * f_i(h)      l(h) = sum_i l_i(h) * f_i(h)
+//
+// into emit(h, e, o, M, l) for every element, the CTA's threads a share each. Threads h < HPW
+// compute each head's weights once into `weights` (kMergeWeightFloats, shared memory no state
+// is in), every state's m and l loaded before any is used (the loads in flight together, not a
+// chain on the CTA's critical path); an element then costs one load and one multiply-add per
+// state. Called by every thread of the CTA (a barrier inside); the states are in this CTA's
+// shared memory.
+template <int E, int HPW, int kMaxStates, typename StateAt, typename Emit>
+__device__ void mergeStates(int count, StateAt&& state, float* weights, Emit&& emit) {
+  float* factor = weights;  // [h][i]
+  float* head_l = weights + HPW * kMaxStates;
+  float* head_m = head_l + HPW;
+  if (threadIdx.x < HPW) {
+    const int h = threadIdx.x;
+    float ms[kMaxStates], ls[kMaxStates];
 #pragma unroll
-  for (int i = 0; i < kMaxStates; ++i) {
-    ms[i] = -INFINITY, ls[i] = 0.0f, os[i] = 0.0f;
-    if (i < count) {
-      const auto s = state(i);
-      ms[i] = s.m(h), ls[i] = s.l(h), os[i] = s.o(h, e);
+    for (int i = 0; i < kMaxStates; ++i) {
+      ms[i] = i < count ? state(i).m(h) : -INFINITY;
+      ls[i] = i < count ? state(i).l(h) : 0.0f;
     }
+    float m = -INFINITY, l = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxStates; ++i) m = fmaxf(m, ms[i]);
+#pragma unroll
+    for (int i = 0; i < kMaxStates; ++i) {
+      const float f = ms[i] == -INFINITY ? 0.0f : exp2f(ms[i] - m);
+      if (i < count) factor[h * kMaxStates + i] = f;
+      l += ls[i] * f;
+    }
+    head_l[h] = l;
+    head_m[h] = m;
   }
-  m = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kMaxStates; ++i) m = fmaxf(m, ms[i]);
-  o = 0.0f, l = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxStates; ++i) {
-    const float f = ms[i] == -INFINITY ? 0.0f : exp2f(ms[i] - m);
-    o += os[i] * f;
-    l += ls[i] * f;
+  __syncthreads();
+  for (int i = threadIdx.x; i < HPW * E; i += blockDim.x) {
+    const int h = i / E, e = i % E;
+    float o = 0.0f;
+#pragma unroll 4
+    for (int j = 0; j < count; ++j) o += state(j).o(h, e) * factor[h * kMaxStates + j];
+    emit(h, e, o, head_m[h], head_l[h]);
   }
 }
 
@@ -874,19 +939,26 @@ __device__ __forceinline__ void storeMerged(const PagedAttentionParams& p, const
 }
 
 // The CTA's W warp states merged in shared memory (`smem`, their rings: every copy has landed),
-// in warp order. Then, by `clustered` CTAs (a cluster holding every chunk of the row), the
-// cluster's merged states in rank order through distributed shared memory and the output rows,
-// each CTA a share of the elements; else the output rows when the CTA holds every chunk, or the
-// merged state into the workspace slot of the CTA's first chunk `first` for pagedCombineKernel.
+// in warp order; then the output rows when the CTA holds every chunk of the row, or the merged
+// state into the workspace slot of the CTA's first chunk `first` for pagedCombineKernel. CTAs of
+// a `clustered` launch (a cluster holding every chunk of the row) instead push their merged
+// states into the first CTA's `cluster_states` (a slot per rank, shared memory no ring uses),
+// arrive at the cluster barrier and leave; the first CTA waits for them and merges the slots in
+// rank order into the output rows:
+//
+//      CTA 0 .. n-1:  warp states --merge--> slot[rank] of CTA 0   (distributed shared memory)
+//      CTA 0:         slot[0..n) --merge--> output rows
+//
+// Only CTA 0's shared memory is touched by other CTAs (written), and only CTA 0 waits for them.
 template <int E, int HPW>
 __device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r, int64_t h0, int64_t first,
-                                bool clustered, const MmaSoftmax<E>& st, uint8_t* smem) {
+                                bool clustered, const MmaSoftmax<E>& st, uint8_t* smem, float* cluster_states) {
   using State = MergedState<E, HPW>;
+  namespace cg = cooperative_groups;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
   float* base = reinterpret_cast<float*>(smem);
   auto warpState = [&](int w) { return State{base + w * State::kFloats}; };
-  const State merged{base + warps * State::kFloats};
   __syncthreads();  // every warp is done with its ring
   if (g < HPW) {
     const State mine = warpState(warp);
@@ -897,36 +969,35 @@ __device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r
     if (tq == 0) mine.m(g) = st.m, mine.l(g) = st.l;
   }
   __syncthreads();
+  State pushed{nullptr};  // this CTA's slot in the first CTA's shared memory
+  if (clustered) {
+    const cg::cluster_group cluster = cg::this_cluster();
+    cluster.barrier_wait();  // every CTA has started (the kernel's first arrive)
+    pushed = State{cluster.map_shared_rank(cluster_states + cluster.block_rank() * State::kFloats, 0)};
+  }
   const bool final = p.num_splits == warps;
   const SplitWorkspace ws(p);
-  for (int i = threadIdx.x; i < HPW * E; i += blockDim.x) {
-    const int h = i / E, e = i % E;
-    float o, m, l;
-    mergeElement<kMmaMaxWarps>(warps, warpState, h, e, o, m, l);
+  float* weights = base + warps * State::kFloats;
+  mergeStates<E, HPW, kMmaMaxWarps>(warps, warpState, weights, [&](int h, int e, float o, float m, float l) {
     if (final) {
       storeMerged(p, r, h0 + h, e, o, l);
     } else if (clustered) {
-      merged.o(h, e) = o;
-      if (e == 0) merged.m(h) = m, merged.l(h) = l;
+      pushed.o(h, e) = o;
+      if (e == 0) pushed.m(h) = m, pushed.l(h) = l;
     } else {
       const int64_t slot = (r.t * p.heads_q + h0 + h) * p.num_splits + first;
       ws.acc[slot * E + e] = o;
       if (e == 0) ws.ml[2 * slot] = m, ws.ml[2 * slot + 1] = l;
     }
-  }
-  if (!clustered || final) return;
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every CTA's merged state is in its shared memory
-  auto rankState = [&](int rank) { return State{cluster.map_shared_rank(merged.f, rank)}; };
-  const int ctas = static_cast<int>(cluster.num_blocks());
-  const int first_element = static_cast<int>(cluster.block_rank() * blockDim.x + threadIdx.x);
-  for (int i = first_element; i < HPW * E; i += ctas * blockDim.x) {
-    float o, m, l;
-    mergeElement<kMmaMaxCluster>(ctas, rankState, i / E, i % E, o, m, l);
-    storeMerged(p, r, h0 + i / E, i % E, o, l);
-  }
-  cluster.sync();  // no CTA leaves while another reads its shared memory
+  });
+  if (!clustered) return;
+  const cg::cluster_group cluster = cg::this_cluster();
+  cluster.barrier_arrive();  // release: this CTA's pushes; and every thread is past its merge
+  if (cluster.block_rank() != 0) return;  // no other CTA touches this one's shared memory
+  cluster.barrier_wait();
+  auto rankState = [&](int rank) { return State{cluster_states + rank * State::kFloats}; };
+  mergeStates<E, HPW, kMmaMaxCluster>(static_cast<int>(cluster.num_blocks()), rankState, weights,
+                                      [&](int h, int e, float o, float, float l) { storeMerged(p, r, h0 + h, e, o, l); });
 }
 
 // The CUDA-core form of one warp's rows: keys [lo, hi) for query heads h0.. of r.t (through
@@ -1008,13 +1079,16 @@ constexpr int minBlocks(LoadPath path, int accumulators) {
 
 template <int NE, int HPW, CacheFormat F, LoadPath kPath>
 __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) pagedAttentionKernel(PagedAttentionParams p) {
-  kernels::waitForPrecedingGrid();
+  // The row's metadata is read while the preceding kernel drains where no step writes it.
+  if (!p.metadata_read_only) kernels::waitForPrecedingGrid();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t groups = p.heads_q / HPW;
   const int64_t warp_row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (warp_row >= p.num_tokens * groups) return;
+  const bool in_range = warp_row < p.num_tokens * groups;  // the same in every lane of the warp
   const int64_t t = warp_row / groups, h0 = (warp_row % groups) * HPW;
-  const QueryRow r = queryRow(p, t, h0, lane);
+  const QueryRow r = in_range ? queryRow(p, t, h0, lane) : QueryRow{t, h0, -1, 0};
+  if (p.metadata_read_only) kernels::waitForPrecedingGrid();
+  if (!in_range) return;
   const bool split = p.num_splits > 1;
   const int64_t chunk = split ? PagedChunkKeys(r.keys, p.num_splits) : r.keys;
   const int64_t lo = split ? static_cast<int64_t>(blockIdx.y) * chunk : 0;
@@ -1034,22 +1108,36 @@ template <int E, int HPW, CacheFormat F>
 __global__ void __launch_bounds__(kMmaMaxWarps * 32, 1)
     pagedAttentionMmaKernel(PagedAttentionParams p, bool clustered) {
   using Ring = MmaRing<E, F>;
-  static_assert(2 * MergedState<E, HPW>::kFloats * 4 <= Ring::kBytes, "the merge fits the rings");
-  kernels::waitForPrecedingGrid();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int64_t groups = p.heads_q / HPW, ctas_per_row = p.num_splits / warps;
-  const int64_t row = blockIdx.x / ctas_per_row, t = row / groups, h0 = (row % groups) * HPW;
+  static_assert((MergedState<E, HPW>::kFloats + kMergeWeightFloats<HPW, kMmaMaxWarps>) * 4 <= Ring::kBytes,
+                "a warp's state and the merge weights fit a ring");
+  // A clustered CTA pushes its merged state into the first CTA's shared memory, which must have
+  // started by then: every CTA arrives here and waits before its push (mergeWarpStates).
+  if (clustered) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");  // nothing to publish
+  // The metadata and the first keys' block ids are read while the preceding kernel drains where
+  // no step writes them; q and the caches only after the wait (every CTA waits before it exits,
+  // so the grid never completes before the one it depends on).
+  if (!p.metadata_read_only) kernels::waitForPrecedingGrid();
+  // Index math in 32 bits (a 64-bit division is a call of ~70 instructions): the grid, heads,
+  // splits and keys of the tensor-core path fit (LaunchPagedAttention, loadPathOf).
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t warps = blockDim.x >> 5, groups = static_cast<uint32_t>(p.heads_q / HPW);
+  const uint32_t ctas_per_row = static_cast<uint32_t>(p.num_splits) / warps;
+  const uint32_t row = blockIdx.x / ctas_per_row, t = row / groups, h0 = row % groups * HPW;
   const QueryRow r = queryRow(p, t, h0, lane);
-  const bool split = p.num_splits > 1;
-  const int64_t chunk = split ? PagedChunkKeys(r.keys, p.num_splits) : r.keys;
-  const int64_t first = static_cast<int64_t>(blockIdx.x % ctas_per_row) * warps;
+  const uint32_t keys = static_cast<uint32_t>(r.keys);
+  const uint32_t chunk = p.num_splits > 1 ? PagedChunkKeys(keys, static_cast<uint32_t>(p.num_splits)) : keys;
+  const uint32_t first = blockIdx.x % ctas_per_row * warps;
+  const uint32_t lo = (first + warp) * chunk, hi = r.seq < 0 ? lo : lo + chunk < keys ? lo + chunk : keys;
+  const uint32_t hk = h0 / static_cast<uint32_t>(p.heads_q / p.heads_kv);
+  KeyWindows windows(p, r.seq < 0 ? p.block_table : p.block_table + r.seq * p.block_table_stride,
+                     static_cast<int32_t>(hk), lo, hi, lane);
+  if (p.metadata_read_only) kernels::waitForPrecedingGrid();
   // Where the combine kernel follows, it reads no chunk past the context (a cluster's CTAs all
   // take part in its barriers).
-  if (p.num_splits > warps && !clustered && (r.seq < 0 || first * chunk >= r.keys)) {
+  if (p.num_splits > warps && !clustered && (r.seq < 0 || first * chunk >= keys)) {
     kernels::allowDependentGrids();
     return;
   }
-  const int64_t lo = (first + warp) * chunk, hi = lo + chunk < r.keys ? lo + chunk : r.keys;
   MmaSoftmax<E> st;
 #pragma unroll
   for (int n = 0; n < E / 8; ++n)
@@ -1060,12 +1148,11 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32, 1)
   extern __shared__ __align__(16) uint8_t paged_rings[];
   if (r.seq >= 0 && lo < hi) {
     const float q_factor = p.scale * kLog2e * (F == CacheFormat::kFp8 ? *p.k_scale : 1.0f);
-    attendKeysMma<E, HPW, F>(p, t, h0, p.block_table + r.seq * p.block_table_stride,
-                             static_cast<int32_t>(h0 / (p.heads_q / p.heads_kv)), lo, hi, q_factor, lane,
-                             paged_rings + warp * Ring::kBytes, st);
+    attendKeysMma<E, HPW, F>(p, t, h0, windows, q_factor, lane, paged_rings + warp * Ring::kBytes, st);
   }
   kernels::allowDependentGrids();
-  mergeWarpStates<E, HPW>(p, r, h0, first, clustered, st, paged_rings);
+  mergeWarpStates<E, HPW>(p, r, h0, first, clustered, st, paged_rings,
+                          reinterpret_cast<float*>(paged_rings + warps * Ring::kBytes));
 }
 
 // The largest of some scores that may all be -inf (reduce.cuh's MaxOp is for magnitudes).
@@ -1107,12 +1194,13 @@ template <int NE, int WPR>
 __global__ void __launch_bounds__(kWarps * 32) pagedCombineKernel(PagedAttentionParams p, int stride) {
   static_assert(kWarps % WPR == 0, "whole rows per block");
   kernels::allowDependentGrids();
-  kernels::waitForPrecedingGrid();
+  if (!p.metadata_read_only) kernels::waitForPrecedingGrid();  // else the row's metadata first
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % WPR;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarps / WPR) + warp / WPR;
   const bool in_range = row < p.num_tokens * p.heads_q;  // the same in every warp of the row
   QueryRow r{0, 0, -1, 0};
   if (in_range) r = queryRow(p, row / p.heads_q, row % p.heads_q, lane);
+  if (p.metadata_read_only) kernels::waitForPrecedingGrid();
   const int64_t chunk = PagedChunkKeys(r.keys, p.num_splits);
   const int chunks = r.seq < 0 ? 0 : static_cast<int>((r.keys + chunk - 1) / chunk);
   const int used = (chunks + stride - 1) / stride;  // states
@@ -1228,15 +1316,16 @@ unsigned gridFor(int64_t items, int64_t per_block, int64_t cap) {
 template <int E, int HPW, CacheFormat F>
 cudaError_t launchMmaAttention(const PagedAttentionParams& p, int64_t chunks_per_cta, cudaStream_t stream) {
   constexpr auto kernel = pagedAttentionMmaKernel<E, HPW, F>;
-  constexpr int kBytes = MmaRing<E, F>::kBytes;
-  const cudaError_t raised = kernels::device::ensureSmemLimit<kernel>(kMmaMaxWarps * kBytes);
+  static_assert(kMmaMaxSmemBytes<E, HPW, F> <= kSm90MaxSmemPerBlock, "every launch's shared memory fits");
+  const cudaError_t raised = kernels::device::ensureSmemLimit<kernel>(static_cast<int>(kMmaMaxSmemBytes<E, HPW, F>));
   if (raised != cudaSuccess) return raised;
   const int64_t ctas_per_row = p.num_splits / chunks_per_cta;
   const bool clustered = ctas_per_row > 1 && ctas_per_row <= kMmaMaxCluster;
+  const int64_t cluster = clustered ? ctas_per_row : 0;
   const dim3 grid(static_cast<unsigned>(p.num_tokens * (p.heads_q / HPW) * ctas_per_row));
   return kernels::LaunchProgrammaticInClusters(kernel, grid, dim3(static_cast<unsigned>(32 * chunks_per_cta)),
-                                               static_cast<size_t>(chunks_per_cta * kBytes),
-                                               clustered ? static_cast<int>(ctas_per_row) : 0, stream, p, clustered);
+                                               static_cast<size_t>(MmaSmemBytes<E, HPW, F>(chunks_per_cta, cluster)),
+                                               static_cast<int>(cluster), stream, p, clustered);
 }
 
 // How the attention reads the caches (valid params).
@@ -1244,8 +1333,9 @@ LoadPath loadPathOf(const PagedAttentionParams& p) {
   const int64_t elem_bytes = p.cache_dtype == DType::F8E4M3FN ? 1 : 2;
   const bool staged = StagedRows(p.head_size, elem_bytes) && aligned16(p.key_cache) && aligned16(p.value_cache);
   // Tensor cores: head size 64 or 128 (whole fragments), q rows read as 32-bit pairs, every cache
-  // row numbered in 31 bits (streamKeySteps).
-  const bool rows_fit = p.num_blocks <= INT32_MAX / p.block_size / p.heads_kv;
+  // row numbered in 31 bits (streamKeySteps), every context's keys counted in 31 bits (the
+  // kernel's index math).
+  const bool rows_fit = p.num_blocks <= INT32_MAX / p.block_size / p.heads_kv && p.max_blocks <= INT32_MAX / p.block_size;
   const bool mma = staged && rows_fit && (p.head_size == 64 || p.head_size == 128) &&
                    reinterpret_cast<uintptr_t>(p.q) % 4 == 0 && p.q_stride[0] % 2 == 0 && p.q_stride[1] % 2 == 0 &&
                    !mmaDisabled();
@@ -1373,11 +1463,10 @@ bool clustersResident(const PagedAttentionParams& p, const PagedResidentClusters
 template <int E, int HPW, CacheFormat F>
 int64_t residentMmaClusters(int64_t cluster, int64_t chunks_per_cta) {
   constexpr auto kernel = pagedAttentionMmaKernel<E, HPW, F>;
-  constexpr int kBytes = MmaRing<E, F>::kBytes;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(cluster));
   config.blockDim = dim3(static_cast<unsigned>(32 * chunks_per_cta));
-  config.dynamicSmemBytes = static_cast<size_t>(chunks_per_cta * kBytes);
+  config.dynamicSmemBytes = static_cast<size_t>(MmaSmemBytes<E, HPW, F>(chunks_per_cta, cluster));
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
@@ -1386,7 +1475,7 @@ int64_t residentMmaClusters(int64_t cluster, int64_t chunks_per_cta) {
   config.attrs = &attribute;
   config.numAttrs = 1;
   int count = 0;
-  if (kernels::device::ensureSmemLimit<kernel>(kMmaMaxWarps * kBytes) != cudaSuccess ||
+  if (kernels::device::ensureSmemLimit<kernel>(static_cast<int>(kMmaMaxSmemBytes<E, HPW, F>)) != cudaSuccess ||
       cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky: the caller plans without the limit
     return 0;

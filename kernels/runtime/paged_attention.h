@@ -101,6 +101,11 @@ struct PagedAttentionParams {
   // every context in one pass.
   int64_t num_splits = 1;
   float* workspace = nullptr;
+  // Whether no step of the plan writes block_table, seq_lens and query_start_loc (plan inputs it
+  // never updates: lowering::readOnlyInPlan). The kernels then read them, and the block ids of
+  // their first keys, before they wait for the preceding kernel (programmatic dependent launch),
+  // so those dependent loads overlap its drain instead of preceding the cache reads.
+  bool metadata_read_only = false;
 };
 
 // Keys the kernels load together, and the smallest chunk worth a warp of its own.
@@ -108,9 +113,12 @@ inline constexpr int64_t kPagedKeyGroup = 8;
 inline constexpr int64_t kPagedMinSplitKeys = 32;
 // Keys of each chunk of a context of `keys` keys split `num_splits` ways: whole key groups, at
 // least kPagedMinSplitKeys (host and device: nvcc takes constexpr functions in kernels).
-constexpr int64_t PagedChunkKeys(int64_t keys, int64_t num_splits) {
-  const int64_t c = (keys + num_splits - 1) / num_splits;
-  return ((c < kPagedMinSplitKeys ? kPagedMinSplitKeys : c) + kPagedKeyGroup - 1) / kPagedKeyGroup * kPagedKeyGroup;
+// The tensor-core kernel computes it in 32 bits (its keys fit: LaunchPagedAttention checks).
+template <typename Int>
+constexpr Int PagedChunkKeys(Int keys, Int num_splits) {
+  const Int c = (keys + num_splits - 1) / num_splits, least = static_cast<Int>(kPagedMinSplitKeys);
+  const Int group = static_cast<Int>(kPagedKeyGroup);
+  return ((c < least ? least : c) + group - 1) / group * group;
 }
 
 // Split-KV target: (token, head group, chunk) warps per multiprocessor, one wave of the

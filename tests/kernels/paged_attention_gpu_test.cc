@@ -255,7 +255,8 @@ void runCase(const Case& c) {
   // pass, with the split the planner picks for an H200, in 7 chunks (chunk lengths that cross
   // block boundaries) and in 256 (chunks of the minimum length, most of them past the context).
   // Both score paths where the tensor-core one applies (head size 64 or 128):
-  // the default, then CUDA cores (FXFUSE_PAGED_MMA=0).
+  // the default, then CUDA cores (FXFUSE_PAGED_MMA=0); each also with the batch metadata read
+  // before the kernels wait for the preceding grid (metadata_read_only, as plans launch them).
   const std::vector<double> ref = attendReference(c, b, q, k16, k8, v16, v8, softmax_scale);
   checkAttention(c, ref, dout, q_n, "one pass");
   auto launchChecked = [&](const PagedAttentionParams& params, const char* variant) {
@@ -278,7 +279,14 @@ void runCase(const Case& c) {
       DeviceBuffer workspace(static_cast<size_t>(PagedAttentionWorkspaceBytes(*split)));
       split->workspace = static_cast<float*>(workspace.get());
       launchChecked(*split, split == &planned ? "planned split" : split == &seven ? "7 chunks" : "256 chunks");
+      // The metadata and first block ids read before the wait for the preceding grid.
+      PagedAttentionParams early = *split;
+      early.metadata_read_only = true;
+      launchChecked(early, "metadata read before the wait");
     }
+    PagedAttentionParams early_one_pass = a;
+    early_one_pass.metadata_read_only = true;
+    launchChecked(early_one_pass, "one pass, metadata read before the wait");
   }
   unsetenv("FXFUSE_PAGED_MMA");
 }

@@ -8,8 +8,8 @@
 # SLIM=1 leaves decoder_example out (device_final.sh then skips the example) and packs with
 # xz -9: the bundle and the tracked files must fit the device tool's 64 MiB carry together.
 # AB_BASELINE=path/to/an/older/fxfuse packs that binary as fxfuse_old for
-# examples/decode_step/ab_builds.sh and, to stay within the carry, only the paged and rotary
-# GPU tests (implies SLIM=1). The bundle also holds examples/decode_step/paged_read_bench,
+# examples/decode_step/ab_builds.sh and, to stay within the carry, only the paged, rotary and
+# replay GPU tests (implies SLIM=1). The bundle also holds examples/decode_step/paged_read_bench,
 # cluster_residency_probe and persistent_layer_bench.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -35,10 +35,8 @@ fi
 [[ ${SLIM:-0} == 1 ]] || bins+=(decoder_example)
 cp -f "$bin/fxfuse" "${tests[@]/#/$bin/tests/kernels/}" "$bin/examples/decode_step/paged_read_bench" \
   "$bin/examples/decode_step/cluster_residency_probe" "$bin/examples/decode_step/persistent_layer_bench" "$stage/"
-if [[ -z ${AB_BASELINE:-} ]]; then  # the runtime's own GPU test (tests/runtime, not tests/kernels)
-  cp -f "$bin/tests/runtime/session_replay_gpu_test" "$stage/"
-  tests+=(session_replay_gpu_test)
-fi
+cp -f "$bin/tests/runtime/session_replay_gpu_test" "$stage/"  # the runtime's own GPU test (tests/runtime)
+tests+=(session_replay_gpu_test)
 [[ ${SLIM:-0} == 1 ]] || cp -f "$bin/examples/decoder_fp8/decoder_example" "$stage/"
 tests=("${tests[@]##*/}")
 chmod u+w "${bins[@]/#/$stage/}" "${tests[@]/#/$stage/}"
