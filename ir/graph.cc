@@ -289,7 +289,8 @@ void Graph::setOutputRole(size_t i, OutputKind kind, std::string target) {
 }
 
 std::string Graph::uniqueNodeName(const std::string& base) {
-  // name_counts_ holds every name in use (value 1) and, under "#base", the next suffix.
+  // name_counts_ holds every name in use (value 1), names only erased nodes held (value 2,
+  // reserved: see renameNode) and, under "#base", the next suffix.
   if (name_counts_.empty())
     for (const auto& n : nodes_) name_counts_[n->name] = 1;
   if (name_counts_.emplace(base, 1).second) return base;
@@ -298,6 +299,18 @@ std::string Graph::uniqueNodeName(const std::string& base) {
   while (name_counts_.count(candidate)) candidate = base + "_" + std::to_string(++next);
   name_counts_[candidate] = 1;
   return candidate;
+}
+
+bool Graph::renameNode(Node* n, const std::string& name) {
+  if (n->name == name) return true;
+  if (name_counts_.empty())
+    for (const auto& node : nodes_) name_counts_[node->name] = 1;
+  const auto held = name_counts_.find(name);
+  if (held != name_counts_.end() && held->second == 1) return false;
+  name_counts_[n->name] = 2;
+  name_counts_[name] = 1;
+  n->name = name;
+  return true;
 }
 
 Node* Graph::createNode(std::string target, NodeKind kind, std::vector<Arg> args, size_t num_outputs, Node* before,
@@ -329,6 +342,7 @@ void Graph::erase(Node* n) {
       v->result_index_ = -1;
       v->graph_ = nullptr;  // orphaned; kept alive in values_ until the graph dies
     }
+  if (!name_counts_.empty()) name_counts_[n->name] = 2;  // reserved, free for renameNode
   nodes_.erase(n->self_);
 }
 
@@ -426,6 +440,7 @@ void Graph::erase(const std::vector<Node*>& doomed) {
         v->result_index_ = -1;
         v->graph_ = nullptr;  // orphaned; kept alive in values_ until the graph dies
       }
+    if (!name_counts_.empty()) name_counts_[n->name] = 2;  // reserved, free for renameNode
     nodes_.erase(n->self_);
   }
 }

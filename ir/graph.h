@@ -253,6 +253,10 @@ class Graph {
   // Removes nodes with no used outputs and no side effects; returns how many.
   size_t eliminateDeadCode();
   std::string uniqueNodeName(const std::string& base);
+  // Gives `n` the name `name` unless another node of the graph holds it; a name only erased
+  // nodes held may be taken (a respelled node keeps its source's name). uniqueNodeName never
+  // hands out an erased node's name. Returns whether `n` is now called `name`.
+  bool renameNode(Node* n, const std::string& name);
 
  private:
   friend class Node;

@@ -134,9 +134,11 @@ class CanonicalizeOpsPass : public Pass {
       }
       std::vector<Out> outs(1);
       outs[0].replaces = out;
-      ir::Node* c = rw.create(sp.to, std::move(args), outs, n, {n}, n->name);
+      const std::string name = n->name;
+      ir::Node* c = rw.create(sp.to, std::move(args), outs, n, {n}, name);
       rw.replaceOutputs(c, outs);
       rw.eraseDead({n});
+      c->graph()->renameNode(c, name);  // the same computation respelled keeps its name
       ctx.applied(sp.to, c, "from " + std::string(sp.from));
       return true;
     }
