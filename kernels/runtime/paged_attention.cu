@@ -685,8 +685,8 @@ __device__ void streamKeySteps(const PagedAttentionParams& p, KeyWindows& window
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int i = 0; i < Ring::kPasses; ++i) {
-        const int32_t row =
-            __shfl_sync(0xffffffffu, windows.rows, half + h * kKeyGroup + lane / Ring::kPieces + i * Ring::kRowsPerPass);
+        const int key = half + h * kKeyGroup + lane / Ring::kPieces + i * Ring::kRowsPerPass;
+        const int32_t row = __shfl_sync(0xffffffffu, windows.rows, key);
         const uint64_t from = static_cast<uint64_t>(row >= 0 ? row : 0) * Ring::kRowBytes;
         const uint32_t to = stages + h * Ring::kStageBytes + to_row[i];  // V rows: 8 rows on, same swizzle
         kernels::cpAsync16(to, k_src + from, row >= 0);
@@ -996,8 +996,8 @@ __device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r
   if (cluster.block_rank() != 0) return;  // no other CTA touches this one's shared memory
   cluster.barrier_wait();
   auto rankState = [&](int rank) { return State{cluster_states + rank * State::kFloats}; };
-  mergeStates<E, HPW, kMmaMaxCluster>(static_cast<int>(cluster.num_blocks()), rankState, weights,
-                                      [&](int h, int e, float o, float, float l) { storeMerged(p, r, h0 + h, e, o, l); });
+  auto store = [&](int h, int e, float o, float, float l) { storeMerged(p, r, h0 + h, e, o, l); };
+  mergeStates<E, HPW, kMmaMaxCluster>(static_cast<int>(cluster.num_blocks()), rankState, weights, store);
 }
 
 // The CUDA-core form of one warp's rows: keys [lo, hi) for query heads h0.. of r.t (through
@@ -1335,7 +1335,8 @@ LoadPath loadPathOf(const PagedAttentionParams& p) {
   // Tensor cores: head size 64 or 128 (whole fragments), q rows read as 32-bit pairs, every cache
   // row numbered in 31 bits (streamKeySteps), every context's keys counted in 31 bits (the
   // kernel's index math).
-  const bool rows_fit = p.num_blocks <= INT32_MAX / p.block_size / p.heads_kv && p.max_blocks <= INT32_MAX / p.block_size;
+  const bool rows_fit =
+      p.num_blocks <= INT32_MAX / p.block_size / p.heads_kv && p.max_blocks <= INT32_MAX / p.block_size;
   const bool mma = staged && rows_fit && (p.head_size == 64 || p.head_size == 128) &&
                    reinterpret_cast<uintptr_t>(p.q) % 4 == 0 && p.q_stride[0] % 2 == 0 && p.q_stride[1] % 2 == 0 &&
                    !mmaDisabled();
