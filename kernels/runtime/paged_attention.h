@@ -113,7 +113,7 @@ inline constexpr int64_t kPagedKeyGroup = 8;
 inline constexpr int64_t kPagedMinSplitKeys = 32;
 // Keys of each chunk of a context of `keys` keys split `num_splits` ways: whole key groups, at
 // least kPagedMinSplitKeys (host and device: nvcc takes constexpr functions in kernels).
-// The tensor-core kernel computes it in 32 bits (its keys fit: LaunchPagedAttention checks).
+// The tensor-core kernel computes it in 32 bits (it runs only where the keys fit: loadPathOf).
 template <typename Int>
 constexpr Int PagedChunkKeys(Int keys, Int num_splits) {
   const Int c = (keys + num_splits - 1) / num_splits, least = static_cast<Int>(kPagedMinSplitKeys);
