@@ -785,8 +785,8 @@ std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string&
   // The metadata may be read before the kernel waits for the preceding step only where no step
   // writes it (a graph that computes seq_lens, say, has a step that does).
   bool metadata_read_only = true;
-  for (const char* name : {"block_table", "seq_lens", "query_start_loc"}) {
-    const auto a = args.args.find(name);
+  for (const char* operand_name : {"block_table", "seq_lens", "query_start_loc"}) {
+    const auto a = args.args.find(operand_name);
     metadata_read_only = metadata_read_only && a != args.args.end() && a->second->v_case() == pb::KernelArg::kTensor &&
                          lowering::readOnlyInPlan(plan_, a->second->tensor());
   }

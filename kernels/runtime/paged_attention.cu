@@ -607,8 +607,8 @@ __device__ __forceinline__ void addKeyStepMma(const uint8_t* stages, uint32_t va
 
 // The cache rows of a warp's keys [lo, hi) of one sequence (block table `blocks`, KV head hk),
 // 32 keys (a window) at a time: lane l holds, for key l of the current window, its cache row
-// ((block * bs + offset) * Hk + hk, in rows of E elements; rows fit 31 bits:
-// LaunchPagedAttention checks) or -1 for a key past the chunk or with a bad block id, and the
+// ((block * bs + offset) * Hk + hk, in rows of E elements; rows fit 31 bits: loadPathOf takes
+// this path only then) or -1 for a key past the chunk or with a bad block id, and the
 // block id of its key in the next window, loaded a window ahead. A key's block and offset come
 // from its position: no division chain from key to key. The constructor only issues the block
 // table loads of the first two windows (the kernel builds it before it waits for the preceding
