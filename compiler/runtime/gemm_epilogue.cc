@@ -71,6 +71,7 @@ void Session::fuseGemmEpilogues() {
     const std::vector<int> splits = SmallMFp8GemmSplitChoices(p);
     if (std::find(splits.begin(), splits.end(), p.splits) == splits.end()) p.splits = 0;
     if (SmallMFp8GemmUnsupported(p)) continue;
+    gemm.own_gemm = p;  // what the step launches now
     gemm.run = [p, where = gemm.where](cudaStream_t s) {
       if (const cudaError_t e = LaunchSmallMFp8Gemm(p, s); e != cudaSuccess)
         fail("CUDA error in {}: {} ({})", where, cudaGetErrorString(e), cudaGetErrorName(e));

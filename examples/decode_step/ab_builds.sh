@@ -8,7 +8,7 @@
 #
 # Env: KV_BUDGET (s, default 150; 0 skips the checks), BENCH_BUDGET (s per build, default 120),
 # BATCHES (1,8,32,64), CONTEXTS (1024,4096), BINS (the order of the runs, default
-# "fxfuse fxfuse_old"), NCU_POINTS (batch x context, comma-separated; empty: no ncu), NCU_BINS.
+# "fxfuse fxfuse_old"; an entry "fxfuse@FXFUSE_X=0" runs that build with that variable set), NCU_POINTS (batch x context, comma-separated; empty: no ncu), NCU_BINS.
 # Writes summary.txt (both tables), kv.txt, <bin>.json and ncu_<bin>_<point>.txt to $OUT.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -26,13 +26,17 @@ if [[ ${KV_BUDGET:-150} -gt 0 ]]; then
     "$D/rotary_cache_write_gpu_test" > "$OUT/kv.txt" 2>&1
   echo "kv checks (rc $?): $(tail -1 "$OUT/kv.txt")" >> "$OUT/summary.txt"
 fi
-for bin in ${BINS:-fxfuse fxfuse_old}; do
-  timeout "${BENCH_BUDGET:-120}" python3 examples/decode_step/bench_decode.py --fxfuse "$D/$bin" --config llama8b \
-    --batches "${BATCHES:-1,8,32,64}" --contexts "${CONTEXTS:-1024,4096}" --iters 50 --torch-modes none \
-    --copy-rate 4.1e12 --out "/tmp/ab_$bin" > "/tmp/ab_$bin.txt" 2>&1
-  echo "== $bin (rc $?)" >> "$OUT/summary.txt"
-  cat /tmp/ab_"$bin"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "/tmp/ab_$bin.txt" >> "$OUT/summary.txt"
-  cp /tmp/ab_"$bin"/decode_*.json "$OUT/$bin.json" 2>/dev/null
+for run in ${BINS:-fxfuse fxfuse_old}; do
+  bin=${run%%@*} env_setting=()  # "fxfuse@FXFUSE_X=0": that build with that environment variable
+  [[ $run == *@* ]] && env_setting=("${run#*@}")
+  tag=${run//[@=]/_}
+  rm -rf "/tmp/ab_$tag"
+  timeout "${BENCH_BUDGET:-120}" env "${env_setting[@]}" python3 examples/decode_step/bench_decode.py --fxfuse "$D/$bin" \
+    --config llama8b --batches "${BATCHES:-1,8,32,64}" --contexts "${CONTEXTS:-1024,4096}" --iters 50 \
+    --torch-modes none --copy-rate 4.1e12 --out "/tmp/ab_$tag" > "/tmp/ab_$tag.txt" 2>&1
+  echo "== $run (rc $?)" >> "$OUT/summary.txt"
+  cat /tmp/ab_"$tag"/decode_*.md >> "$OUT/summary.txt" 2>/dev/null || tail -5 "/tmp/ab_$tag.txt" >> "$OUT/summary.txt"
+  cp /tmp/ab_"$tag"/decode_*.json "$OUT/$tag.json" 2>/dev/null
 done
 # ncu of the paged attention kernel alone (a 2-layer plan, the first launch) under each build.
 if [[ -n ${NCU_POINTS:-} ]]; then
