@@ -82,15 +82,6 @@ void ForEachPlanSymExpr(const fxfuse::plan::v1::Plan& p,
 // malformed reference.
 bool readOnlyInPlan(const fxfuse::plan::v1::Plan& p, int id);
 
-// The slot_mapping through which the plan writes the paged caches `key_cache` and
-// `value_cache` (TensorRef ids), where that is the only way it writes them: every step naming
-// a tensor in their buffers is an rt.paged_attention reading them or an rt.reshape_and_cache
-// writing them through that one slot_mapping tensor, which no step writes (readOnlyInPlan).
-// Every cache row at another slot then keeps its contents while the plan runs, so a paged
-// attention may copy such rows before it waits for the cache write (PagedAttentionParams::
-// written_slots). -1 otherwise (also where nothing writes them, or for malformed references).
-int soleCacheWriteSlots(const fxfuse::plan::v1::Plan& p, int key_cache, int value_cache);
-
 // What one step does, in a few words ("matmul m=s0 n=4096 k=4096 fp8", a kernel's name).
 std::string describeStep(const fxfuse::plan::v1::Step& s);
 // One line per step, plus the arena report (used by `fxfuse run --describe` and tests).

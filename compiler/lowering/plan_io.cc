@@ -3,7 +3,6 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
 
-#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -271,37 +270,6 @@ bool readOnlyInPlan(const pb::Plan& p, int id) {
   for (const pb::IoTensor& out : p.outputs())
     if (out.role() == pb::MUTATION && bufferOf(out.tensor()) == buffer) return false;
   return true;
-}
-
-int soleCacheWriteSlots(const pb::Plan& p, int key_cache, int value_cache) {
-  auto bufferOf = [&p](int tensor) {
-    return tensor >= 0 && tensor < p.tensors_size() ? p.tensors(tensor).buffer() : -1;
-  };
-  const int key_buffer = bufferOf(key_cache), value_buffer = bufferOf(value_cache);
-  if (key_buffer < 0 || value_buffer < 0) return -1;
-  auto inCaches = [&](int tensor) {
-    const int b = bufferOf(tensor);
-    return b == key_buffer || b == value_buffer;
-  };
-  int slots = -1;
-  for (const pb::Step& s : p.steps()) {
-    const std::vector<int> tensors = StepTensors(s);
-    if (std::none_of(tensors.begin(), tensors.end(), inCaches)) continue;
-    if (!s.has_kernel()) return -1;
-    const std::string& kernel = s.kernel().kernel();
-    if (kernel != "rt.paged_attention" && kernel != "rt.reshape_and_cache") return -1;
-    int step_slots = -1;
-    for (const pb::KernelArg& a : s.kernel().args()) {
-      if (a.v_case() != pb::KernelArg::kTensor) continue;
-      const bool cache_operand = a.name() == "key_cache" || a.name() == "value_cache";
-      if (inCaches(a.tensor()) && !cache_operand) return -1;  // the caches in another role
-      if (a.name() == "slot_mapping") step_slots = a.tensor();
-    }
-    if (kernel == "rt.paged_attention") continue;
-    if (step_slots < 0 || (slots >= 0 && step_slots != slots)) return -1;
-    slots = step_slots;
-  }
-  return slots >= 0 && readOnlyInPlan(p, slots) ? slots : -1;
 }
 
 std::string describeStep(const pb::Step& s) {

@@ -197,7 +197,7 @@ void fillBatchMetadata(const PagedOperands& t, PagedAttentionParams& p, const st
 }  // namespace
 
 std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
-                                                            const PagedEarlyReads& early, PagedScratch& scratch,
+                                                            bool metadata_read_only, PagedScratch& scratch,
                                                             int& kernels, const std::string& where) {
   const DeviceTensor &q = operand(t, "q", where), &out = operand(t, "out", where);
   const DeviceTensor &kc = operand(t, "key_cache", where), &vc = operand(t, "value_cache", where);
@@ -233,15 +233,7 @@ std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands&
   p.num_blocks = kc.shape[0];
   p.block_size = kc.shape[1];
   fillBatchMetadata(t, p, where);
-  p.metadata_read_only = early.metadata_read_only;
-  if (early.written_slots.data) {
-    const DeviceTensor& slots = early.written_slots;
-    requireRank(slots, "the cache writes' slot_mapping", 1, where);
-    requireDType(slots, "the cache writes' slot_mapping", DType::I64, where);
-    requireContiguous(slots, "the cache writes' slot_mapping", where);
-    p.written_slots = static_cast<const int64_t*>(slots.data);
-    p.num_written_slots = slots.shape[0];
-  }
+  p.metadata_read_only = metadata_read_only;
   if (kc.dtype == DType::F8E4M3FN) {
     p.k_scale = scaleOperand(t, "k_scale", where);
     p.v_scale = scaleOperand(t, "v_scale", where);

@@ -44,23 +44,15 @@ class PagedScratch {
   int64_t bytes_ = 0;
 };
 
-// What a paged attention may read before it waits for the kernels still running, from the
-// plan (PagedAttentionParams): the batch metadata where no step writes it, and the cache rows
-// at slots other than `written_slots` (i64 [n], the plan's only cache writes' slot_mapping,
-// lowering::soleCacheWriteSlots; null data: none known).
-struct PagedEarlyReads {
-  bool metadata_read_only = false;
-  DeviceTensor written_slots;
-};
-
 // q, out [T, Hq, E]; key_cache, value_cache; block_table i32 [B, max_blocks]; seq_lens i32 [B];
 // query_start_loc i32 [B + 1]; FP8 cache: k_scale, v_scale; FP8 out: out_scale f32 [1].
 // `scale`: the softmax scale (nullopt: 1/sqrt(E)). The context split is chosen for the
 // current device and the bound sizes; `scratch` must outlive the returned closure. `kernels`:
 // how many kernels one run of the step launches (2 with a split: the chunks, then the merge).
-// `early`: what the step may read before it waits for the kernels still running.
+// `metadata_read_only`: no step of the plan writes the batch metadata
+// (PagedAttentionParams::metadata_read_only).
 std::function<void(cudaStream_t)> preparePagedAttentionStep(const PagedOperands& t, std::optional<double> scale,
-                                                            const PagedEarlyReads& early, PagedScratch& scratch,
+                                                            bool metadata_read_only, PagedScratch& scratch,
                                                             int& kernels, const std::string& where);
 
 }  // namespace fxfuse::runtime

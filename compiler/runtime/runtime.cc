@@ -465,7 +465,6 @@ void Session::prepare(cudaStream_t stream) {
     steps_.push_back(std::move(p));
   }
   fuseGemmEpilogues();
-  launchAttentionsEarly();
   prepareWeightPrefetches();
   dirty_ = false;
 }
@@ -784,50 +783,17 @@ std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string&
   std::optional<double> scale;
   if (args.has("scale")) scale = args.real("scale", 0.0);
   // The metadata may be read before the kernel waits for the preceding step only where no step
-  // writes it (a graph that computes seq_lens, say, has a step that does); cache rows only where
-  // the plan's cache writes are its only writes of the caches, and not at their slots.
-  auto tensorId = [&args](const char* operand_name) {
+  // writes it (a graph that computes seq_lens, say, has a step that does).
+  bool metadata_read_only = true;
+  for (const char* operand_name : {"block_table", "seq_lens", "query_start_loc"}) {
     const auto a = args.args.find(operand_name);
-    return a != args.args.end() && a->second->v_case() == pb::KernelArg::kTensor ? a->second->tensor() : -1;
-  };
-  PagedEarlyReads early;
-  early.metadata_read_only = true;
-  for (const char* operand_name : {"block_table", "seq_lens", "query_start_loc"})
-    early.metadata_read_only = early.metadata_read_only && lowering::readOnlyInPlan(plan_, tensorId(operand_name));
-  const int slots = lowering::soleCacheWriteSlots(plan_, tensorId("key_cache"), tensorId("value_cache"));
-  if (early.metadata_read_only && slots >= 0) early.written_slots = tensor(slots);
+    metadata_read_only = metadata_read_only && a != args.args.end() && a->second->v_case() == pb::KernelArg::kTensor &&
+                         lowering::readOnlyInPlan(plan_, a->second->tensor());
+  }
   int kernels = 1;
-  auto run = preparePagedAttentionStep(t, scale, early, *paged_scratch_, kernels, args.where);
+  auto run = preparePagedAttentionStep(t, scale, metadata_read_only, *paged_scratch_, kernels, args.where);
   launches_ += kernels - 1;  // prepareKernel counted one
   return run;
-}
-
-// A small-M GEMM followed by a cache write and a paged attention (the qkv projection of a decode
-// layer) lets the next kernel launch at its start: the cache write lets the attention launch at
-// once, so the attention's CTAs read the batch metadata and copy their first cache rows (those
-// no cache write fills: PagedAttentionParams::written_slots) while the GEMM streams its weights,
-// then wait for the cache write. The attention lets the kernel after it launch only once it has
-// attended, so no further weight stream starts early.
-//
-//   gemm ──(start)──► cache write ──(start)──► paged attention ──(after its keys)──► next
-void Session::launchAttentionsEarly() {
-  const char* env = std::getenv("FXFUSE_EARLY_ATTENTION");
-  if (env && std::string(env) == "0") return;
-  auto kernelAt = [this](size_t si) -> std::string {
-    return si < static_cast<size_t>(plan_.steps_size()) && plan_.steps(static_cast<int>(si)).has_kernel()
-               ? plan_.steps(static_cast<int>(si)).kernel().kernel()
-               : "";
-  };
-  for (size_t si = 0; si + 2 < steps_.size(); ++si) {
-    Prepared& gemm = *steps_[si];
-    if (!gemm.own_gemm || gemm.own_gemm->gated_silu.out || kernelAt(si + 1) != "rt.reshape_and_cache" ||
-        kernelAt(si + 2) != "rt.paged_attention")
-      continue;
-    SmallMFp8GemmParams p = *gemm.own_gemm;
-    p.early_dependents = true;
-    gemm.own_gemm = p;
-    gemm.run = [p, where = gemm.where](cudaStream_t s) { check(LaunchSmallMFp8Gemm(p, s), where); };
-  }
 }
 
 // The cuBLASLt state of one matmul step: descriptors, layouts, the chosen algorithm, and the

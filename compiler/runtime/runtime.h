@@ -185,9 +185,6 @@ class Session {
   void dropGraph(const std::string& why);
   // Fuses gated-SiLU steps into the small-M GEMMs before them (gemm_epilogue.h), in steps_.
   void fuseGemmEpilogues();
-  // Lets the small-M GEMM before a cache write and paged attention launch them at its start
-  // (SmallMFp8GemmParams::early_dependents), in steps_; $FXFUSE_EARLY_ATTENTION=0: not.
-  void launchAttentionsEarly();
   void prepareCollectives();
   void prepareWeightPrefetches();
   // Enqueues every step on `stream`, forking the weight prefetches onto prefetch_stream_ and

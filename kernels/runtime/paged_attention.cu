@@ -638,11 +638,6 @@ struct KeyWindows {
   }
   // The first window's rows.
   __device__ void begin() { rows = rowOf(first_block_id, offset); }
-  // After begin(): the slot (block * bs + offset) of the lane's key of the first window, -1
-  // where it has no row.
-  __device__ int64_t firstWindowSlot() const {
-    return rows >= 0 ? static_cast<int64_t>(first_block_id) * bs + offset : -1;
-  }
   // The block id of key window * 32 + lane and its offset in the block; -1 past the chunk.
   __device__ int32_t blockOf(int window, uint32_t& key_offset) const {
     const uint32_t r = static_cast<uint32_t>(window) * 32 + lane, position = first_offset + r;
@@ -661,141 +656,56 @@ struct KeyWindows {
   }
 };
 
-// The slots the plan's cache writes fill (p.written_slots, at most kPagedPrefetchMaxSlots),
-// loaded at the kernel's start alongside the metadata, spread over the warp's lanes: lane l
-// holds slots l and 32 + l (-1 for a slot no cache row has: outside 31 bits, or padding).
-struct WrittenSlots {
-  int32_t first = -1, second = -1;  // slots lane and 32 + lane
-  int count = 0;
-
-  WrittenSlots() = default;
-  __device__ WrittenSlots(const PagedAttentionParams& p, int lane)
-      : first(slotAt(p, lane)), second(slotAt(p, lane + 32)), count(static_cast<int>(p.num_written_slots)) {}
-  // Bits of the first window's keys (KeyWindows::begin) whose rows a cache write of this step
-  // may fill. Keys without a row are never copied from the cache: their bit is clear.
-  __device__ unsigned keysAt(const KeyWindows& windows) const {
-    const int64_t key_slot = windows.firstWindowSlot();
-    bool written = false;
-    for (int i = 0; i < count; ++i) written |= __shfl_sync(0xffffffffu, i < 32 ? first : second, i & 31) == key_slot;
-    return __ballot_sync(0xffffffffu, written && key_slot >= 0);
-  }
-
- private:
-  __device__ static int32_t slotAt(const PagedAttentionParams& p, int i) {
-    const int64_t s = i < p.num_written_slots ? __ldg(p.written_slots + i) : -1;
-    return s >= 0 && s <= INT32_MAX ? static_cast<int32_t>(s) : -1;
-  }
-};
-
-// The keys of `windows` through the warp's ring (`smem`, MmaRing::kBytes), 16 at a time (a
-// step): run(consume) hands each step's stages to consume(stages, valid) while the copies of the
-// next 16 keys are in flight. A key with row -1 is zero-filled and its valid bit clear.
-// prefetch() may copy the first two steps (the first window) before the kernel waits for the
-// preceding grid, all but the rows a cache write of this step may fill; run() copies those
-// after the wait, then goes on as without it.
-template <int E, CacheFormat F>
-class MmaKeyStream {
+// The keys of `windows` through the warp's ring (`smem`, MmaRing::kBytes) 16 at a time into
+// consume(stages, valid): the copies of the next 16 keys are in flight while 16 are computed.
+// A key with row -1 is zero-filled and its valid bit clear.
+template <int E, CacheFormat F, typename Consume>
+__device__ void streamKeySteps(const PagedAttentionParams& p, KeyWindows& windows, int lane, uint8_t* smem,
+                               Consume&& consume) {
   using Ring = MmaRing<E, F>;
-
- public:
-  __device__ MmaKeyStream(const PagedAttentionParams& p, KeyWindows& windows, int lane, uint8_t* smem)
-      : windows_(windows),
-        smem_(smem),
-        k_src_(static_cast<const uint8_t*>(p.key_cache) + lane % Ring::kPieces * 16),
-        v_src_(static_cast<const uint8_t*>(p.value_cache) + lane % Ring::kPieces * 16),
-        ring_(static_cast<uint32_t>(__cvta_generic_to_shared(smem))),
-        steps_(static_cast<int>((windows.span + 15) / 16)),
-        lane_(lane) {
+  const int steps = static_cast<int>((windows.span + 15) / 16);
+  windows.begin();
+  unsigned window_valid = __ballot_sync(0xffffffffu, windows.rows >= 0);
+  const int piece = lane % Ring::kPieces;
+  const uint8_t* k_src = static_cast<const uint8_t*>(p.key_cache) + piece * 16;
+  const uint8_t* v_src = static_cast<const uint8_t*>(p.value_cache) + piece * 16;
+  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint32_t to_row[Ring::kPasses];  // pass i: the lane's piece of row lane / kPieces + i * kRowsPerPass
 #pragma unroll
-    for (int i = 0; i < Ring::kPasses; ++i)  // pass i: the lane's piece of row lane / kPieces + i * kRowsPerPass
-      to_row_[i] = Ring::pieceOffset(lane / Ring::kPieces + i * Ring::kRowsPerPass, lane % Ring::kPieces);
-  }
-
-  // Before the grid wait (the metadata read-only, the written slots known): the first two
-  // steps' copies, but those of keys at a written slot.
-  __device__ void prefetch(const WrittenSlots& written) {
-    begin();
-    deferred_ = written.keysAt(windows_);
-    prefetched_ = true;
-    for (int step = 0; step < 2; ++step) {
-      if (step < steps_) issue(step, ~deferred_);
-      kernels::cpAsyncCommit();  // one group per step (empty without a step 1)
-    }
-  }
-
-  // Steps 0 and 1 are copied first (where prefetched, the rows not copied yet: one more group
-  // after the two); then each step is consumed while the next one's copies are in flight, and
-  // its ring half refilled with the step after next.
-  template <typename Consume>
-  __device__ void run(Consume&& consume) {
-    unsigned valid_even = 0u, valid_odd = 0u;  // of the steps in the ring's two halves
-    if (!prefetched_) begin();
-    for (int step = 0; step < 2 && step < steps_; ++step) {
-      const unsigned keys = prefetched_ ? deferred_ : ~0u;
-      const unsigned valid = keys != 0u ? issue(step, keys) : (window_valid_ >> (step * 16)) & 0xffffu;
-      (step == 0 ? valid_even : valid_odd) = valid;
-      if (!prefetched_) kernels::cpAsyncCommit();  // one group per step
-    }
-    if (!prefetched_ && steps_ < 2) kernels::cpAsyncCommit();  // an empty step-1 group
-    if (prefetched_) kernels::cpAsyncCommit();  // the deferred copies
-    for (int step = 0; step < steps_; ++step) {
-      // Step 0: its own group, or (prefetched) its group and, where it has deferred keys, theirs.
-      if (step > 0 || !prefetched_) {
-        kernels::cpAsyncWait<1>();  // all but the next step's group
-      } else if (deferred_ & 0xffffu) {
-        kernels::cpAsyncWait<0>();
-      } else {
-        kernels::cpAsyncWait<2>();
-      }
-      __syncwarp();  // every lane's copies of this step landed
-      consume(static_cast<const uint8_t*>(smem_ + (step % 2) * 2 * Ring::kStageBytes), step % 2 ? valid_odd : valid_even);
-      __syncwarp();  // every lane has read the stages before they are refilled
-      if (step + 2 < steps_) (step % 2 ? valid_odd : valid_even) = issue(step + 2, ~0u);
-      kernels::cpAsyncCommit();  // an empty group where nothing was issued keeps the wait count uniform
-    }
-  }
-
- private:
-  __device__ void begin() {
-    windows_.begin();
-    window_valid_ = __ballot_sync(0xffffffffu, windows_.rows >= 0);
-  }
-
-  // The copies of step `step` (called for 0, 1, 2, ... in order, 0 and 1 twice when prefetched)
-  // of the keys whose bit in the window is set in `keys`; returns the step's valid-key mask.
-  __device__ unsigned issue(int step, unsigned keys) {
+  for (int i = 0; i < Ring::kPasses; ++i)
+    to_row[i] = Ring::pieceOffset(lane / Ring::kPieces + i * Ring::kRowsPerPass, piece);
+  auto issue = [&](int step) -> unsigned {  // called for step = 0, 1, 2, ... in order
     if (step % 2 == 0 && step > 0) {
-      windows_.advance(step / 2);
-      window_valid_ = __ballot_sync(0xffffffffu, windows_.rows >= 0);
+      windows.advance(step / 2);
+      window_valid = __ballot_sync(0xffffffffu, windows.rows >= 0);
     }
     const int half = (step % 2) * 16;
-    const uint32_t stages = ring_ + (step % 2) * 2 * Ring::kStageBytes;
+    const uint32_t stages = ring + (step % 2) * 2 * Ring::kStageBytes;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int i = 0; i < Ring::kPasses; ++i) {
-        const int key = half + h * kKeyGroup + lane_ / Ring::kPieces + i * Ring::kRowsPerPass;
-        const int32_t row = __shfl_sync(0xffffffffu, windows_.rows, key);
+        const int key = half + h * kKeyGroup + lane / Ring::kPieces + i * Ring::kRowsPerPass;
+        const int32_t row = __shfl_sync(0xffffffffu, windows.rows, key);
         const uint64_t from = static_cast<uint64_t>(row >= 0 ? row : 0) * Ring::kRowBytes;
-        const uint32_t to = stages + h * Ring::kStageBytes + to_row_[i];  // V rows: 8 rows on, same swizzle
-        if ((keys >> key) & 1u) {
-          kernels::cpAsync16(to, k_src_ + from, row >= 0);
-          kernels::cpAsync16(to + kKeyGroup * Ring::kRowPitch, v_src_ + from, row >= 0);
-        }
+        const uint32_t to = stages + h * Ring::kStageBytes + to_row[i];  // V rows: 8 rows on, same swizzle
+        kernels::cpAsync16(to, k_src + from, row >= 0);
+        kernels::cpAsync16(to + kKeyGroup * Ring::kRowPitch, v_src + from, row >= 0);
       }
-    return (window_valid_ >> half) & 0xffffu;
+    return (window_valid >> half) & 0xffffu;
+  };
+  unsigned valid = steps > 0 ? issue(0) : 0u;
+  kernels::cpAsyncCommit();
+  for (int step = 0; step < steps; ++step) {
+    const unsigned next_valid = step + 1 < steps ? issue(step + 1) : 0u;
+    kernels::cpAsyncCommit();  // an empty group at the end keeps the wait count uniform
+    kernels::cpAsyncWait<1>();
+    __syncwarp();  // every lane's copies of this step landed
+    consume(static_cast<const uint8_t*>(smem + (step % 2) * 2 * Ring::kStageBytes), valid);
+    __syncwarp();  // every lane has read the stages before the next issue refills them
+    valid = next_valid;
   }
-
-  KeyWindows& windows_;
-  uint8_t* smem_;
-  const uint8_t* k_src_;
-  const uint8_t* v_src_;
-  uint32_t ring_;
-  uint32_t to_row_[Ring::kPasses];
-  int steps_, lane_;
-  unsigned window_valid_ = 0u, deferred_ = 0u;
-  bool prefetched_ = false;
-};
+}
 
 // The lane's Q fragments of query heads h0 + g (g < HPW; other rows 0) of token t in the mma
 // type. Returns what the scores must be multiplied by to undo a scaling of Q: 1 for a 16-bit
@@ -841,11 +751,11 @@ __device__ float loadQueryFragments(const PagedAttentionParams& p, int64_t t, in
   }
 }
 
-// The keys of `keys` (a stream through the warp's MmaRing, `smem`) for the warp's HPW query
-// heads (h0 ..) of token t with tensor cores; returns the state of row g = lane / 4 (rows
+// The keys of `windows` for the warp's HPW query heads (h0 ..) of token t through the ring
+// (`smem`: the warp's MmaRing) with tensor cores; returns the state of row g = lane / 4 (rows
 // g >= HPW: no head).
 template <int E, int HPW, CacheFormat F>
-__device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t h0, MmaKeyStream<E, F>& keys,
+__device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t h0, KeyWindows& windows,
                               float q_factor, int lane, uint8_t* smem, MmaSoftmax<E>& st) {
   using Ring = MmaRing<E, F>;
   uint32_t qa[E / 16][2];
@@ -853,7 +763,7 @@ __device__ void attendKeysMma(const PagedAttentionParams& p, int64_t t, int64_t 
   // Lane l's ldmatrix.trans row: key (l / 8 odd ? 8 : 0) + l % 8, first piece l / 16.
   const int value_key = ((lane >> 3) & 1) * kKeyGroup + (lane & 7), value_piece = lane >> 4;
   uint8_t* wide = smem + Ring::kStages * Ring::kStageBytes;
-  keys.run([&](const uint8_t* stages, unsigned valid) {
+  streamKeySteps<E, F>(p, windows, lane, smem, [&](const uint8_t* stages, unsigned valid) {
     if constexpr (F == CacheFormat::kFp8) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
@@ -1204,12 +1114,9 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32, 1)
   // started by then: every CTA arrives here and waits before its push (mergeWarpStates).
   if (clustered) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");  // nothing to publish
   // The metadata and the first keys' block ids are read while the preceding kernel drains where
-  // no step writes them; q, and the cache rows a cache write may fill, only after the wait
-  // (every CTA waits before it exits, so the grid never completes before the one it depends on).
+  // no step writes them; q and the caches only after the wait (every CTA waits before it exits,
+  // so the grid never completes before the one it depends on).
   if (!p.metadata_read_only) kernels::waitForPrecedingGrid();
-  const bool copy_early =
-      p.metadata_read_only && p.written_slots && p.num_written_slots <= kPagedPrefetchMaxSlots;
-  const WrittenSlots written = copy_early ? WrittenSlots(p, threadIdx.x & 31) : WrittenSlots();
   // Index math in 32 bits (a 64-bit division is a call of ~70 instructions): the grid, heads,
   // splits and keys of the tensor-core path fit (LaunchPagedAttention, loadPathOf).
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1224,14 +1131,7 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32, 1)
   const uint32_t hk = h0 / static_cast<uint32_t>(p.heads_q / p.heads_kv);
   KeyWindows windows(p, r.seq < 0 ? p.block_table : p.block_table + r.seq * p.block_table_stride,
                      static_cast<int32_t>(hk), lo, hi, lane);
-  extern __shared__ __align__(16) uint8_t paged_rings[];
-  MmaKeyStream<E, F> stream(p, windows, lane, paged_rings + warp * Ring::kBytes);
-  if (p.metadata_read_only) {
-    // Where the plan says which rows its cache writes fill, the others of the first keys are
-    // copied while the cache write runs: only the new tokens' rows wait for it.
-    if (copy_early && r.seq >= 0 && lo < hi) stream.prefetch(written);
-    kernels::waitForPrecedingGrid();
-  }
+  if (p.metadata_read_only) kernels::waitForPrecedingGrid();
   // Where the combine kernel follows, it reads no chunk past the context (a cluster's CTAs all
   // take part in its barriers).
   if (p.num_splits > warps && !clustered && (r.seq < 0 || first * chunk >= keys)) {
@@ -1245,9 +1145,10 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32, 1)
     for (int j = 0; j < 4; ++j) st.o[n][j] = 0.0f;
   st.m = -INFINITY;
   st.l = 0.0f;
+  extern __shared__ __align__(16) uint8_t paged_rings[];
   if (r.seq >= 0 && lo < hi) {
     const float q_factor = p.scale * kLog2e * (F == CacheFormat::kFp8 ? *p.k_scale : 1.0f);
-    attendKeysMma<E, HPW, F>(p, t, h0, stream, q_factor, lane, paged_rings + warp * Ring::kBytes, st);
+    attendKeysMma<E, HPW, F>(p, t, h0, windows, q_factor, lane, paged_rings + warp * Ring::kBytes, st);
   }
   kernels::allowDependentGrids();
   mergeWarpStates<E, HPW>(p, r, h0, first, clustered, st, paged_rings,
@@ -1432,7 +1333,7 @@ LoadPath loadPathOf(const PagedAttentionParams& p) {
   const int64_t elem_bytes = p.cache_dtype == DType::F8E4M3FN ? 1 : 2;
   const bool staged = StagedRows(p.head_size, elem_bytes) && aligned16(p.key_cache) && aligned16(p.value_cache);
   // Tensor cores: head size 64 or 128 (whole fragments), q rows read as 32-bit pairs, every cache
-  // row numbered in 31 bits (MmaKeyStream), every context's keys counted in 31 bits (the
+  // row numbered in 31 bits (streamKeySteps), every context's keys counted in 31 bits (the
   // kernel's index math).
   const bool rows_fit =
       p.num_blocks <= INT32_MAX / p.block_size / p.heads_kv && p.max_blocks <= INT32_MAX / p.block_size;
@@ -1486,7 +1387,6 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t str
     return cudaErrorInvalidValue;
   if (p.num_splits < 1 || p.num_splits > kMaxSplits || p.num_splits > 65535) return cudaErrorInvalidValue;
   if (p.num_splits > 1 && !p.workspace) return cudaErrorInvalidValue;
-  if (p.num_written_slots < 0 || (p.num_written_slots > 0 && !p.written_slots)) return cudaErrorInvalidValue;
   // Every grid below has at most one block per (row, chunk): a larger batch would not fit
   // gridDim.x, and a clipped grid would leave rows unwritten.
   if (rows > INT32_MAX / p.num_splits) return cudaErrorInvalidValue;

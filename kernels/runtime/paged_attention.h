@@ -21,9 +21,7 @@
 // The tensor-core kernel merges a row's chunks within its CTA and, up to 8 CTAs, its cluster;
 // more chunks (and the CUDA-core paths) are merged by a second kernel. The number of chunks is chosen on the host from the bound sizes, the chunk length on
 // the device from each row's own context, so decode batches of a few sequences still fill the
-// GPU. Where the plan says which cache rows its cache writes fill (written_slots), the
-// tensor-core kernel copies the other rows of its first keys while the cache write still runs.
-// Metadata outside its range (a slot or block
+// GPU. Metadata outside its range (a slot or block
 // id past the cache, a context longer than the block table) is never read or written out of
 // bounds; the values it gives are unspecified.
 #pragma once
@@ -108,19 +106,7 @@ struct PagedAttentionParams {
   // their first keys, before they wait for the preceding kernel (programmatic dependent launch),
   // so those dependent loads overlap its drain instead of preceding the cache reads.
   bool metadata_read_only = false;
-  // The slots that any cache write of the plan fills ([num_written_slots] i64, its
-  // slot_mapping), set only where nothing else writes the caches and no step writes the slots
-  // (lowering::soleCacheWriteSlots): every other row keeps its contents while the plan runs.
-  // With metadata_read_only and at most kPagedPrefetchMaxSlots of them, the tensor-core kernel
-  // then copies the cache rows of each warp's first 32 keys before it waits for the preceding
-  // kernel (the cache write), all but those at a written slot, which it copies after the wait.
-  const int64_t* written_slots = nullptr;
-  int64_t num_written_slots = 0;
 };
-
-// The most written slots the tensor-core kernel compares its first keys' slots with before the
-// wait (one load and compare each; a decode batch has one slot per sequence).
-inline constexpr int64_t kPagedPrefetchMaxSlots = 64;
 
 // Keys the kernels load together, and the smallest chunk worth a warp of its own.
 inline constexpr int64_t kPagedKeyGroup = 8;

@@ -22,9 +22,7 @@
 // a warp fills its ring before it waits for the previous step (programmatic dependent launch),
 // so the weight stream starts while that step drains; the activations are read after the wait.
 // The block lets the next kernel launch only after its K loop, not at its start: an early
-// trigger lets the kernel after next launch too and take slots of this one's wave. Where the
-// next kernels are a cache write and a paged attention (p.early_dependents), it lets them launch
-// at its start, so the attention's prologue runs while the weights stream.
+// trigger lets the kernel after next launch too and take slots of this one's wave.
 //
 // The epilogue rounds as fxfuse's interpreter does (small_m_fp8_epilogue.cuh). With the
 // gated-SiLU epilogue a block's tiles are pairs: its first half are gate tiles (weight rows
@@ -197,7 +195,6 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   const int64_t steps = first < k_steps ? (k_steps - first < l.steps_per_split ? k_steps - first : l.steps_per_split) : 0;
   const uint8_t* ring = smem + warp * kStages * kStageBytes;
   const uint32_t ring_addr = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
-  if (p.early_dependents) kernels::allowDependentGrids();
   if (!p.w_read_only) kernels::waitForPrecedingGrid();  // w may come from a step still running
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {  // weights only

@@ -58,12 +58,6 @@ struct SmallMFp8GemmParams {
   // starts while that grid drains; otherwise they wait first (a w computed by an earlier step,
   // e.g. a weight quantized in the graph, could still be being written).
   bool w_read_only = false;
-  // Whether the next kernel may launch at this one's start rather than after its K loop (the
-  // runtime sets it where the next kernels are a cache write and a paged attention: both let
-  // their own dependents launch early, so the attention reads its metadata and first cache rows
-  // while the weights stream; docs/runtime.md "Programmatic dependent launch"). Otherwise a
-  // dependent launched early could let the kernel after it start streaming too.
-  bool early_dependents = false;
   const float* scale_x = nullptr;  // [1] fp32 on the device (per-tensor)
   const float* scale_w = nullptr;  // [1]
   const void* bias = nullptr;      // optional [N] of bias_dtype

@@ -225,7 +225,6 @@ __global__ void __launch_bounds__(kThreads) smallMFp8GemmWgmmaKernel(const __gri
   __syncthreads();
   // Prologue: the weights of the first kStages - 1 stages, the wait, their activations (the
   // wait first where a step still running may write the weight: !p.w_read_only).
-  if (p.early_dependents) kernels::allowDependentGrids();
   if (!p.w_read_only) kernels::waitForPrecedingGrid();
   if (producer)
     for (int s = 0; s < kStages - 1 && s < steps; ++s) ring.weights(s);

@@ -25,14 +25,12 @@
 #include "kernels/runtime/dense_paged_view.h"
 #include "kernels/runtime/paged_attention.h"
 #include "tests/kernels/gpu_test_util.h"
-#include "tests/kernels/stream_hold.h"
 
 namespace fxfuse::runtime {
 namespace {
 
 using kernels::testing::DeviceBuffer;
 using kernels::testing::NextSeed;
-using fxfuse::testing::LaunchStreamHold;
 namespace ref = kernels::reference;
 
 struct Case {
@@ -154,37 +152,6 @@ std::vector<uint8_t> randomFp8(size_t n, std::mt19937_64& rng) {
     do x = static_cast<uint8_t>(rng()); while (ref::IsE4m3NaN(x));
   }
   return v;
-}
-
-// (c) The cache rows of the first keys copied before the kernel waits for the cache write `w`,
-// as plans launch it where their cache writes are the caches' only writes (written_slots):
-// poison() makes the rows at w's slots NaN (and the output), and the cache write writes them
-// again queued behind a kernel that holds the stream for 100 us after letting it launch, so the
-// attention `a` is resident and copies during the hold: a row at a written slot copied before
-// the wait would be NaN. In one pass and with the planned split; check(variant) compares the
-// output with the reference.
-template <typename Poison, typename Check>
-void checkCacheRowsReadBeforeTheWait(const ReshapeAndCacheParams& w, const PagedAttentionParams& a, Poison&& poison,
-                                     Check&& check) {
-  cudaStream_t stream = nullptr;
-  FXFUSE_CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  PagedAttentionParams planned = a;
-  PlanPagedAttentionSplits(planned, 132);
-  DeviceBuffer workspace(static_cast<size_t>(std::max<int64_t>(PagedAttentionWorkspaceBytes(planned), 16)));
-  planned.workspace = static_cast<float*>(workspace.get());
-  for (const PagedAttentionParams* base : {&a, static_cast<const PagedAttentionParams*>(&planned)}) {
-    PagedAttentionParams early = *base;
-    early.metadata_read_only = true;
-    early.written_slots = w.slot_mapping;
-    early.num_written_slots = w.num_tokens;
-    poison();
-    FXFUSE_CUDA_REQUIRE(LaunchStreamHold(100, stream));
-    FXFUSE_CUDA_REQUIRE(LaunchReshapeAndCache(w, stream));
-    FXFUSE_CUDA_REQUIRE(LaunchPagedAttention(early, stream));
-    FXFUSE_CUDA_REQUIRE(cudaStreamSynchronize(stream));
-    check(base == &a ? "one pass, cache rows read before the wait" : "planned split, cache rows read before the wait");
-  }
-  FXFUSE_CUDA_REQUIRE(cudaStreamDestroy(stream));
 }
 
 void runCase(const Case& c) {
@@ -322,23 +289,6 @@ void runCase(const Case& c) {
     launchChecked(early_one_pass, "one pass, metadata read before the wait");
   }
   unsetenv("FXFUSE_PAGED_MMA");
-  auto poison = [&] {
-    auto poisonedAtSlots = [&](auto cache) {
-      using Element = typename decltype(cache)::value_type;
-      for (int64_t slot : b.slots)
-        if (slot >= 0) std::fill_n(cache.begin() + slot * Hk * E, Hk * E, static_cast<Element>(~Element{0}));
-      return cache;
-    };
-    if (c.fp8_cache) {
-      dkc.Upload(poisonedAtSlots(k8));
-      dvc.Upload(poisonedAtSlots(v8));
-    } else {
-      dkc.Upload(poisonedAtSlots(k16));
-      dvc.Upload(poisonedAtSlots(v16));
-    }
-    dout.Poison();
-  };
-  checkCacheRowsReadBeforeTheWait(w, a, poison, [&](const char* variant) { checkAttention(c, ref, dout, q_n, variant); });
 }
 
 // The attention output in `dout` against the exact reference `ref` (NaN: a padding row, 0).

@@ -1,14 +1,10 @@
 // Where a session prefetches matmul weights into L2 (compiler/runtime/weight_prefetch.h), and
-// which plan memory no step writes (lowering::readOnlyInPlan) and which KV-cache rows only at
-// the slots of the plan's cache writes (lowering::soleCacheWriteSlots),
+// which plan memory no step writes (lowering::readOnlyInPlan),
 // without a GPU: on a hand-made plan (the rules one by one) and on the plan of a real FP8
 // decoder layer (every weight GEMM gets its prefetch, forked right after the previous GEMM).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
-#include <string>
-#include <utility>
-#include <vector>
 
 #include "compiler/lowering/lowering.h"
 #include "compiler/runtime/weight_prefetch.h"
@@ -210,98 +206,4 @@ TEST_CASE("read-only memory: the KV caches a paged plan updates in place") {
     }
   CHECK(caches >= 4);  // the cache write's and the attention's
   CHECK(queries >= 1);
-}
-
-namespace {
-
-// The operand `name` of the plan's kernel step `kernel` (the first such step), -1 if none.
-int kernelOperand(const pb::Plan& p, const std::string& kernel, const std::string& name) {
-  for (const pb::Step& s : p.steps())
-    if (s.kernel().kernel() == kernel)
-      for (const pb::KernelArg& a : s.kernel().args())
-        if (a.name() == name && a.v_case() == pb::KernelArg::kTensor) return a.tensor();
-  return -1;
-}
-
-// A kernel step `kernel` with tensor operands (name, id).
-pb::KernelLaunch* addKernelStep(pb::Plan& p, const std::string& kernel,
-                                const std::vector<std::pair<std::string, int>>& operands) {
-  auto* k = p.add_steps()->mutable_kernel();
-  k->set_kernel(kernel);
-  for (const auto& [name, id] : operands) {
-    auto* a = k->add_args();
-    a->set_name(name);
-    a->set_tensor(id);
-  }
-  return k;
-}
-
-}  // namespace
-
-// lowering::soleCacheWriteSlots: which cache rows a paged attention may copy before it waits
-// for the cache write (those at no slot of the plan's only cache writes).
-TEST_CASE("cache rows no step writes: the slots of a paged plan's only cache writes") {
-  const pb::Plan plan = planOf("tests/plans/paged_attention.fxg", "bf16");
-  const int key_cache = kernelOperand(plan, "rt.paged_attention", "key_cache");
-  const int value_cache = kernelOperand(plan, "rt.paged_attention", "value_cache");
-  const int slots = kernelOperand(plan, "rt.reshape_and_cache", "slot_mapping");
-  REQUIRE(key_cache >= 0);
-  REQUIRE(slots >= 0);
-  CHECK(lowering::soleCacheWriteSlots(plan, key_cache, value_cache) == slots);
-  CHECK(lowering::soleCacheWriteSlots(plan, key_cache, -1) == -1);  // malformed references
-  CHECK(lowering::soleCacheWriteSlots(plan, plan.tensors_size(), value_cache) == -1);
-}
-
-TEST_CASE("cache rows no step writes: any other writer, or two slot mappings, and there is none") {
-  // tensors: 0 key cache, 1 value cache (buffers): 2 and 3 slot mappings (user inputs), 4 keys
-  const auto plan = [] {
-    pb::Plan p = planWithInputs({pb::BUFFER, pb::BUFFER, pb::USER_INPUT, pb::USER_INPUT, pb::USER_INPUT});
-    addKernelStep(p, "rt.reshape_and_cache", {{"key", 4}, {"key_cache", 0}, {"value_cache", 1}, {"slot_mapping", 2}});
-    addKernelStep(p, "rt.paged_attention", {{"q", 4}, {"key_cache", 0}, {"value_cache", 1}});
-    for (int cache : {0, 1}) {
-      auto* mutation = p.add_outputs();
-      mutation->set_role(pb::MUTATION);
-      mutation->set_tensor(cache);
-    }
-    return p;
-  };
-  CHECK(lowering::soleCacheWriteSlots(plan(), 0, 1) == 2);
-  {
-    pb::Plan p = plan();  // a second cache write through another slot mapping
-    addKernelStep(p, "rt.reshape_and_cache", {{"key_cache", 0}, {"value_cache", 1}, {"slot_mapping", 3}});
-    CHECK(lowering::soleCacheWriteSlots(p, 0, 1) == -1);
-  }
-  {
-    pb::Plan p = plan();  // ... or through the same one: still the only writes
-    addKernelStep(p, "rt.reshape_and_cache", {{"key_cache", 0}, {"value_cache", 1}, {"slot_mapping", 2}});
-    CHECK(lowering::soleCacheWriteSlots(p, 0, 1) == 2);
-  }
-  {
-    pb::Plan p = plan();  // a memset of the value cache
-    p.add_steps()->mutable_memset()->set_dst(1);
-    CHECK(lowering::soleCacheWriteSlots(p, 0, 1) == -1);
-  }
-  {
-    pb::Plan p = plan();  // a view of the key cache's buffer as another kernel's operand
-    p.add_tensors()->set_buffer(0);
-    addKernelStep(p, "lib.rms_norm", {{"input", 4}, {"out", 5}});
-    CHECK(lowering::soleCacheWriteSlots(p, 0, 1) == -1);
-  }
-  {
-    pb::Plan p = plan();  // the cache as the attention's query: not a cache operand
-    addKernelStep(p, "rt.paged_attention", {{"q", 0}, {"key_cache", 0}, {"value_cache", 1}});
-    CHECK(lowering::soleCacheWriteSlots(p, 0, 1) == -1);
-  }
-  {
-    pb::Plan p = plan();  // the slot mapping written by the plan
-    auto* mutation = p.add_outputs();
-    mutation->set_role(pb::MUTATION);
-    mutation->set_tensor(2);
-    CHECK(lowering::soleCacheWriteSlots(p, 0, 1) == -1);
-  }
-  {
-    pb::Plan p = planWithInputs({pb::BUFFER, pb::BUFFER});  // read, never written
-    addKernelStep(p, "rt.paged_attention", {{"key_cache", 0}, {"value_cache", 1}});
-    CHECK(lowering::soleCacheWriteSlots(p, 0, 1) == -1);
-  }
 }
