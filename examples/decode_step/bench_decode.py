@@ -159,7 +159,8 @@ def main():
                     help="also time the replay without each step group, this many replays each (fxfuse bench --ablate)")
     ap.add_argument("--copy-rate", type=float, help="bytes/s; default: measured here with torch")
     ap.add_argument("--torch-modes", default="eager,default",
-                    help="comma list of eager, default, max-autotune; 'none' skips torch")
+                    help="comma list of eager, default, max-autotune, max-autotune-aten (max-autotune "
+                         "with ATen GEMMs: torch_decode.compile_kwargs); 'none' skips torch")
     ap.add_argument("--torch-budget", type=float, default=400, help="seconds after which no torch point starts")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()

@@ -5,8 +5,9 @@ a cos/sin cache gathered by position, SiLU-and-mul, bf16 LM head) over a static 
 [B, Hkv, C, E] per layer (this step's keys and values written at position C - 1 with
 `index_copy_`, then SDPA over the whole cache with grouped-query heads).
 
-Modes: "eager" and "default" / "max-autotune" (one decoder layer compiled with torch.compile
-and reused for every layer, its weights passed as arguments); each timed with the whole step
+Modes: "eager" and "default" / "max-autotune" / "max-autotune-aten" (one decoder layer
+compiled with torch.compile and reused for every layer, its weights passed as arguments;
+compile_kwargs says what the last one is); each timed with the whole step
 captured in one CUDA graph (median of replays, CUDA events). Random weights and cache with
 the distributions fxfuse's bench uses in spirit (not the same values: for 70B the weights do
 not fit on the GPU twice).
@@ -202,12 +203,26 @@ def make_step(m, layer_fn):
     return step
 
 
+def compile_kwargs(mode):
+    """torch.compile's arguments for a compiled mode. "max-autotune-aten" is max-autotune with
+    Inductor's GEMM autotuning over ATen (cuBLAS) kernels only: torch 2.11's Triton GEMM
+    templates fail to lower this model's FP8 `_scaled_mm` at batch 1 and 8 (InductorError:
+    LoweringException: AssertionError in select_algorithm's store_output), so plain
+    "max-autotune" does not compile it (docs/benchmarks/decode_step.md, twenty-fourth session)."""
+    if mode == "default":
+        return {}
+    if mode == "max-autotune-aten":
+        from torch._inductor import list_mode_options
+        return {"options": dict(list_mode_options("max-autotune"), max_autotune_gemm_backends="ATEN")}
+    return {"mode": mode}
+
+
 def layer_for(mode):
     """The layer function of a mode: eager, or compiled once and reused by every layer (and,
     with torch's automatic dynamic shapes, by the later batch x context points)."""
     if mode == "eager":
         return decoder_layer
-    return torch.compile(decoder_layer, mode=None if mode == "default" else mode)
+    return torch.compile(decoder_layer, **compile_kwargs(mode))
 
 
 def capture_graph(step, warmup=3):
