@@ -268,6 +268,8 @@ void Lowerer::lowerGenerated(Node& n) {
   auto it = rules.find(n.target);
   const GeneratedRule* rule = it == rules.end() ? nullptr : &it->second;
   if (rule && rule->join == GroupJoin::OwnGroup) return (this->*rule->lower)(n, g);
+  // An eval-mode native_dropout is respelled (canonicalize-ops); what is left draws random numbers.
+  if (n.target == "aten.native_dropout.default") unsupported(n, "dropout in training mode");
   if (n.numOutputs() > 1) {
     // Multi-output views (split/chunk/unbind): each output is a slice/select of the input.
     Value* self = valArg(n, "self");

@@ -15,6 +15,7 @@
 //   ATen spellings of one ATen op (kAtenSpellings: concat, true_divide, clip, hardtanh,
 //   __xor__, dot and mv, min/max.other, flatten, expand_as, view_copy, _reshape_alias,
 //   device_put, lift_fresh)                                                -> that op
+//   aten.dropout / native_dropout(x, p, train=false)                       -> x (, ones_like(x, bool))
 //
 // REQUIRES: functionalize (custom ops in auto_functionalized v1 form).
 // Semantics and attribute values: docs/canonical-ops.md.
@@ -389,9 +390,37 @@ class CanonicalizeOpsPass : public Pass {
     return true;
   }
 
+  // aten.dropout / aten.native_dropout with train=false (an eval-mode trace): ATen returns the
+  // input (cloned) and, native_dropout, an all-true mask. The output becomes the input itself,
+  // as noop-elimination does with a clone (an alias left here would outlive that pass, which
+  // runs first). train=None or true draws random numbers and stays (the lowering refuses it).
+  //
+  //   out = dropout(x, p, train=false)                ->   uses of out read x
+  //   out, mask = native_dropout(x, p, train=false)   ->   uses of out read x
+  //                                                        mask = ones_like(x, dtype=bool)
+  bool evalDropout(compiler::Rewriter& rw, ir::Node* n, PassContext& ctx) {
+    const ir::Attr* train = argOf(*n, "train");
+    ir::Value* x = valueArg(*n, "input");
+    if (!train || train->kind != ir::Attr::Kind::Bool || train->b || !x || !n->output(0)) return false;
+    const std::string name = n->name;
+    if (ir::Value* mask = n->numOutputs() > 1 ? n->output(1) : nullptr; mask && mask->numUses() > 0) {
+      std::vector<Out> outs(1);
+      outs[0].replaces = mask;
+      ir::Node* c = rw.create("aten.ones_like.default", {A("self", V(x)), A("dtype", D(ir::DType::BOOL))}, outs, n,
+                              {n}, name + "_mask");
+      rw.replaceOutputs(c, outs);
+      ctx.applied("aten.ones_like.default", c, "from the mask of " + n->target + " (train=false)");
+    }
+    rw.replace(n->output(0), x);
+    ctx.addMatch(n->target + " (train=false)");
+    rw.eraseDead({n});
+    return true;
+  }
+
   bool builtin(compiler::Rewriter& rw, ir::Node* n, PassContext& ctx) {
     if (respell(rw, n, ctx)) return true;
     const std::string& t = n->target;
+    if (t == "aten.dropout.default" || t == "aten.native_dropout.default") return evalDropout(rw, n, ctx);
     if (t == "vllm.all_reduce.default") {
       std::vector<Out> outs(1);
       outs[0].replaces = n->output(0);
