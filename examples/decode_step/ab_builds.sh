@@ -8,8 +8,10 @@
 #
 # Env: KV_BUDGET (s, default 150; 0 skips the checks), BENCH_BUDGET (s per build, default 120),
 # BATCHES (1,8,32,64), CONTEXTS (1024,4096), BINS (the order of the runs, default
-# "fxfuse fxfuse_old"; an entry "fxfuse@FXFUSE_X=0" runs that build with that variable set), NCU_POINTS (batch x context, comma-separated; empty: no ncu), NCU_BINS.
-# Writes summary.txt (both tables), kv.txt, <bin>.json and ncu_<bin>_<point>.txt to $OUT.
+# "fxfuse fxfuse_old"; an entry "fxfuse@FXFUSE_X=0" runs that build with that variable set),
+# NCU_POINTS (batch x context, comma-separated; empty: no ncu), NCU_BINS.
+# Writes summary.txt (every run's table), kv.txt, <run>.json (@ and = as _) and
+# ncu_<bin>_<point>.txt to $OUT.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-/tmp/ab_out}
