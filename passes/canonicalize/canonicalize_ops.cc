@@ -399,9 +399,9 @@ class CanonicalizeOpsPass : public Pass {
   //   out, mask = native_dropout(x, p, train=false)   ->   uses of out read x
   //                                                        mask = ones_like(x, dtype=bool)
   bool evalDropout(compiler::Rewriter& rw, ir::Node* n, PassContext& ctx) {
-    const ir::Attr* train = argOf(*n, "train");
+    const std::optional<double> train = compiler::numberArg(*n, "train");  // false, or 0 from a dump
     ir::Value* x = valueArg(*n, "input");
-    if (!train || train->kind != ir::Attr::Kind::Bool || train->b || !x || !n->output(0)) return false;
+    if (!train || *train != 0 || !x || !n->output(0)) return false;
     const std::string name = n->name;
     if (ir::Value* mask = n->numOutputs() > 1 ? n->output(1) : nullptr; mask && mask->numUses() > 0) {
       std::vector<Out> outs(1);
