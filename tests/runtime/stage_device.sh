@@ -8,8 +8,8 @@
 # SLIM=1 leaves decoder_example out (device_final.sh then skips the example) and packs with
 # xz -9: the bundle and the tracked files must fit the device tool's 64 MiB carry together.
 # AB_BASELINE=path/to/an/older/fxfuse packs that binary as fxfuse_old for
-# examples/decode_step/ab_builds.sh and, to stay within the carry, only the paged, rotary and
-# replay GPU tests (implies SLIM=1). The bundle also holds examples/decode_step/paged_read_bench,
+# examples/decode_step/ab_builds.sh and, to stay within the carry, only the paged, rotary,
+# small-M GEMM and replay GPU tests (implies SLIM=1). The bundle also holds examples/decode_step/paged_read_bench,
 # cluster_residency_probe and persistent_layer_bench.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -28,7 +28,7 @@ tests=(paged_attention_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_gated_silu
 bins=(fxfuse)
 if [[ -n ${AB_BASELINE:-} ]]; then
   SLIM=1
-  tests=(paged_attention_gpu_test rotary_cache_write_gpu_test)
+  tests=(paged_attention_gpu_test rotary_cache_write_gpu_test small_m_fp8_gemm_gpu_test)
   cp -f "$AB_BASELINE" "$stage/fxfuse_old"
   bins+=(fxfuse_old)
 fi
