@@ -9,8 +9,8 @@
 # xz -9: the bundle and the tracked files must fit the device tool's 64 MiB carry together.
 # AB_BASELINE=path/to/an/older/fxfuse packs that binary as fxfuse_old for
 # examples/decode_step/ab_builds.sh and, to stay within the carry, only the paged, rotary,
-# small-M GEMM and replay GPU tests (implies SLIM=1). The bundle also holds examples/decode_step/paged_read_bench,
-# cluster_residency_probe and persistent_layer_bench.
+# small-M GEMM and replay GPU tests (implies SLIM=1). The bundle also holds
+# examples/decode_step/paged_read_bench, cluster_residency_probe and persistent_layer_bench.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.device_rt/' .git/info/exclude 2>/dev/null || echo '/.device_rt/' >> .git/info/exclude
