@@ -8,12 +8,16 @@ a torch.compile process does not finish in minutes). The H200 image has no Nsigh
 
     python3 examples/decode_step/kernel_breakdown.py --fxfuse PATH/fxfuse --layers 4 \\
         --points 32x1024,64x1024 --out DIR
+    python3 examples/decode_step/kernel_breakdown.py --fxfuse PATH/fxfuse --layer-tokens 64,4096 --out DIR
 
 Per point and side: µs per replay (first kernel start to last kernel end), the sum of kernel
 durations, the idle time between kernels (gaps where no kernel of the replay runs), and per
 kernel name its launches and µs per replay. `breakdown.txt` in DIR has the tables,
 `breakdown.json` the numbers. The model is tools/fixtures/decode_model.py with --layers layers
 (fewer than the config's: the per-layer kernels repeat), torch's side torch_decode.py's.
+With --layer-tokens the points are token counts of the decoder-layer benchmark instead
+(examples/decoder_layer: its graph's plan at s0 = T against DecoderLayerFP8 under torch.compile,
+the table of docs/benchmarks/decoder_layer.md).
 """
 import argparse
 import csv
@@ -27,6 +31,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "..", "tools", "fixtures")
 sys.path.insert(0, HERE)
+LAYER_DIR = os.path.join(HERE, "..", "decoder_layer")
 sys.path.insert(0, FIXTURES)
 import decode_model  # noqa: E402
 
@@ -102,6 +107,27 @@ def torch_side(a):
             print(json.dumps([int(e.time_range.start * 1000), int(e.time_range.end * 1000), e.name]))
 
 
+def torch_layer_side(a):
+    """torch_side for the decoder-layer benchmark's module at T = --torch-layer-tokens."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    sys.path.insert(0, LAYER_DIR)
+    import bench_decoder_layer as bdl
+    import torch_decode as td
+    model = bdl.DecoderLayerFP8()
+    compiled = torch.compile(model, mode=None if a.torch_mode == "default" else a.torch_mode, dynamic=False)
+    args = bdl.inputs(a.torch_layer_tokens)
+    graph = td.capture_graph(lambda: compiled(*args))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(a.replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in e.name.lower() \
+                and "memset" not in e.name.lower():
+            print(json.dumps([int(e.time_range.start * 1000), int(e.time_range.end * 1000), e.name]))
+
+
 def torch_kernels(cmd):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=900).stdout
     return sorted(tuple(json.loads(line)) for line in out.splitlines() if line.startswith("["))
@@ -116,6 +142,37 @@ def table(title, s, top):
     return "\n".join(lines)
 
 
+def compile_plan(a):
+    """The plan fxfuse's side times: the decode model's (a.layers layers, a.kv_cache cache) or,
+    with --layer-tokens, the decoder-layer benchmark's graph."""
+    plan = os.path.join(a.out, "model.plan.pb")
+    if a.layer_tokens:
+        graph, flags = os.path.join(LAYER_DIR, "llama8b_decoder_fp8.fxg"), []
+    else:
+        graph, flags = os.path.join(a.out, "model.fxg"), ["--kv-cache=" + a.kv_cache]
+        with open(graph, "w") as f:
+            subprocess.run([sys.executable, os.path.join(FIXTURES, "decode_model.py"), "--config", a.config,
+                            "--form", "custom", "--layers", str(a.layers)], stdout=f, check=True)
+    subprocess.run([a.fxfuse, "compile", graph] + flags + ["--emit=plan", "-o", plan, "-q"], check=True)
+    return plan
+
+
+def sides_of(a, plan, point):
+    """side name -> the command that runs it at `point` (batch x context, or T with --layer-tokens)."""
+    if a.layer_tokens:
+        sides = {"fxfuse": [a.fxfuse, "bench", plan, "--bind", "s0=" + point, "--iters", str(a.replays)]}
+        own = ["--torch-layer-tokens", point]
+    else:
+        batch, ctx = point.split("x")
+        sides = {"fxfuse": [a.fxfuse, "bench", plan, "--kv-batch", batch, "--kv-query-len", "1", "--kv-context", ctx,
+                            "--iters", str(a.replays)]}
+        own = ["--config", a.config, "--layers", str(a.layers), "--torch-point", point]
+    if a.torch_mode != "none":
+        sides["torch.compile " + a.torch_mode] = [sys.executable, os.path.abspath(__file__), "--replays",
+                                                  str(a.replays), "--torch-mode", a.torch_mode] + own
+    return sides
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fxfuse")
@@ -127,29 +184,22 @@ def main():
     ap.add_argument("--torch-mode", default="default", help="torch.compile mode, or none: fxfuse only")
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--out")
+    ap.add_argument("--layer-tokens", help="token counts of the decoder-layer benchmark instead of --points")
     ap.add_argument("--torch-point", help=argparse.SUPPRESS)  # the torch side's own process
+    ap.add_argument("--torch-layer-tokens", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_point:
         return torch_side(a)
+    if a.torch_layer_tokens:
+        return torch_layer_side(a)
     os.makedirs(a.out, exist_ok=True)
     ncu = find_ncu()
     if not ncu:
         sys.exit("kernel_breakdown: ncu not found")
-    graph, plan = os.path.join(a.out, "model.fxg"), os.path.join(a.out, "model.plan.pb")
-    with open(graph, "w") as f:
-        subprocess.run([sys.executable, os.path.join(FIXTURES, "decode_model.py"), "--config", a.config,
-                        "--form", "custom", "--layers", str(a.layers)], stdout=f, check=True)
-    subprocess.run([a.fxfuse, "compile", graph, "--kv-cache=" + a.kv_cache, "--emit=plan", "-o", plan, "-q"],
-                   check=True)
+    plan = compile_plan(a)
     report, results = [], []
-    for point in a.points.split(","):
-        batch, ctx = point.split("x")
-        sides = {"fxfuse": [a.fxfuse, "bench", plan, "--kv-batch", batch, "--kv-query-len", "1", "--kv-context", ctx,
-                            "--iters", str(a.replays)]}
-        if a.torch_mode != "none":
-            sides["torch.compile " + a.torch_mode] = [
-                sys.executable, os.path.abspath(__file__), "--config", a.config, "--layers", str(a.layers),
-                "--replays", str(a.replays), "--torch-mode", a.torch_mode, "--torch-point", point]
+    for point in (a.layer_tokens or a.points).split(","):
+        sides = sides_of(a, plan, point)
         for side, cmd in sides.items():
             try:
                 if side == "fxfuse":
@@ -160,9 +210,10 @@ def main():
             except (subprocess.SubprocessError, ValueError, KeyError, ZeroDivisionError) as e:
                 report.append("%s %s: failed: %s" % (side, point, str(e)[:300]))
                 continue
-            s.update({"side": side, "point": point, "tool": tool, "layers": a.layers})
+            layers = 1 if a.layer_tokens else a.layers
+            s.update({"side": side, "point": ("T=" if a.layer_tokens else "") + point, "tool": tool, "layers": layers})
             results.append(s)
-            report.append(table("%s %s (%s, %d layers)" % (side, point, s["tool"], a.layers), s, a.top))
+            report.append(table("%s %s (%s, %d layers)" % (side, s["point"], s["tool"], layers), s, a.top))
             print(report[-1], flush=True)
     open(os.path.join(a.out, "breakdown.txt"), "w").write("\n\n".join(report) + "\n")
     json.dump(results, open(os.path.join(a.out, "breakdown.json"), "w"), indent=1)

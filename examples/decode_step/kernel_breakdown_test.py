@@ -1,6 +1,8 @@
 """kernel_breakdown.py's tables on the CPU: the per-replay summary of a made-up kernel
 timeline (two replays of three kernels, one overlap and one idle gap each) and the parsing of
-ncu's CSV (units converted to ns, replays split by count)."""
+ncu's CSV (units converted to ns, replays split by count), and the commands of both sides at a
+decode point and at a decoder-layer token count."""
+import argparse
 import os
 import sys
 
@@ -40,7 +42,24 @@ def test_ncu_csv():
     assert s["busy_us"] == 49.1
 
 
+def test_sides_of_each_kind_of_point():
+    a = argparse.Namespace(fxfuse="fx", layer_tokens=None, config="llama8b", layers=4, replays=3,
+                           torch_mode="default")
+    sides = kb.sides_of(a, "p.pb", "32x1024")
+    assert sides["fxfuse"] == ["fx", "bench", "p.pb", "--kv-batch", "32", "--kv-query-len", "1", "--kv-context",
+                               "1024", "--iters", "3"]
+    assert sides["torch.compile default"][-2:] == ["--torch-point", "32x1024"]
+    a.layer_tokens, a.torch_mode = "4096", "max-autotune"
+    sides = kb.sides_of(a, "p.pb", "4096")
+    assert sides["fxfuse"] == ["fx", "bench", "p.pb", "--bind", "s0=4096", "--iters", "3"]
+    torch_cmd = sides["torch.compile max-autotune"]
+    assert torch_cmd[-2:] == ["--torch-layer-tokens", "4096"] and "--torch-point" not in torch_cmd
+    a.torch_mode = "none"
+    assert list(kb.sides_of(a, "p.pb", "64")) == ["fxfuse"]
+
+
 if __name__ == "__main__":
     test_summary_of_a_timeline()
     test_ncu_csv()
+    test_sides_of_each_kind_of_point()
     print("kernel_breakdown_test: ok")
