@@ -85,20 +85,14 @@ def summarize(kernels, replays, timeline):
             "busy_us": sum(r["us"] for r in names), "by_name": names}
 
 
-def torch_side(a):
-    """Runs in its own process: torch.compile's step captured, then `--replays` replays under
-    torch.profiler (CUPTI records each kernel of a graph replay); the kernels as JSON lines on
-    stdout."""
+def print_replayed_kernels(graph, replays):
+    """`replays` replays of a captured CUDA graph under torch.profiler (CUPTI records each kernel
+    of a graph replay); its kernels as JSON lines [start ns, end ns, name] on stdout."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-    import torch_decode as td
-    config = list(decode_model.CONFIGS[a.config])
-    model = td.DecodeModel(config, device="cuda", weights="fp8", layers=a.layers)
-    batch, ctx = [int(x) for x in a.torch_point.split("x")]
-    graph = td.capture_graph(td.make_step(model.set_batch(batch, ctx), td.layer_for(a.torch_mode)))
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(a.replays):
+        for _ in range(replays):
             graph.replay()
         torch.cuda.synchronize()
     for e in prof.events():
@@ -107,25 +101,27 @@ def torch_side(a):
             print(json.dumps([int(e.time_range.start * 1000), int(e.time_range.end * 1000), e.name]))
 
 
+def torch_side(a):
+    """Runs in its own process: torch.compile's step captured, then its kernels replayed
+    (print_replayed_kernels)."""
+    import torch_decode as td
+    config = list(decode_model.CONFIGS[a.config])
+    model = td.DecodeModel(config, device="cuda", weights="fp8", layers=a.layers)
+    batch, ctx = [int(x) for x in a.torch_point.split("x")]
+    graph = td.capture_graph(td.make_step(model.set_batch(batch, ctx), td.layer_for(a.torch_mode)))
+    print_replayed_kernels(graph, a.replays)
+
+
 def torch_layer_side(a):
     """torch_side for the decoder-layer benchmark's module at T = --torch-layer-tokens."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
     sys.path.insert(0, LAYER_DIR)
     import bench_decoder_layer as bdl
     import torch_decode as td
     model = bdl.DecoderLayerFP8()
     compiled = torch.compile(model, mode=None if a.torch_mode == "default" else a.torch_mode, dynamic=False)
     args = bdl.inputs(a.torch_layer_tokens)
-    graph = td.capture_graph(lambda: compiled(*args))
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(a.replays):
-            graph.replay()
-        torch.cuda.synchronize()
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in e.name.lower() \
-                and "memset" not in e.name.lower():
-            print(json.dumps([int(e.time_range.start * 1000), int(e.time_range.end * 1000), e.name]))
+    print_replayed_kernels(td.capture_graph(lambda: compiled(*args)), a.replays)
 
 
 def torch_kernels(cmd):
