@@ -62,15 +62,29 @@ std::optional<double> optScale(const Call& c) {
 }
 
 
+// The operands of a norm over the trailing `ns` dims of x: those dims must be ns, and a weight
+// or bias must hold one value per normalized element (else their reads run past them).
+void checkNormOperands(const char* op, const Tensor& x, const Shape& ns, const std::optional<Tensor>& w,
+                       const std::optional<Tensor>& b) {
+  const int64_t nd = static_cast<int64_t>(ns.size());
+  if (nd > x.dim()) fail("{}: normalized_shape {} longer than input {}", op, shapeStr(ns), x.describe());
+  int64_t count = 1;
+  for (int64_t k = 0; k < nd; ++k) {
+    if (x.shape[x.dim() - nd + k] != ns[k]) fail("{}: normalized_shape {} does not match {}", op, shapeStr(ns), x.describe());
+    count *= ns[k];
+  }
+  for (const auto* t : {&w, &b})
+    if (*t && (*t)->numel() != count)
+      fail("{}: {} {} does not hold the {} normalized elements", op, t == &w ? "weight" : "bias", (*t)->describe(), count);
+}
+
 // aten.rms_norm / _fused_rms_norm: f32 math, one rounding at the end.
 void atenRmsNorm(Call& c, bool fused) {
   Tensor x = c.tensor("input", 0);
   Shape ns = c.ints("normalized_shape", 1);
   std::optional<Tensor> w = c.optTensor("weight", 2);
   int64_t nd = static_cast<int64_t>(ns.size());
-  if (nd > x.dim()) fail("rms_norm: normalized_shape {} longer than input {}", shapeStr(ns), x.describe());
-  for (int64_t k = 0; k < nd; ++k)
-    if (x.shape[x.dim() - nd + k] != ns[k]) fail("rms_norm: normalized_shape {} does not match {}", shapeStr(ns), x.describe());
+  checkNormOperands("rms_norm", x, ns, w, std::nullopt);
   double eps;
   if (c.has("eps", 3)) {
     eps = c.number("eps", 0.0, 3);
@@ -106,6 +120,7 @@ void layerNorm(Call& c, bool native) {
   std::optional<Tensor> w = c.optTensor("weight", 2), b = c.optTensor("bias", 3);
   double eps = c.number("eps", 1e-5, 4);
   int64_t nd = static_cast<int64_t>(ns.size());
+  checkNormOperands("layer_norm", x, ns, w, b);
   std::vector<int64_t> dims;
   for (int64_t k = x.dim() - nd; k < x.dim(); ++k) dims.push_back(k);
   Rows r = gatherRows(x, dims);
