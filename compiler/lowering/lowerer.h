@@ -684,6 +684,12 @@ class Lowerer {
   bool rotaryFoldsIntoCacheWrite(const DeferredRotary& d, int tq, int tk, int tv, const SymExpr& head_size);
   void rotaryArgs(pb::KernelLaunch* k, const DeferredRotary& d, int query, const Node& attention);
   void lowerRotaryInPlace(const DeferredRotary& d, const Node& attention);
+  // paged_attention.cc: a dense plan's rotary as runtime rotation steps (false: not taken).
+  bool lowerRotaryPairStep(Node& n, int64_t head);
+  bool lowerRotaryStep(Node& n, Value* x, Value* out, int64_t head);
+  bool rotaryStepTakes(const Node& n, Value* x, Value* out, int64_t head);
+  void addRotaryStep(const Node& n, int query, int query_out, const std::string& what);
+  std::optional<int> headRowsView(int tref, int64_t head);
   void finish();
 
   // ------------------------------------------------------------------ views (lowering.cc)

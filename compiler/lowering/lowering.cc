@@ -556,11 +556,13 @@ void Lowerer::lowerRotary(Node& n) {
     closeGroup();
     return;
   }
+  if (lowerRotaryPairStep(n, head)) return;
   const char* names[2] = {"query", "key"};
   for (int q = 0; q < 2; ++q) {
     Value* x = valArg(n, names[q]);
     Value* out = n.output(static_cast<size_t>(q + 1));
     if (!x || !out || out->numUses() == 0) continue;
+    if (lowerRotaryStep(n, x, out, head)) continue;
     prepareGroup(n, {out->type.shape, 0}, true);
     int id = gnode("rotary", "", {operand(x, n), operand(pos, n), operand(cache, n)}, out->type.dtype, out->type.shape,
                    n.name);

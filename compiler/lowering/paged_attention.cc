@@ -223,6 +223,111 @@ void Lowerer::lowerRotaryInPlace(const DeferredRotary& d, const Node& attention)
   rotaryArgs(k, d, view, attention);
 }
 
+// ------------------------------------------------------------ a dense plan's rotary
+
+// x ([T, H*E] or [T, H, E], rows of contiguous heads) as a [T, H, E] view; nullopt otherwise.
+std::optional<int> Lowerer::headRowsView(int tref, int64_t head) {
+  TRef x = trefs_[static_cast<size_t>(tref)];
+  if (x.shape.size() == 2 && x.shape[1].isInt() && x.shape[1].intValue() % head == 0 && isOne(x.stride[1])) {
+    x.shape = {x.shape[0], I(x.shape[1].intValue() / head), I(head)};
+    x.stride = {x.stride[0], I(head), I(1)};
+    return newTRef(std::move(x));
+  }
+  if (x.shape.size() == 3 && x.shape[2] == I(head) && isOne(x.stride[2])) return tref;
+  return std::nullopt;
+}
+
+// Whether the rotation step takes rotary_embedding `n`'s operand x (its output `out`): x in
+// memory already (not in an open kernel: the generated rotary would fuse with its producer),
+// bf16/f16, positions i64 [T], a bf16/f16/f32 table of an even rot <= head.
+bool Lowerer::rotaryStepTakes(const Node& n, Value* x, Value* out, int64_t head) {
+  Value* pos = valArg(n, "positions");
+  Value* table = valArg(n, "cos_sin_cache");
+  if (!x->isTensor() || !pos->isTensor() || !table->isTensor() || pending(x) || !mat_.count(x)) return false;
+  if (pending(pos) || pending(table)) return false;
+  const DType dt = x->type.dtype, table_dt = table->type.dtype;
+  if (!isD16(dt) || out->type.dtype != dt || (!isD16(table_dt) && table_dt != DType::F32)) return false;
+  if (pos->type.dtype != DType::I64 || pos->type.rank() != 1 || x->type.rank() < 2 ||
+      !(pos->type.shape[0] == x->type.shape[0]))
+    return false;
+  const int64_t rot = table->type.shape[1].intValue();
+  return rot % 2 == 0 && rot <= head;
+}
+
+// The rotation step: `query` ([T, H, E]) rotated into `query_out` ([T, H, E]).
+void Lowerer::addRotaryStep(const Node& n, int query, int query_out, const std::string& what) {
+  closeGroup();
+  pb::KernelLaunch* k = addStep({n.name}, "rotary (" + what + ")")->mutable_kernel();
+  k->set_kernel("rt.reshape_and_cache");
+  argT(k, "query", query);
+  argT(k, "query_out", query_out);
+  argT(k, "positions", mat(valArg(n, "positions"), n));
+  argT(k, "cos_sin_cache", mat(valArg(n, "cos_sin_cache"), n));
+  argB(k, "is_neox", flag(n, "is_neox", true));
+}
+
+// A dense plan's rotary_embedding as the cache-write step's rotation-only form, out of place
+// (kernels/runtime/cache_write.cu): the generated rotary's rounding, but eight pairs per thread
+// in 16-byte vectors where RotaryQueryWidth allows. When query and key are adjacent column
+// ranges of one tensor (vLLM's q, k split of the fused qkv), one step rotates both into one
+// buffer whose two column ranges are the new query and key, as the graph's own output strides
+// say (one launch instead of two):
+//
+//   qkv ─ split ─ q [T, Q] ─┐
+//                 k [T, K] ─┴ rotary_embedding(positions, cos_sin_cache) ─ q', k'
+//     ==>  rt.reshape_and_cache(query = qkv[:, :Q+K] as [T, (Q+K)/E, E], query_out = qk')
+//          q' = qk'[:, :Q], k' = qk'[:, Q:]
+//
+// True when both outputs are lowered here; false leaves them to lowerRotary's per-output
+// choice (a step of its own for each the step takes, else the generated rotary).
+bool Lowerer::lowerRotaryPairStep(Node& n, int64_t head) {
+  Value *q = valArg(n, "query"), *k = valArg(n, "key");
+  Value *q_out = n.output(1), *k_out = n.output(2);
+  if (!q || !k || !q_out || !k_out || q_out->numUses() == 0 || k_out->numUses() == 0) return false;
+  if (!rotaryStepTakes(n, q, q_out, head) || !rotaryStepTakes(n, k, k_out, head)) return false;
+  const TRef &tq = trefs_[static_cast<size_t>(mat_.at(q))], &tk = trefs_[static_cast<size_t>(mat_.at(k))];
+  if (tq.shape.size() != 2 || tk.shape.size() != 2 || q_out->type.rank() != 2 || k_out->type.rank() != 2) return false;
+  if (!tq.shape[1].isInt() || !tk.shape[1].isInt()) return false;
+  const int64_t Q = tq.shape[1].intValue(), K = tk.shape[1].intValue();
+  if (Q % head != 0 || K % head != 0 || tq.buffer != tk.buffer || !(tq.shape[0] == tk.shape[0]) ||
+      !(tq.stride[0] == tk.stride[0]) || !isOne(tq.stride[1]) || !isOne(tk.stride[1]) ||
+      !(tk.offset == tq.offset + I(Q)))
+    return false;
+  const SymExpr T = tq.shape[0];
+  TRef both = tq;
+  both.shape = {T, I((Q + K) / head), I(head)};
+  both.stride = {tq.stride[0], I(head), I(1)};
+  const int query = newTRef(std::move(both));
+  const int out = freshTensor(q_out->type.dtype, {T, I(Q + K)}, q_out->name + "_" + k_out->name);
+  TRef heads = trefs_[static_cast<size_t>(out)];
+  heads.shape = {T, I((Q + K) / head), I(head)};
+  heads.stride = {I(Q + K), I(head), I(1)};
+  addRotaryStep(n, query, newTRef(heads), "query and key");
+  TRef cols = trefs_[static_cast<size_t>(out)];
+  cols.shape = {T, I(Q)};
+  const int q_cols = newTRef(cols);
+  cols.shape = {T, I(K)};
+  cols.offset = cols.offset + I(Q);
+  const int k_cols = newTRef(cols);
+  setMat(q_out, q_cols);
+  setMat(k_out, k_cols);
+  return true;
+}
+
+// One output of the rotary (`x` its query or key) as a rotation step of its own; false when
+// the step does not take it (the generated rotary then computes it).
+bool Lowerer::lowerRotaryStep(Node& n, Value* x, Value* out, int64_t head) {
+  if (!rotaryStepTakes(n, x, out, head)) return false;
+  const std::optional<int> query = headRowsView(mat_.at(x), head);
+  if (!query) return false;
+  const int to = freshFor(out);
+  const std::optional<int> query_out = headRowsView(to, head);
+  if (!query_out) return false;  // unreachable: a fresh tensor of x's shape has x's head rows
+  addRotaryStep(n, *query, *query_out, x == valArg(n, "query") ? "query" : "key");
+  setMat(out, to);
+  return true;
+}
+
 // ------------------------------------------------------------ the attention
 
 void Lowerer::lowerPagedAttention(Node& n) {

@@ -74,8 +74,22 @@ void check(cudaError_t e, const std::string& where) {
 
 namespace {
 
-// The rotary operands of a cache write (optional): query [T, Hq, E] rotated in place,
-// positions i64 [T], cos_sin_cache [P, rot] (cos | sin) of the query's dtype or f32.
+// The optional out-of-place target of the rotated query: query_out, the query's shape and dtype.
+void fillQueryOut(const PagedOperands& t, const DeviceTensor& query, ReshapeAndCacheParams& p, const std::string& where) {
+  auto it = t.find("query_out");
+  if (it == t.end()) return;
+  const DeviceTensor& out = it->second;
+  if (out.shape != query.shape || out.dtype != query.dtype)
+    fail("{}: query_out {} {} differs from query {} {}", where, ir::dtypeName(out.dtype), shapeText(out),
+         ir::dtypeName(query.dtype), shapeText(query));
+  requireDenseRows(out, "query_out", where);
+  p.query_out = out.data;
+  p.query_out_stride[0] = out.strides[0];
+  p.query_out_stride[1] = out.strides[1];
+}
+
+// The rotary operands of a cache write (optional): query [T, Hq, E] rotated in place or into
+// query_out, positions i64 [T], cos_sin_cache [P, rot] (cos | sin) of the query's dtype or f32.
 void fillRotary(const PagedOperands& t, bool neox, int64_t num_tokens, int64_t head_size, DType dtype,
                 ReshapeAndCacheParams& p, const std::string& where) {
   const DeviceTensor &query = operand(t, "query", where), &pos = operand(t, "positions", where);
@@ -99,6 +113,7 @@ void fillRotary(const PagedOperands& t, bool neox, int64_t num_tokens, int64_t h
   p.query = query.data;
   p.query_stride[0] = query.strides[0];
   p.query_stride[1] = query.strides[1];
+  fillQueryOut(t, query, p, where);
   p.heads_q = query.shape[1];
   p.positions = static_cast<const int64_t*>(pos.data);
   p.cos_sin_cache = table.data;
@@ -113,7 +128,7 @@ void fillRotary(const PagedOperands& t, bool neox, int64_t num_tokens, int64_t h
 
 std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, bool neox,
                                                              const std::string& where) {
-  if (!t.count("key") && t.count("query")) {  // rotation only (the lowering's fallback form)
+  if (!t.count("key") && t.count("query")) {  // rotation only: in place, or into query_out (a dense plan)
     const DeviceTensor& query = operand(t, "query", where);
     requireRank(query, "query", 3, where);
     if (!isD16(query.dtype)) fail("{}: query is {}, expected bf16 or f16", where, ir::dtypeName(query.dtype));

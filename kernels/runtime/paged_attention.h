@@ -61,6 +61,10 @@ struct ReshapeAndCacheParams {
   // operands). A position outside [0, cos_sin_rows) leaves its token's rows unrotated.
   void* query = nullptr;  // `dtype`, strides in elements as for `key`
   int64_t query_stride[2] = {};
+  // Out of place: set, the rotated query goes to query_out [T, heads_q, E] (every element, the
+  // unrotated ones copied) and `query` is only read. A dense plan's rotary (no cache) is this.
+  void* query_out = nullptr;
+  int64_t query_out_stride[2] = {};
   int64_t heads_q = 0;
   const int64_t* positions = nullptr;     // [T]
   const void* cos_sin_cache = nullptr;    // [cos_sin_rows, rotary_dim]: cos | sin, row stride cos_sin_stride
@@ -72,6 +76,13 @@ struct ReshapeAndCacheParams {
 // Returns cudaErrorInvalidValue for bad params (dtypes, sizes, missing pointers or scales),
 // else the launch error.
 cudaError_t LaunchReshapeAndCache(const ReshapeAndCacheParams& p, cudaStream_t stream);
+
+// How many of the query's rotary pairs one thread rotates: 8 when every 16-byte access the
+// wide form makes is aligned (neox pairs, 8 | rotary_dim / 2 and 8 | E - rotary_dim, a table of
+// the model dtype, 16-byte aligned rows of query, query_out and the table), else 1. The wide
+// form reads both halves and cos | sin as 16-byte vectors: a thread of the one-pair form keeps
+// too few bytes in flight to reach the copy rate (docs/decoder_layer.md). Same rounding either way.
+int RotaryQueryWidth(const ReshapeAndCacheParams& p);
 
 struct PagedAttentionParams {
   DType dtype = DType::BF16;        // query and the model dtype D: BF16 or F16

@@ -4,8 +4,10 @@
 // query rotated in place and both caches must be bit exact, the key tensor untouched. q, k and
 // v are views of one fused qkv row as in a decode layer. Cases: neox and GPT-J pairs, full and
 // partial rotary, bf16/f16 and f32 tables, 16-bit and FP8 caches, a padding token (slot -1), a
-// position off the table (left unrotated), the rotation-only form (no cache), more tokens than
-// one grid row.
+// position off the table (left unrotated), the rotation-only form (no cache), in place and out
+// of place (a dense plan's rotary: the query only read, every element of query_out written),
+// more tokens than one grid row. Each case states which query width (RotaryQueryWidth: 8 pairs
+// per thread or 1) it covers, so both forms stay tested.
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
@@ -34,6 +36,9 @@ struct RotaryCase {
   bool fp8_cache = false, neox = true, with_cache = true;
   int64_t tokens = 5, heads_q = 8, heads_kv = 2, head_size = 128, rotary_dim = 128;
   int64_t positions = 4096;  // table rows
+  int expect_width = 1;      // RotaryQueryWidth of the case's params
+  bool out_of_place = false;  // query_out set (rows of heads_q * E + 8 elements)
+  int64_t row_pad = 8;       // qkv's row is Q + 2K + row_pad elements
 };
 
 float d16(uint16_t bits, DType dt) { return ref::D16BitsToFloat(bits, dt); }
@@ -74,7 +79,8 @@ void runRotaryCase(const RotaryCase& c) {
   const uint64_t seed = NextSeed();
   INFO("case " << c.name << ", seed " << seed);
   std::mt19937_64 rng(seed);
-  const int64_t T = c.tokens, E = c.head_size, Q = c.heads_q * E, K = c.heads_kv * E, W = Q + 2 * K + 8;
+  const int64_t T = c.tokens, E = c.head_size, Q = c.heads_q * E, K = c.heads_kv * E, W = Q + 2 * K + c.row_pad;
+  const int64_t out_row = Q + 8;  // query_out's row stride (out of place)
   const int64_t block_size = 16, num_blocks = (T + block_size - 1) / block_size + 2;
   const size_t cache_n = static_cast<size_t>(num_blocks * block_size * K);
   std::vector<uint16_t> qkv = kernels::testing::RandomD16(static_cast<size_t>(T * W), c.dtype, 2.0f, rng);
@@ -97,6 +103,9 @@ void runRotaryCase(const RotaryCase& c) {
 
   DeviceBuffer dqkv(qkv.size() * 2), dtable(table.size() * 4), dpos(pos.size() * 8), dslots(slots.size() * 8);
   DeviceBuffer dkc(cache_n * 2), dvc(cache_n * 2), dscales(2 * sizeof(float));
+  const std::vector<uint16_t> out_init(static_cast<size_t>(T * out_row), 0x7fc1);  // NaN: unwritten shows
+  DeviceBuffer dout(out_init.size() * 2);
+  dout.Upload(out_init);
   dqkv.Upload(qkv);
   if (c.table_dtype == DType::F32) {
     dtable.Upload(table);
@@ -142,6 +151,12 @@ void runRotaryCase(const RotaryCase& c) {
   p.cos_sin_stride = c.rotary_dim;
   p.rotary_dim = c.rotary_dim;
   p.neox = c.neox;
+  if (c.out_of_place) {
+    p.query_out = dout.get();
+    p.query_out_stride[0] = out_row;
+    p.query_out_stride[1] = E;
+  }
+  REQUIRE(RotaryQueryWidth(p) == c.expect_width);
   FXFUSE_CUDA_REQUIRE(LaunchReshapeAndCache(p, nullptr));
   FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
 
@@ -156,7 +171,15 @@ void runRotaryCase(const RotaryCase& c) {
     writeCacheRow(c, rotated_keys, W, t, Q, slot, k_scale, k16, k8);
     writeCacheRow(c, qkv, W, t, Q + K, slot, v_scale, v16, v8);
   }
-  CHECK(dqkv.Download<uint16_t>(qkv.size()) == want);  // q rotated, k, v and the tail untouched
+  if (c.out_of_place) {
+    std::vector<uint16_t> want_out = out_init;  // the rotated query's rows; the row padding untouched
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < Q; ++i) want_out[static_cast<size_t>(t * out_row + i)] = want[static_cast<size_t>(t * W + i)];
+    CHECK(dout.Download<uint16_t>(want_out.size()) == want_out);
+    CHECK(dqkv.Download<uint16_t>(qkv.size()) == qkv);  // only read
+  } else {
+    CHECK(dqkv.Download<uint16_t>(qkv.size()) == want);  // q rotated, k, v and the tail untouched
+  }
   if (c.fp8_cache) {
     CHECK(dkc.Download<uint8_t>(cache_n) == k8);
     CHECK(dvc.Download<uint8_t>(cache_n) == v8);
@@ -167,23 +190,40 @@ void runRotaryCase(const RotaryCase& c) {
 }
 
 TEST_CASE("rotary cache write: Llama decode heads, neox, full rotary", "[gpu][paged_attention]") {
-  runRotaryCase({"llama", DType::BF16, DType::BF16, false, true, true, 7, 32, 8, 128, 128});
+  runRotaryCase({"llama", DType::BF16, DType::BF16, false, true, true, 7, 32, 8, 128, 128, 4096, 8});
 }
 
 TEST_CASE("rotary cache write: GPT-J pairs, partial rotary, f32 table, fp16", "[gpu][paged_attention]") {
-  runRotaryCase({"gptj-partial", DType::F16, DType::F32, false, false, true, 6, 4, 2, 64, 32});
+  runRotaryCase({"gptj-partial", DType::F16, DType::F32, false, false, true, 6, 4, 2, 64, 32, 4096, 1});
 }
 
 TEST_CASE("rotary cache write: FP8 cache, neox partial rotary", "[gpu][paged_attention]") {
-  runRotaryCase({"fp8", DType::BF16, DType::F32, true, true, true, 9, 8, 1, 128, 64});
+  runRotaryCase({"fp8", DType::BF16, DType::F32, true, true, true, 9, 8, 1, 128, 64, 4096, 1});
 }
 
 TEST_CASE("rotary cache write: rotation only (no cache operands)", "[gpu][paged_attention]") {
-  runRotaryCase({"rotate-only", DType::BF16, DType::BF16, false, true, false, 5, 12, 0, 64, 64});
+  runRotaryCase({"rotate-only", DType::BF16, DType::BF16, false, true, false, 5, 12, 0, 64, 64, 4096, 8});
+}
+
+TEST_CASE("rotary cache write: rows not 16-byte aligned take the one-pair form", "[gpu][paged_attention]") {
+  runRotaryCase({"rotate-only-odd-rows", DType::BF16, DType::BF16, false, true, false, 5, 12, 0, 64, 64, 4096, 1,
+                 false, 3});
+}
+
+TEST_CASE("rotary out of place: a dense plan's Llama query", "[gpu][paged_attention]") {
+  runRotaryCase({"dense", DType::BF16, DType::BF16, false, true, false, 9, 32, 0, 128, 128, 4096, 8, true});
+}
+
+TEST_CASE("rotary out of place: partial rotary copies the rest, fp16, eight wide", "[gpu][paged_attention]") {
+  runRotaryCase({"dense-partial-f16", DType::F16, DType::F16, false, true, false, 6, 8, 0, 128, 64, 4096, 8, true});
+}
+
+TEST_CASE("rotary out of place: an f32 table takes the one-pair form", "[gpu][paged_attention]") {
+  runRotaryCase({"dense-f32-table", DType::BF16, DType::F32, false, true, false, 6, 8, 0, 128, 64, 4096, 1, true});
 }
 
 TEST_CASE("rotary cache write: more tokens than one grid row of blocks", "[gpu][paged_attention]") {
-  runRotaryCase({"prefill", DType::BF16, DType::BF16, false, true, true, 70000, 2, 1, 64, 64});
+  runRotaryCase({"prefill", DType::BF16, DType::BF16, false, true, true, 70000, 2, 1, 64, 64, 4096, 8});
 }
 
 TEST_CASE("rotary cache write: bad rotary params are refused", "[gpu][paged_attention]") {
