@@ -1,6 +1,7 @@
 // SiluAndMul entry point and kernels: silu_and_mul (D16 out) and silu_and_mul_quant (static FP8).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 
@@ -22,10 +23,18 @@ struct SiluAndMulArgs {
   const float* scale = nullptr;  // FP8 output: [1]
   bool divide = false;
   bool persistent = false;  // vectorized: walk rows with a stride of gridDim.x, next row prefetched
+  int column_vecs = 0;      // vectorized, one row per CTA: vectors per CTA of its row (blockIdx.y); 0: all
 };
 
+// The vectors [begin, end) of a row that this CTA handles.
+__device__ __forceinline__ int2 ColumnRange(const SiluAndMulArgs& a, int num_vecs) {
+  if (a.column_vecs == 0) return make_int2(0, num_vecs);
+  const int begin = static_cast<int>(blockIdx.y) * a.column_vecs;
+  return make_int2(begin, min(num_vecs, begin + a.column_vecs));
+}
+
 template <typename T, int kVecs>
-__device__ __forceinline__ void LoadGateUp(const SiluAndMulArgs& a, int64_t row, int num_vecs, uint4 (&g)[kVecs],
+__device__ __forceinline__ void LoadGateUp(const SiluAndMulArgs& a, int64_t row, int2 cols, uint4 (&g)[kVecs],
                                            uint4 (&u)[kVecs]) {
   const bool valid_row = row < a.num_rows;
   const T* in_row = static_cast<const T*>(a.input) + row * a.input_stride;
@@ -33,29 +42,30 @@ __device__ __forceinline__ void LoadGateUp(const SiluAndMulArgs& a, int64_t row,
   const uint4* up = reinterpret_cast<const uint4*>(in_row + a.d);
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
-    const int c = i * blockDim.x + threadIdx.x;
+    const int c = cols.x + i * blockDim.x + threadIdx.x;
     g[i] = u[i] = make_uint4(0, 0, 0, 0);
-    if (valid_row && c < num_vecs) {
+    if (valid_row && c < cols.y) {
       g[i] = gate[c];
       u[i] = up[c];
     }
   }
 }
 
-// SiLU-and-mul, 16-byte path. One row per CTA, or (persistent) each CTA walks rows blockIdx.x,
-// blockIdx.x + gridDim.x, ... and loads the next row's gate and up while it computes and stores
-// the current one; thread t handles vectors c = i * blockDim.x + t. Rounding: h as above; kFp8: q = fp8(clamp(h op s)).
+// SiLU-and-mul, 16-byte path. One row per CTA (or per blockIdx.y-th column_vecs vectors of it),
+// or (persistent) each CTA walks rows blockIdx.x, blockIdx.x + gridDim.x, ... and loads the next
+// row's gate and up while it computes and stores the current one; thread t handles vectors
+// c = begin + i * blockDim.x + t. Rounding: h as above; kFp8: q = fp8(clamp(h op s)).
 template <typename T, int kVecs, bool kFp8>
 __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
     SiluAndMulVectorized(const SiluAndMulArgs a) {
   allowDependentGrids();
   waitForPrecedingGrid();
-  const int num_vecs = a.d >> 3;
+  const int2 cols = ColumnRange(a, a.d >> 3);
   ScaleOp op{false, 1.0f};
   if constexpr (kFp8) op = ScaleOp::Make(__ldg(a.scale), a.divide);
   uint4 g_next[kVecs], u_next[kVecs];
   int64_t row = blockIdx.x;
-  LoadGateUp<T, kVecs>(a, row, num_vecs, g_next, u_next);
+  LoadGateUp<T, kVecs>(a, row, cols, g_next, u_next);
   const int64_t row_step = a.persistent ? gridDim.x : a.num_rows;  // one row per CTA otherwise
   for (; row < a.num_rows; row += row_step) {
     uint4 g_raw[kVecs], u_raw[kVecs];
@@ -64,11 +74,11 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
       g_raw[i] = g_next[i];
       u_raw[i] = u_next[i];
     }
-    LoadGateUp<T, kVecs>(a, row + row_step, num_vecs, g_next, u_next);
+    LoadGateUp<T, kVecs>(a, row + row_step, cols, g_next, u_next);
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
-      const int c = i * blockDim.x + threadIdx.x;
-      if (c >= num_vecs) continue;
+      const int c = cols.x + i * blockDim.x + threadIdx.x;
+      if (c >= cols.y) continue;
       const uint4 h_packed = SiluMulPacked8<T>(g_raw[i], u_raw[i]);
       if constexpr (kFp8) {
         reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.output) + row * a.output_stride)[c] =
@@ -101,15 +111,20 @@ __global__ void __launch_bounds__(1024) SiluAndMulScalar(const SiluAndMulArgs a)
 }
 
 template <typename T, int kVecs, bool kFp8>
-Status LaunchSiluVectorized(SiluAndMulArgs args, int threads, int stages, int sm_count, cudaStream_t stream) {
+Status LaunchSiluVectorized(SiluAndMulArgs args, const internal::RowLaunchConfig& config, cudaStream_t stream) {
   static std::atomic<int> occupancy_cache[33] = {};
   const auto kernel = SiluAndMulVectorized<T, kVecs, kFp8>;
-  args.persistent = stages > 0;
-  if (!args.persistent)
-    return LaunchStatus(LaunchProgrammatic(kernel, dim3(static_cast<unsigned int>(args.num_rows)), dim3(threads), 0,
-                                           stream, args));
+  const int threads = config.threads;
+  args.persistent = config.pipeline_stages > 0;
+  if (!args.persistent) {
+    const int splits = std::max(1, config.column_splits);
+    args.column_vecs = splits > 1 ? threads * kVecs : 0;
+    return LaunchStatus(LaunchProgrammatic(kernel, dim3(static_cast<unsigned int>(args.num_rows), splits),
+                                           dim3(threads), 0, stream, args));
+  }
   unsigned int grid = 0;
-  FXFUSE_KERNELS_RETURN_IF_ERROR(PersistentGrid(kernel, args.num_rows, threads, 0, sm_count, occupancy_cache, &grid));
+  FXFUSE_KERNELS_RETURN_IF_ERROR(
+      PersistentGrid(kernel, args.num_rows, threads, 0, config.sm_count, occupancy_cache, &grid));
   return LaunchStatus(LaunchProgrammatic(kernel, dim3(grid), dim3(threads), 0, stream, args));
 }
 
@@ -125,13 +140,13 @@ Status LaunchSiluAndMul(int64_t num_tokens, const internal::RowLaunchConfig& con
     const Status status = [&]() -> Status {
       switch (config.vecs_per_thread) {
         case 1:
-          return LaunchSiluVectorized<T, 1, kFp8>(args, threads, config.pipeline_stages, config.sm_count, stream);
+          return LaunchSiluVectorized<T, 1, kFp8>(args, config, stream);
         case 2:
-          return LaunchSiluVectorized<T, 2, kFp8>(args, threads, config.pipeline_stages, config.sm_count, stream);
+          return LaunchSiluVectorized<T, 2, kFp8>(args, config, stream);
         case 4:
-          return LaunchSiluVectorized<T, 4, kFp8>(args, threads, config.pipeline_stages, config.sm_count, stream);
+          return LaunchSiluVectorized<T, 4, kFp8>(args, config, stream);
         case 8:
-          return LaunchSiluVectorized<T, 8, kFp8>(args, threads, config.pipeline_stages, config.sm_count, stream);
+          return LaunchSiluVectorized<T, 8, kFp8>(args, config, stream);
         default:
           return Status::InvalidArgument(std::string(name) + ": unsupported vecs_per_thread " +
                                          std::to_string(config.vecs_per_thread));

@@ -2,7 +2,9 @@
 # One device call comparing two builds of fxfuse on the decoder layer (examples/decoder_layer,
 # issue #18): the tree's fxfuse against an older one packed as fxfuse_old. In order of what a
 # change must show first:
-#   1. the rotary cache-write kernel test (tests/kernels/rotary_cache_write_gpu_test) -> rotary_test.txt
+#   1. the GPU tests of the layer's runtime kernels that the bundle has (rotary cache write,
+#      SiLU-and-mul, the small-M GEMM's gated-SiLU epilogue), and with ROW_SWEEP=1 the layer's
+#      row kernels at T = 1, 8, 64 in every launch shape (bench_kernels --sweep) -> kernel_tests.txt
 #   2. the layer's kernels under ncu at T in LAYER_TOKENS, fxfuse_old then fxfuse
 #      (examples/decode_step/kernel_breakdown.py --layer-tokens, --torch-mode none)
 #                                                              -> breakdown_old.txt, breakdown_new.txt
@@ -23,13 +25,20 @@ t0=$(date +%s)
 D=/tmp/fxrt
 # shellcheck source=tests/runtime/device_bundle.sh
 source tests/runtime/device_bundle.sh
-unpack_bundle "$D" || { echo "no bundle: run AB_BASELINE=... tests/runtime/stage_device.sh" > "$OUT/rotary_test.txt"; exit 2; }
-[[ -x $D/fxfuse_old ]] || { echo "the bundle has no fxfuse_old: stage it with AB_BASELINE" > "$OUT/rotary_test.txt"; exit 2; }
+unpack_bundle "$D" || { echo "no bundle: run AB_BASELINE=... tests/runtime/stage_device.sh" > "$OUT/kernel_tests.txt"; exit 2; }
+[[ -x $D/fxfuse_old ]] || { echo "the bundle has no fxfuse_old: stage it with AB_BASELINE" > "$OUT/kernel_tests.txt"; exit 2; }
 export FXFUSE_CACHE_DIR=/tmp/fxfuse_kernel_cache
 
 { echo "bundle built from:"; cat "$D/STAGED_FROM"; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-  timeout 120 "$D/rotary_cache_write_gpu_test"; echo "rotary test exit $?"; } > "$OUT/rotary_test.txt" 2>&1
-tail -2 "$OUT/rotary_test.txt"
+  for t in rotary_cache_write_gpu_test silu_and_mul_gpu_test small_m_fp8_gated_silu_gpu_test; do
+    [[ -x $D/$t ]] || continue
+    timeout 120 "$D/$t" 2>&1 | tail -3; echo "$t exit ${PIPESTATUS[0]}"
+  done
+  if [[ ${ROW_SWEEP:-0} == 1 && -x $D/bench_kernels ]]; then
+    timeout 90 "$D/bench_kernels" --kernels fused_add_rms_norm_quant_fp8_static,silu_and_mul_quant_fp8_static \
+      --tokens 1,8,64 --hidden 4096,14336 --sweep; echo "bench_kernels exit $?"
+  fi; } > "$OUT/kernel_tests.txt" 2>&1
+grep exit "$OUT/kernel_tests.txt"
 
 for side in old new; do
   bin=$D/fxfuse; [[ $side == old ]] && bin=$D/fxfuse_old

@@ -55,6 +55,12 @@ Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vecto
       config->vecs_per_thread = per_thread;
       config->pipeline_stages = tuning.row_pipeline_stages >= 0 ? tuning.row_pipeline_stages : stages;
       config->threads = std::max(32, round_up_32(threads_for(per_thread)));
+      if (work == RowWork::kSiluAndMul && num_tokens < sm_count && v == 0 && config->pipeline_stages == 0) {
+        const int64_t splits = (2 * int64_t{sm_count} + num_tokens - 1) / std::max<int64_t>(num_tokens, 1);
+        config->vecs_per_thread = 1;
+        config->threads = std::min(1024, std::max(32, round_up_32((vecs + splits - 1) / splits)));
+        config->column_splits = static_cast<int>((vecs + config->threads - 1) / config->threads);
+      }
       return Status::Ok();
     }
   }

@@ -34,6 +34,9 @@ struct RowLaunchConfig {
   // Vectorized only: 0 = one row per CTA (grid T); 1..3 = persistent CTAs, rows staged in shared
   // memory that deep (the launcher may lower it to fit shared memory).
   int pipeline_stages = 0;
+  // Vectorized SiLU-and-mul only (an elementwise row): CTAs per row, each `threads` x
+  // `vecs_per_thread` vectors of it. Fewer rows than SMs would otherwise leave most SMs idle.
+  int column_splits = 1;
 };
 
 // What a row kernel does, for the launch-shape heuristic.
@@ -53,7 +56,8 @@ inline RowWork NormRowWork(bool residual) { return residual ? RowWork::kDefault 
 // fewer rows than SMs: 1 vector per thread (the most threads per row: latency); otherwise
 // 2 vectors per thread, except 4 (8 from H = 8192) for kNormNoResidual, 4 for kQuantPerToken,
 // and 1 with a persistent, prefetching grid for SiLU-and-mul. One row per CTA otherwise. More
-// vectors per thread when the row needs them.
+// vectors per thread when the row needs them. SiLU-and-mul with fewer rows than SMs splits each
+// row over enough CTAs of one vector per thread for about two CTAs per SM (column_splits).
 Status ChooseRowLaunchConfig(int64_t num_tokens, int64_t hidden_size, bool vectorizable,
                              int sm_count, const LaunchTuning& tuning, RowLaunchConfig* config,
                              RowWork work = RowWork::kDefault);

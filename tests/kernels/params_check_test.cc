@@ -190,7 +190,11 @@ TEST_CASE("row launch configs cover the row with at most the allowed threads") {
         } else {
           REQUIRE(c.vectorized);
           REQUIRE(c.threads <= internal::MaxThreadsForVecsPerThread(c.vecs_per_thread));
-          REQUIRE(int64_t{c.threads} * c.vecs_per_thread * 8 >= h);
+          REQUIRE(c.column_splits >= 1);
+          REQUIRE(int64_t{c.threads} * c.vecs_per_thread * 8 * c.column_splits >= h);
+          // A split row: every CTA has vectors of it, and only SiLU-and-mul splits, below the SM count.
+          REQUIRE(int64_t{c.threads} * c.vecs_per_thread * 8 * (c.column_splits - 1) < h);
+          if (c.column_splits > 1) REQUIRE((work == internal::RowWork::kSiluAndMul && t < 132 && v == 0));
           if (v != 0) REQUIRE(c.vecs_per_thread >= v);
         }
        }
@@ -212,6 +216,12 @@ TEST_CASE("row launch configs cover the row with at most the allowed threads") {
   REQUIRE(ChooseRowLaunchConfig(32768, 4096, true, 132, LaunchTuning(), &c, internal::RowWork::kSiluAndMul).ok());
   CHECK(c.vecs_per_thread == 1);
   CHECK(c.pipeline_stages == 1);
+  // The decoder layer's SiLU at T = 64 (d = 14336, 1792 vectors): 5 CTAs of 384 threads per row.
+  REQUIRE(ChooseRowLaunchConfig(64, 14336, true, 132, LaunchTuning(), &c, internal::RowWork::kSiluAndMul).ok());
+  CHECK(c.vecs_per_thread == 1);
+  CHECK(c.threads == 384);
+  CHECK(c.column_splits == 5);
+  CHECK(c.pipeline_stages == 0);
   REQUIRE(ChooseRowLaunchConfig(1, 8192, true, 132, LaunchTuning(), &c).ok());
   CHECK(c.vecs_per_thread == 1);
   CHECK(c.threads == 1024);

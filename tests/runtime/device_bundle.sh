@@ -8,8 +8,9 @@ unpack_bundle() {
   local dir=$1 b
   mkdir -p "$dir" || return 1
   tar -C "$dir" -xJf .device_rt/bundle.tar.xz || return 1
-  for b in fxfuse fxfuse_old decoder_example paged_attention_gpu_test small_m_fp8_gemm_gpu_test \
-    small_m_fp8_gated_silu_gpu_test rotary_cache_write_gpu_test attention_gpu_test session_replay_gpu_test; do
+  for b in fxfuse fxfuse_old bench_kernels decoder_example paged_attention_gpu_test small_m_fp8_gemm_gpu_test \
+    small_m_fp8_gated_silu_gpu_test rotary_cache_write_gpu_test silu_and_mul_gpu_test attention_gpu_test \
+    session_replay_gpu_test; do
     [[ -e $dir/$b ]] || continue
     mv "$dir/$b" "$dir/$b.bin"
     # shellcheck disable=SC2016  # LD_LIBRARY_PATH expands in the wrapper, not here

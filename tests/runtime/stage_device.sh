@@ -9,26 +9,26 @@
 # xz -9: the bundle and the tracked files must fit the device tool's 64 MiB carry together.
 # AB_BASELINE=path/to/an/older/fxfuse packs that binary as fxfuse_old for
 # examples/decode_step/ab_builds.sh and, to stay within the carry, only the paged, rotary,
-# small-M GEMM and replay GPU tests (implies SLIM=1). The bundle also holds
+# small-M GEMM, SiLU-and-mul and replay GPU tests (implies SLIM=1). The bundle also holds
 # examples/decode_step/paged_read_bench, cluster_residency_probe and persistent_layer_bench.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.device_rt/' .git/info/exclude 2>/dev/null || echo '/.device_rt/' >> .git/info/exclude
 bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:paged_attention_gpu_test \
   //tests/kernels:small_m_fp8_gemm_gpu_test //tests/kernels:small_m_fp8_gated_silu_gpu_test \
-  //tests/kernels:rotary_cache_write_gpu_test \
+  //tests/kernels:rotary_cache_write_gpu_test //tests/kernels:silu_and_mul_gpu_test \
   //tests/kernels/attention:attention_gpu_test //examples/decode_step:paged_read_bench \
   //examples/decode_step:cluster_residency_probe //examples/decode_step:persistent_layer_bench \
-  //tests/runtime:session_replay_gpu_test
+  //tests/runtime:session_replay_gpu_test //kernels/bench:bench_kernels
 bin=$(bazel info bazel-bin)
 stage=$(mktemp -d)
 mkdir -p "$stage/lib"
 tests=(paged_attention_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_gated_silu_gpu_test rotary_cache_write_gpu_test
-  attention/attention_gpu_test)
+  silu_and_mul_gpu_test attention/attention_gpu_test)
 bins=(fxfuse)
 if [[ -n ${AB_BASELINE:-} ]]; then
   SLIM=1
-  tests=(paged_attention_gpu_test rotary_cache_write_gpu_test small_m_fp8_gemm_gpu_test)
+  tests=(paged_attention_gpu_test rotary_cache_write_gpu_test small_m_fp8_gemm_gpu_test silu_and_mul_gpu_test)
   cp -f "$AB_BASELINE" "$stage/fxfuse_old"
   bins+=(fxfuse_old)
 fi
@@ -36,6 +36,8 @@ fi
 cp -f "$bin/fxfuse" "${tests[@]/#/$bin/tests/kernels/}" "$bin/examples/decode_step/paged_read_bench" \
   "$bin/examples/decode_step/cluster_residency_probe" "$bin/examples/decode_step/persistent_layer_bench" "$stage/"
 cp -f "$bin/tests/runtime/session_replay_gpu_test" "$stage/"  # the runtime's own GPU test (tests/runtime)
+cp -f "$bin/kernels/bench/bench_kernels" "$stage/"  # the row kernels' benchmark (docs/kernels.md)
+bins+=(bench_kernels)
 tests+=(session_replay_gpu_test)
 [[ ${SLIM:-0} == 1 ]] || cp -f "$bin/examples/decoder_fp8/decoder_example" "$stage/"
 tests=("${tests[@]##*/}")
