@@ -84,6 +84,18 @@ Status CheckScaleApplication(const char* op, ScaleApplication application) {
   return Status::Ok();
 }
 
+// residual_out (optional): only with a residual; a [T, H] D16 matrix apart from input and output.
+Status CheckResidualOut(const char* op, const void* residual, const void* residual_out, int64_t stride,
+                        int64_t hidden_size, const void* input, const void* output) {
+  if (residual_out == nullptr) return Status::Ok();
+  if (residual == nullptr) return Invalid(op, "residual_out needs a residual");
+  FXFUSE_KERNELS_RETURN_IF_ERROR(CheckMatrix(op, "residual_out", residual_out, stride, hidden_size, 2));
+  if (residual_out == input || residual_out == output) {
+    return Invalid(op, "residual_out must not alias input or output");
+  }
+  return Status::Ok();
+}
+
 Status CheckResidualVariance(const char* op, ResidualVariance variance) {
   if (variance != ResidualVariance::kDefault && variance != ResidualVariance::kRoundedSum &&
       variance != ResidualVariance::kUnroundedSum) {
@@ -183,6 +195,8 @@ Status RmsNormParams::Check() const {
       return Invalid(op, "residual must not alias input or output");
     }
   }
+  FXFUSE_KERNELS_RETURN_IF_ERROR(
+      CheckResidualOut(op, residual, residual_out, residual_out_row_stride, hidden_size, input, output));
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckResidualVariance(op, residual_variance));
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckEpsilon(op, epsilon));
   return CheckTuning(op, tuning);
@@ -217,6 +231,8 @@ Status RmsNormQuantFp8Params::Check() const {
         CheckMatrix(op, "residual", residual, residual_row_stride, hidden_size, 2));
     if (residual == input) return Invalid(op, "residual must not alias input");
   }
+  FXFUSE_KERNELS_RETURN_IF_ERROR(
+      CheckResidualOut(op, residual, residual_out, residual_out_row_stride, hidden_size, input, output));
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckResidualVariance(op, residual_variance));
   FXFUSE_KERNELS_RETURN_IF_ERROR(CheckEpsilon(op, epsilon));
   FXFUSE_KERNELS_RETURN_IF_ERROR(

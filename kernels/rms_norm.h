@@ -30,6 +30,10 @@ struct RmsNormParams {
   int64_t output_row_stride = 0;          // >= H
   void* residual = nullptr;               // optional [T, H] dtype, read then overwritten with z
   int64_t residual_row_stride = 0;        // >= H
+  // Optional, with a residual: z goes here instead ([T, H] dtype) and `residual` is only read.
+  // A plan whose residual is a graph input writes the sum out of place instead of copying it.
+  void* residual_out = nullptr;
+  int64_t residual_out_row_stride = 0;    // >= H
   ResidualVariance residual_variance = ResidualVariance::kDefault;  // kDefault = kRoundedSum
   float epsilon = 1e-6f;                  // added to the mean of squares, inside the rsqrt
   LaunchTuning tuning;

@@ -26,6 +26,9 @@ Status RmsNormQuantFp8(const RmsNormQuantFp8Params& p, cudaStream_t stream) {
   a.epsilon = p.epsilon;
   a.residual = p.residual;
   a.residual_stride = ResolveStride(p.residual_row_stride, h);
+  a.residual_out = p.residual_out != nullptr ? p.residual_out : p.residual;
+  a.residual_out_stride =
+      p.residual_out != nullptr ? ResolveStride(p.residual_out_row_stride, h) : a.residual_stride;
   const bool static_scale = p.scale.kind == Fp8ScaleKind::kStaticPerTensor;
   a.residual_unrounded = internal::ResidualUnrounded(p.residual_variance, !static_scale);
   a.output = p.output;
@@ -34,7 +37,10 @@ Status RmsNormQuantFp8(const RmsNormQuantFp8Params& p, cudaStream_t stream) {
 
   bool vectorizable = h % 8 == 0 && RowsVectorizable(a.input, a.input_stride, 2) &&
                       RowsVectorizable(a.weight, 0, 2) && RowsVectorizable(a.output, a.output_stride, 1);
-  if (has_residual) vectorizable = vectorizable && RowsVectorizable(a.residual, a.residual_stride, 2);
+  if (has_residual) {
+    vectorizable = vectorizable && RowsVectorizable(a.residual, a.residual_stride, 2) &&
+                   RowsVectorizable(a.residual_out, a.residual_out_stride, 2);
+  }
   int sm_count = 0;
   FXFUSE_KERNELS_RETURN_IF_ERROR(internal::CurrentDeviceSmCount(&sm_count));
   internal::RowLaunchConfig config;

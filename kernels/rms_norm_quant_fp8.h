@@ -31,6 +31,8 @@ struct RmsNormQuantFp8Params {
   const void* weight = nullptr;           // optional [H] contiguous; null: no weight multiply
   void* residual = nullptr;               // optional [T, H] dtype, overwritten with round16(x + r)
   int64_t residual_row_stride = 0;
+  void* residual_out = nullptr;           // optional: round16(x + r) goes here, `residual` only read
+  int64_t residual_out_row_stride = 0;    // (as RmsNormParams::residual_out)
   // kDefault: kRoundedSum for static scales (as fused_add_rms_norm, so the fusion equals the
   // chain), kUnroundedSum for dynamic per-token and per-group (vLLM's fused dynamic kernel).
   ResidualVariance residual_variance = ResidualVariance::kDefault;

@@ -5,23 +5,27 @@ namespace fxfuse::lowering::detail {
 
 // ---------------------------------------------------------------------------------- fxfuse ops
 
-// The residual the kernels update in place: the input's own buffer when this node is its only
-// reader (donated), else a fresh buffer the residual is copied into first.
-int Lowerer::inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr>& shape, DType dt, Value* res_out) {
+// The residual operands of a kernel that adds `residual` to its input and writes the sum:
+// `read` (the rows it adds) and `write` (where the sum goes). Donated (both the residual's own
+// tensor) when nothing reads the old residual after this node: its other readers (the first
+// layer's norm reads the embedding it also adds) are already lowered, so their steps run before
+// this one. Otherwise the sum goes to a fresh tensor: written there directly when the kernel
+// takes a separate output (`out_of_place`) and the residual is dense rows, else into a copy of
+// the residual that the kernel then updates in place.
+Lowerer::ResidualOperands Lowerer::residualOperands(Node& n, Value* residual, const std::vector<SymExpr>& shape,
+                                                    DType dt, Value* res_out, bool out_of_place) {
   int tri = mat(residual, n);
   // (freshTensor below may move trefs_: decide everything about `tri` before it)
   const TRef& ri = trefs_[static_cast<size_t>(tri)];
   const Buf& rb = bufs_[static_cast<size_t>(ri.buffer)];
   const bool dense_same_shape = isContiguous(ri) && ri.shape == shape;
-  // Donated when nothing reads the old residual after this node: its other readers (the
-  // first layer's norm reads the embedding it also adds) are already lowered, so their steps
-  // run before this one.
   bool later_readers = false;
   for (const Node* u : residual->users()) later_readers = later_readers || (u != &n && !lowered_.count(u));
   bool donate = rb.kind == pb::ARENA && rb.trefs == 1 && !later_readers && residual->graphOutputUses() == 0 &&
                 dense_same_shape;
-  if (donate) return tri;
+  if (donate) return {tri, tri};
   int tres = freshTensor(dt, shape, res_out ? res_out->name : residual->name + ".updated");
+  if (dense_same_shape && out_of_place) return {tri, tres};
   if (dense_same_shape) {
     pb::Step* cs = addStep({n.name}, "copy residual (updated in place by the next kernel)");
     auto* c = cs->mutable_copy();
@@ -36,7 +40,7 @@ int Lowerer::inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr
     int cp = gnode("cast", "", {ld}, dt, shape, n.name);
     emitKernel({cp}, shape, 0, {{cp, tres}});
   }
-  return tres;
+  return {tres, tres};
 }
 
 // One fxfuse op as a launch of a kernel of kernels/ (lib.silu_and_mul, lib.rms_norm,
@@ -52,7 +56,7 @@ struct Lowerer::FxfuseLibraryCall {
   int tx;                   // the input
   SymExpr H, T, xrs;        // hidden size, rows (tokens), the input's row stride
   int tw, tsc, tub;         // weight, scale, scale upper bound (-1: none)
-  int tres;                 // the residual the kernel updates in place (-1: none)
+  ResidualOperands res;     // the residual's rows and where their sum goes (-1, -1: none)
   Value* res_out;           // the graph's value of the updated residual
 
   // The input's arguments, common to the norm and quant kernels.
@@ -106,14 +110,18 @@ struct Lowerer::FxfuseLibraryCall {
     }
   }
 
-  // The residual the kernel adds to the input and updates in place; `rounded_sum_default`: the
-  // variance of the rounded sum unless the node says.
+  // The residual the kernel adds to the input, and (when it is not updated in place) where the
+  // sum goes; `rounded_sum_default`: the variance of the rounded sum unless the node says.
   void residualArgs(pb::KernelLaunch* k, bool rounded_sum_default) {
-    L.argT(k, "residual", tres);
+    L.argT(k, "residual", res.read);
     L.argI(k, "residual_row_stride", H);
+    if (res.write != res.read) {
+      L.argT(k, "residual_out", res.write);
+      L.argI(k, "residual_out_row_stride", H);
+    }
     L.argS(k, "residual_variance",
            L.flag(n, "variance_of_rounded_sum", rounded_sum_default) ? "rounded_sum" : "unrounded_sum");
-    if (res_out) L.setMat(res_out, tres);
+    if (res_out) L.setMat(res_out, res.write);
   }
 
   // silu_and_mul[_quant]: silu of the input's first half times its second half (H / 2 each).
@@ -229,13 +237,13 @@ bool Lowerer::lowerFxfuseLibrary(Node& n) {
   int tub = ub ? mat(ub, n) : -1;
   closeGroup();
 
-  int tres = -1;
+  ResidualOperands res{-1, -1};
   Value* res_out = nullptr;
   if (residual) {
     res_out = n.output(1);
-    tres = inPlaceResidual(n, residual, X.shape, xd, res_out);
+    res = residualOperands(n, residual, X.shape, xd, res_out, /*out_of_place=*/true);
   }
-  FxfuseLibraryCall call{*this, n, name, kind, xd, out0, tx, H, T, xrs, tw, tsc, tub, tres, res_out};
+  FxfuseLibraryCall call{*this, n, name, kind, xd, out0, tx, H, T, xrs, tw, tsc, tub, res, res_out};
   pb::KernelLaunch* k = addStep({n.name}, name)->mutable_kernel();
   if (is_sm)
     call.siluAndMul(k);
@@ -283,7 +291,7 @@ bool Lowerer::lowerFusedAllReduceNorm(Node& n) {
   int tw = w ? contiguous(mat(w, n), n.name) : -1;
   int tsc = quant ? mat(scale, n) : -1;
   closeGroup();
-  int tres = residual ? inPlaceResidual(n, residual, shape, xd, res_out) : -1;
+  int tres = residual ? residualOperands(n, residual, shape, xd, res_out, /*out_of_place=*/false).write : -1;
 
   // Workspace capacity: the token count's largest value, capped by the fusion's size limit.
   int64_t cap = intArg(n, "max_token_num", 0);

@@ -656,7 +656,11 @@ class Lowerer {
   int pagedMetadata(const Node& n, const std::string& name, DType dtype, size_t rank);
   bool lowerFxfuseLibrary(Node& n);
   struct FxfuseLibraryCall;  // fxfuse_ops.cc: one fxfuse op as a launch of a kernel of kernels/
-  int inPlaceResidual(Node& n, Value* residual, const std::vector<SymExpr>& shape, DType dt, Value* res_out);
+  struct ResidualOperands {
+    int read, write;  // TensorRefs: the residual's rows, and where the kernel writes their sum
+  };
+  ResidualOperands residualOperands(Node& n, Value* residual, const std::vector<SymExpr>& shape, DType dt,
+                                    Value* res_out, bool out_of_place);
   bool lowerFusedAllReduceNorm(Node& n);
   void lowerFxfuseGenerated(Node& n);
   struct FxfuseMath;  // fxfuse_ops.cc: the fused ops' math as generated code

@@ -631,6 +631,27 @@ std::function<void(cudaStream_t)> Session::prepareGeneratedKernel(const pb::Kern
   };
 }
 
+namespace {
+
+// The residual operands of lib.rms_norm and lib.rms_norm_quant_fp8 (RmsNormParams and
+// RmsNormQuantFp8Params name them alike): the residual, updated in place unless residual_out
+// is given (the sum written there, the residual only read).
+template <typename Args, typename Params>
+void setResidualArgs(const Args& args, Params& q) {
+  if (!args.has("residual")) return;
+  q.residual = args.tensor("residual").data;
+  q.residual_row_stride = args.integer("residual_row_stride");
+  q.residual_variance = args.str("residual_variance", "rounded_sum") == "rounded_sum"
+                            ? k::ResidualVariance::kRoundedSum
+                            : k::ResidualVariance::kUnroundedSum;
+  if (args.has("residual_out")) {
+    q.residual_out = args.tensor("residual_out").data;
+    q.residual_out_row_stride = args.integer("residual_out_row_stride");
+  }
+}
+
+}  // namespace
+
 // lib.rms_norm: RMSNorm of rows, optionally after adding a residual.
 std::function<void(cudaStream_t)> Session::prepareRmsNorm(const KernelArgs& args) {
   const std::string& where = args.where;
@@ -644,13 +665,7 @@ std::function<void(cudaStream_t)> Session::prepareRmsNorm(const KernelArgs& args
   if (args.has("weight")) q.weight = args.tensor("weight").data;
   q.output = args.tensor("output").data;
   q.output_row_stride = args.integer("output_row_stride");
-  if (args.has("residual")) {
-    q.residual = args.tensor("residual").data;
-    q.residual_row_stride = args.integer("residual_row_stride");
-    q.residual_variance = args.str("residual_variance", "rounded_sum") == "rounded_sum"
-                              ? k::ResidualVariance::kRoundedSum
-                              : k::ResidualVariance::kUnroundedSum;
-  }
+  setResidualArgs(args, q);
   q.epsilon = static_cast<float>(args.real("epsilon", 1e-6));
   return checkedLibraryLaunch(q, [](const auto& p, cudaStream_t s) { return k::RmsNorm(p, s); }, where);
 }
@@ -683,13 +698,7 @@ std::function<void(cudaStream_t)> Session::prepareRmsNormQuantFp8(const KernelAr
   q.input = args.tensor("input").data;
   q.input_row_stride = args.integer("input_row_stride");
   if (args.has("weight")) q.weight = args.tensor("weight").data;
-  if (args.has("residual")) {
-    q.residual = args.tensor("residual").data;
-    q.residual_row_stride = args.integer("residual_row_stride");
-    q.residual_variance = args.str("residual_variance", "rounded_sum") == "rounded_sum"
-                              ? k::ResidualVariance::kRoundedSum
-                              : k::ResidualVariance::kUnroundedSum;
-  }
+  setResidualArgs(args, q);
   q.epsilon = static_cast<float>(args.real("epsilon", 1e-6));
   q.output = args.tensor("output").data;
   q.output_row_stride = args.integer("output_row_stride");

@@ -3,7 +3,7 @@
 # issue #18): the tree's fxfuse against an older one packed as fxfuse_old. In order of what a
 # change must show first:
 #   1. the GPU tests of the layer's runtime kernels that the bundle has (rotary cache write,
-#      SiLU-and-mul, the small-M GEMM's gated-SiLU epilogue), and with ROW_SWEEP=1 the layer's
+#      SiLU-and-mul, the small-M GEMM's gated-SiLU epilogue, RMSNorm [+ FP8]), and with ROW_SWEEP=1 the layer's
 #      row kernels at T = 1, 8, 64 in every launch shape (bench_kernels --sweep) -> kernel_tests.txt
 #   2. the layer's kernels under ncu at T in LAYER_TOKENS, fxfuse_old then fxfuse
 #      (examples/decode_step/kernel_breakdown.py --layer-tokens, --torch-mode none)
@@ -30,7 +30,8 @@ unpack_bundle "$D" || { echo "no bundle: run AB_BASELINE=... tests/runtime/stage
 export FXFUSE_CACHE_DIR=/tmp/fxfuse_kernel_cache
 
 { echo "bundle built from:"; cat "$D/STAGED_FROM"; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-  for t in rotary_cache_write_gpu_test silu_and_mul_gpu_test small_m_fp8_gated_silu_gpu_test; do
+  for t in rotary_cache_write_gpu_test silu_and_mul_gpu_test small_m_fp8_gated_silu_gpu_test rms_norm_gpu_test \
+    rms_norm_quant_fp8_gpu_test; do
     [[ -x $D/$t ]] || continue
     timeout 120 "$D/$t" 2>&1 | tail -3; echo "$t exit ${PIPESTATUS[0]}"
   done

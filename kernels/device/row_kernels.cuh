@@ -39,8 +39,10 @@ struct RowKernelArgs {
   int hidden = 0;
   const void* input = nullptr;  // [T, H] D16
   int64_t input_stride = 0;
-  void* residual = nullptr;     // [T, H] D16, in/out (kResidual only)
+  const void* residual = nullptr;  // [T, H] D16, read (kResidual only)
   int64_t residual_stride = 0;
+  void* residual_out = nullptr;    // [T, H] D16: round16(x + r) is written here (kResidual only;
+  int64_t residual_out_stride = 0;  // `residual` itself for the in-place update)
   bool residual_unrounded = false;  // normalize the fp32 sum x + r instead of round16(x + r)
   const void* weight = nullptr;     // [H] D16 (kNorm only); null: no weight multiply
   float epsilon = 0.0f;
@@ -96,7 +98,7 @@ inline int64_t RowStageBytes(int vecs_per_thread, int threads, bool residual) {
 // g elements is g/8 consecutive lanes. The current row is held in registers as packed D16, the
 // weight too (loaded once per CTA).
 // Rounding points (s: source value of an element):
-//   kResidual: v = float(x) + float(r) (fp32); residual <- round16(v);
+//   kResidual: v = float(x) + float(r) (fp32); residual_out <- round16(v) (the residual itself, or out of place);
 //              s = v (residual_unrounded) or round16(v)
 //   otherwise: s = float(x)
 //   kNorm:     inv = rsqrtf(sum(s^2) / H + eps);  n = round16(round16(s * inv) * float(w))
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
         for (int j = 0; j < 8; ++j) v[j] += rf[j];
         const uint4 z = Pack8<T>(v);
         if (c < num_vecs) {
-          reinterpret_cast<uint4*>(static_cast<T*>(a.residual) + row * a.residual_stride)[c] = z;
+          reinterpret_cast<uint4*>(static_cast<T*>(a.residual_out) + row * a.residual_out_stride)[c] = z;
         }
         if (!unrounded) {
           x[i] = z;
@@ -331,8 +333,12 @@ __global__ void __launch_bounds__(1024) RowKernelScalar(const RowKernelArgs a) {
   const int64_t row = blockIdx.x;
   const int hidden = a.hidden;
   const T* x_row = static_cast<const T*>(a.input) + row * a.input_stride;
-  T* r_row = nullptr;
-  if constexpr (kResidual) r_row = static_cast<T*>(a.residual) + row * a.residual_stride;
+  const T* r_row = nullptr;
+  T* r_out_row = nullptr;
+  if constexpr (kResidual) {
+    r_row = static_cast<const T*>(a.residual) + row * a.residual_stride;
+    r_out_row = static_cast<T*>(a.residual_out) + row * a.residual_out_stride;
+  }
   const T* w = static_cast<const T*>(a.weight);
 
   // Source value s of element j; `sum` receives the unrounded residual sum (or x).
@@ -389,7 +395,7 @@ __global__ void __launch_bounds__(1024) RowKernelScalar(const RowKernelArgs a) {
       for (int j = begin + lane; j < end; j += 32) {
         float sum;
         const float v = source(j, sum);
-        if constexpr (kResidual) r_row[j] = Num::FromFloat(sum);
+        if constexpr (kResidual) r_out_row[j] = Num::FromFloat(sum);
         o_row[j] = QuantizeToFp8(normalized(j, v), op);
       }
     }
@@ -424,7 +430,7 @@ __global__ void __launch_bounds__(1024) RowKernelScalar(const RowKernelArgs a) {
     for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
       float sum;
       const float v = source(j, sum);
-      if constexpr (kResidual) r_row[j] = Num::FromFloat(sum);
+      if constexpr (kResidual) r_out_row[j] = Num::FromFloat(sum);
       const float n = normalized(j, v);
       if constexpr (kOut == RowOutput::kD16) {
         static_cast<T*>(a.output)[row * a.output_stride + j] = Num::FromFloat(n);

@@ -22,15 +22,16 @@ uint16_t* D16Row(void* base, int64_t row, int64_t stride) {
 }
 
 // One row of (residual-add +) RMSNorm: returns n (fp32 values of the D16 results) and writes
-// the residual sum back when `residual_row` is given.
-void NormalizeRow(const uint16_t* x, uint16_t* residual_row, const uint16_t* weight, int64_t h,
-                  DType dtype, bool residual_unrounded, float epsilon, std::vector<float>* n) {
+// the residual sum into `residual_out_row` (the residual row itself, or another) when
+// `residual_row` is given.
+void NormalizeRow(const uint16_t* x, const uint16_t* residual_row, uint16_t* residual_out_row, const uint16_t* weight,
+                  int64_t h, DType dtype, bool residual_unrounded, float epsilon, std::vector<float>* n) {
   std::vector<float> source(h);
   for (int64_t j = 0; j < h; ++j) {
     const float xf = D16BitsToFloat(x[j], dtype);
     if (residual_row != nullptr) {
       const float sum = xf + D16BitsToFloat(residual_row[j], dtype);  // fp32 add
-      residual_row[j] = FloatToD16Bits(sum, dtype);
+      residual_out_row[j] = FloatToD16Bits(sum, dtype);
       source[j] = residual_unrounded ? sum : Round16(sum, dtype);
     } else {
       source[j] = xf;
@@ -96,11 +97,13 @@ Status RmsNorm(const RmsNormParams& p) {
   const int64_t in_stride = ResolveStride(p.input_row_stride, h);
   const int64_t out_stride = ResolveStride(p.output_row_stride, h);
   const int64_t res_stride = ResolveStride(p.residual_row_stride, h);
+  const int64_t res_out_stride = ResolveStride(p.residual_out_row_stride, h);
   const bool unrounded = internal::ResidualUnrounded(p.residual_variance, false);
   std::vector<float> n;
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     uint16_t* residual_row = p.residual != nullptr ? D16Row(p.residual, t, res_stride) : nullptr;
-    NormalizeRow(D16Row(p.input, t, in_stride), residual_row,
+    uint16_t* residual_out_row = p.residual_out != nullptr ? D16Row(p.residual_out, t, res_out_stride) : residual_row;
+    NormalizeRow(D16Row(p.input, t, in_stride), residual_row, residual_out_row,
                  static_cast<const uint16_t*>(p.weight), h, p.dtype, unrounded, p.epsilon, &n);
     uint16_t* out = D16Row(p.output, t, out_stride);
     for (int64_t j = 0; j < h; ++j) out[j] = FloatToD16Bits(n[j], p.dtype);
@@ -140,13 +143,15 @@ Status RmsNormQuantFp8(const RmsNormQuantFp8Params& p) {
   const int64_t in_stride = ResolveStride(p.input_row_stride, h);
   const int64_t out_stride = ResolveStride(p.output_row_stride, h);
   const int64_t res_stride = ResolveStride(p.residual_row_stride, h);
+  const int64_t res_out_stride = ResolveStride(p.residual_out_row_stride, h);
   const bool dynamic = p.scale.kind != Fp8ScaleKind::kStaticPerTensor;
   const bool unrounded = internal::ResidualUnrounded(p.residual_variance, dynamic);
   const float tensor_scale = dynamic ? 0.0f : *p.scale.scale;
   std::vector<float> n;
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     uint16_t* residual_row = p.residual != nullptr ? D16Row(p.residual, t, res_stride) : nullptr;
-    NormalizeRow(D16Row(p.input, t, in_stride), residual_row,
+    uint16_t* residual_out_row = p.residual_out != nullptr ? D16Row(p.residual_out, t, res_out_stride) : residual_row;
+    NormalizeRow(D16Row(p.input, t, in_stride), residual_row, residual_out_row,
                  static_cast<const uint16_t*>(p.weight), h, p.dtype, unrounded, p.epsilon, &n);
     QuantizeRow(n, t, p.scale, tensor_scale, static_cast<uint8_t*>(p.output) + t * out_stride);
   }

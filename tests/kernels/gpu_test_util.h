@@ -265,6 +265,13 @@ template <typename Bits>
 std::vector<Bits> PoisonedHost(size_t count) {
   return std::vector<Bits>(count, static_cast<Bits>(~Bits{0}));
 }
+// `rows` [T rows of `stride`] with each row's first `width` values poisoned and its padding
+// kept: the initial contents of an output whose padding the expected values share.
+inline std::vector<uint16_t> PoisonRows(std::vector<uint16_t> rows, int64_t tokens, int64_t width, int64_t stride) {
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < width; ++j) rows[static_cast<size_t>(t * stride + j)] = 0xFFFF;
+  return rows;
+}
 inline std::vector<float> PoisonedScales(size_t count) {
   std::vector<float> v(count);
   std::memset(v.data(), 0xFF, count * sizeof(float));

@@ -73,6 +73,17 @@ TEST_CASE("RmsNormParams::Check") {
   p.residual = g_in;
   CHECK(Mentions(p.Check(), "alias"));
   p = ValidRmsNorm();
+  p.residual_out = g_res;  // the sum out of place needs a residual
+  CHECK(Mentions(p.Check(), "residual_out needs a residual"));
+  p.residual = g_res;
+  p.residual_out = g_q;  // a buffer of its own
+  CHECK(p.Check().ok());
+  p.residual_out = g_out;
+  CHECK(Mentions(p.Check(), "residual_out must not alias"));
+  p.residual_out = g_q;
+  p.residual_out_row_stride = 100;
+  CHECK(Mentions(p.Check(), "residual_out"));
+  p = ValidRmsNorm();
   p.epsilon = -1.0f;
   CHECK(Mentions(p.Check(), "epsilon"));
   p = ValidRmsNorm();
@@ -150,6 +161,11 @@ TEST_CASE("RmsNormQuantFp8Params::Check") {
   CHECK(p.Check().ok());
   p.residual = g_in;
   CHECK(Mentions(p.Check(), "alias"));
+  p.residual = g_res;
+  p.residual_out = g_out;
+  CHECK(p.Check().ok());
+  p.residual_out = g_in;
+  CHECK(Mentions(p.Check(), "residual_out must not alias"));
 }
 
 TEST_CASE("SiluAndMulParams::Check") {

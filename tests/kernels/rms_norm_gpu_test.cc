@@ -32,6 +32,7 @@ struct NormRun {
   Residual residual = Residual::kNone;
   bool weight = true;
   bool in_place = false;
+  bool residual_out = false;  // the sum to a buffer of its own (the residual only read)
   LaunchTuning tuning;
   uint64_t seed = 0;  // 0: a fresh seed
 };
@@ -78,11 +79,12 @@ std::vector<uint16_t> CheckRmsNorm(const NormCase& c, const NormRun& run) {
   }
 
   DeviceBuffer x_d(x.size() * 2, c.misalign ? 2 : 0), w_d(w.size() * 2), r_d(r.size() * 2),
-      out_d(t * out_stride * 2 + 2);
+      out_d(t * out_stride * 2 + 2), r_out_d(r.size() * 2);
   x_d.Upload(x);
   w_d.Upload(w);
   r_d.Upload(r);
   out_d.Poison();
+  r_out_d.Upload(testing::PoisonRows(r, t, h, res_stride));  // the padding as the residual's
 
   RmsNormParams p;
   p.num_tokens = t;
@@ -101,6 +103,10 @@ std::vector<uint16_t> CheckRmsNorm(const NormCase& c, const NormRun& run) {
   gpu.weight = run.weight ? w_d.get() : nullptr;
   gpu.output = run.in_place ? x_d.get() : out_d.get();
   gpu.residual = run.residual != Residual::kNone ? r_d.get() : nullptr;
+  if (run.residual_out) {
+    gpu.residual_out = r_out_d.get();
+    gpu.residual_out_row_stride = res_stride;
+  }
   FXFUSE_LAUNCH_REQUIRE(RmsNorm(gpu, nullptr));
 
   std::vector<uint16_t> x_ref = x, r_ref = r;
@@ -124,7 +130,12 @@ std::vector<uint16_t> CheckRmsNorm(const NormCase& c, const NormRun& run) {
                             in_stride, testing::Exact());
   }
   if (run.residual != Residual::kNone) {
-    testing::ExpectD16Close("residual", run.dtype, r_d.Download<uint16_t>(r.size()), r_ref, t, h, res_stride,
+    const DeviceBuffer& sum = run.residual_out ? r_out_d : r_d;
+    testing::ExpectD16Close("residual", run.dtype, sum.Download<uint16_t>(r.size()), r_ref, t, h, res_stride,
+                            testing::Exact());
+  }
+  if (run.residual_out) {
+    testing::ExpectD16Close("residual only read", run.dtype, r_d.Download<uint16_t>(r.size()), r, t, h, res_stride,
                             testing::Exact());
   }
   return out_gpu;
@@ -184,6 +195,22 @@ TEST_CASE("rms_norm: in place (output == input), no weight, T = 0") {
   empty.hidden_size = 4096;
   empty.input = empty.output = reinterpret_cast<void*>(256);
   FXFUSE_LAUNCH_REQUIRE(RmsNorm(empty, nullptr));
+}
+
+TEST_CASE("fused_add_rms_norm: the sum out of place (residual_out), every path") {
+  // The plans' form for a residual that is a graph input: the same sum and output as in place.
+  for (const NormCase& c : {NormCase{1, 4096}, NormCase{64, 4096}, NormCase{7, 5120, 8, 16}, NormCase{3, 4097},
+                            NormCase{300, 8192, 16, 8}, NormCase{9, 24, 0, 0, true}}) {
+    for (int shape : {0, 1, 2}) {  // the heuristic, the pipelined vectorized path, the scalar path
+      NormRun run;
+      run.residual = shape == 1 ? Residual::kUnrounded : Residual::kRounded;
+      run.residual_out = true;
+      run.dtype = shape == 2 ? DType::F16 : DType::BF16;
+      if (shape == 1) run.tuning.row_pipeline_stages = 2;
+      if (shape == 2) run.tuning.force_scalar_path = true;
+      CheckRmsNorm(c, run);
+    }
+  }
 }
 
 TEST_CASE("fused_add_rms_norm: the residual-variance choice is observable") {

@@ -39,6 +39,7 @@ struct FusedRun {
   int group_size = 0;
   bool column_major = false;
   bool residual = false;
+  bool residual_out = false;  // the fused kernel's sum to a buffer of its own (residual only read)
   ResidualVariance variance = ResidualVariance::kDefault;
   ScaleApplication application = ScaleApplication::kDefault;
   bool weight = true;
@@ -93,7 +94,8 @@ void CheckFused(const FusedCase& c, const FusedRun& run) {
 
   DeviceBuffer x_d(x.size() * 2, c.misalign ? 2 : 0), w_d(w.size() * 2), r_fused(r.size() * 2),
       r_chain(r.size() * 2), q_fused(t * out_stride + 8), q_chain(t * out_stride + 8),
-      s_fused(scale_count * 4), s_chain(scale_count * 4), n_chain(t * out_stride * 2 + 16);
+      s_fused(scale_count * 4), s_chain(scale_count * 4), n_chain(t * out_stride * 2 + 16), r_out(r.size() * 2);
+  r_out.Upload(testing::PoisonRows(r_zeroed, t, h, res_stride));  // the padding as the residual's
   x_d.Upload(x);
   w_d.Upload(w);
   r_fused.Upload(r_zeroed);
@@ -122,6 +124,10 @@ void CheckFused(const FusedCase& c, const FusedRun& run) {
   f.weight = run.weight ? w_d.get() : nullptr;
   f.residual = run.residual ? r_fused.get() : nullptr;
   f.residual_row_stride = res_stride;
+  if (run.residual_out) {
+    f.residual_out = r_out.get();
+    f.residual_out_row_stride = res_stride;
+  }
   f.residual_variance = run.variance;
   f.epsilon = 1e-5f;
   f.output = q_fused.get();
@@ -166,7 +172,11 @@ void CheckFused(const FusedCase& c, const FusedRun& run) {
   testing::ExpectFp8Close("fused q == chain q", qf, q_chain.Download<uint8_t>(t * out_stride), t, h, out_stride,
                           testing::Exact());
   testing::ExpectScalesClose("fused scales == chain scales", sf, s_chain.Download<float>(scale_count), 0.0);
-  const std::vector<uint16_t> rf = r_fused.Download<uint16_t>(r.size());
+  const std::vector<uint16_t> rf = (run.residual_out ? r_out : r_fused).Download<uint16_t>(r.size());
+  if (run.residual_out) {
+    testing::ExpectD16Close("residual only read", run.dtype, r_fused.Download<uint16_t>(r.size()), r_zeroed, t, h,
+                            res_stride, testing::Exact());
+  }
   if (run.residual) {
     testing::ExpectD16Close("fused residual == chain residual", run.dtype, rf, r_chain.Download<uint16_t>(r.size()),
                             t, h, res_stride, testing::Exact());
@@ -179,6 +189,7 @@ void CheckFused(const FusedCase& c, const FusedRun& run) {
   std::vector<uint8_t> q_ref = testing::PoisonedHost<uint8_t>(t * out_stride);
   std::vector<float> s_ref = s_init;
   RmsNormQuantFp8Params cpu = f;
+  cpu.residual_out = nullptr;  // the reference updates in place: the same sum
   cpu.input = x.data();
   cpu.weight = run.weight ? w.data() : nullptr;
   cpu.residual = run.residual ? r_ref.data() : nullptr;
@@ -262,6 +273,23 @@ TEST_CASE("rms_norm + per-group FP8 (64/128, row/column-major, residual) equals 
           CheckFused({5, 5120, 3, 5}, run);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("rms_norm + FP8 with the residual sum out of place (residual_out)") {
+  // The plans' form for a residual that is a graph input: q, scales and sum as in place.
+  for (Fp8ScaleKind kind : {Fp8ScaleKind::kStaticPerTensor, Fp8ScaleKind::kDynamicPerToken}) {
+    for (int shape : {0, 1, 2}) {  // the heuristic, the pipelined vectorized path, the scalar path
+      FusedRun run;
+      run.kind = kind;
+      run.residual = run.residual_out = true;
+      run.dtype = shape == 2 ? DType::F16 : DType::BF16;
+      if (shape == 1) run.tuning.row_pipeline_stages = 2;
+      if (shape == 2) run.tuning.force_scalar_path = true;
+      for (const FusedCase& c : {FusedCase{1, 4096}, FusedCase{64, 4096}, FusedCase{7, 8192, 8, 16},
+                                 FusedCase{3, 4097}, FusedCase{300, 4096, 16, 8}, FusedCase{3, 4096, 0, 0, true}})
+        CheckFused(c, run);
     }
   }
 }
