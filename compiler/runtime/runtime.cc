@@ -125,15 +125,17 @@ DType attnType(irpb::DType t, const std::string& what) { return attnType(lowerin
 // kernel through its identity view (kernels/runtime/dense_paged_view.h): the block table,
 // lengths and query starts uploaded once here, freed with the step with the split workspace.
 // The default: it beat the split-KV decode kernel and cuDNN on the H200's attention table
-// (docs/benchmarks/attention.md); $FXFUSE_DENSE_DECODE=split keeps the split-KV kernel for A/B
-// runs. Empty where the view does not apply.
+// (docs/benchmarks/attention.md). Except over a single key (a dense layer's first token), where
+// the split-KV kernel's short chain measured faster (docs/attention.md "Dense decode on the
+// paged kernel"). $FXFUSE_DENSE_DECODE=paged or =split forces one route for A/B runs. Empty
+// where the view does not apply or the route is the split-KV kernel.
 std::function<cudaError_t(cudaStream_t)> pagedDenseDecode(const AttentionParams& q,
                                                           std::vector<std::function<void()>>* cleanup) {
   const char* env = std::getenv("FXFUSE_DENSE_DECODE");
-  const std::string route = env ? env : "paged";
+  const std::string route = env ? env : "";
   if (route != "paged" && route != "split" && !route.empty())
     fail("FXFUSE_DENSE_DECODE={} is not one of paged, split", route);
-  if (route == "split") return {};
+  if (route == "split" || (route.empty() && q.Sk == 1)) return {};
   DensePagedView view;
   if (!PagedViewOfDenseAttention(q, &view).empty()) return {};
   int dev = 0, sms = 0;

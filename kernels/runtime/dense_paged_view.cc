@@ -38,8 +38,12 @@ std::string layoutMismatch(const AttentionParams& a, int64_t* rows) {
     for (int d = 0; d < 4; ++d)
       if (s[d] < 0) return "a negative stride";
   if (!strideIs(a.q_stride[3], a.E, 1) || !strideIs(a.o_stride[3], a.E, 1)) return "q or out rows not contiguous";
+  // The view gives V the block layout of K, so their strides must agree, except over a
+  // dimension of one element, which is never stepped over: one key per sequence, as a dense
+  // layer's first token has, where K is a rotated copy and V a column range of the qkv rows.
+  const int64_t kv_sizes[4] = {a.B, a.Hk, a.Sk, a.E};
   for (int d = 0; d < 4; ++d)
-    if (a.k_stride[d] != a.v_stride[d]) return "K and V laid out differently";
+    if (!strideIs(a.v_stride[d], kv_sizes[d], a.k_stride[d])) return "K and V laid out differently";
   const int64_t row = a.Hk * a.E;  // one key's K (or V) for all KV heads
   if (!strideIs(a.k_stride[3], a.E, 1) || !strideIs(a.k_stride[1], a.Hk, a.E) || !strideIs(a.k_stride[2], a.Sk, row))
     return "K/V not [tokens, Hk, E] contiguous";

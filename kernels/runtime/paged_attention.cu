@@ -1103,13 +1103,17 @@ __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) paged
 // streaming its keys through its own ring (attendKeysMma). The W states meet in shared memory
 // (mergeWarpStates), so a row split only within a CTA needs no second kernel; otherwise
 // pagedCombineKernel merges the CTAs' states (chunk stride W). The next kernel may launch once
-// every warp has attended.
+// every warp has attended, or (early_dependents) at once: the dependent starts only when every
+// CTA of this grid has started, so it takes no slot this grid needs, and a small-M GEMM after
+// it (the o-projection) streams its weights into its rings while this latency-bound kernel runs
+// (docs/runtime.md "Programmatic dependent launch").
 template <int E, int HPW, CacheFormat F>
 __global__ void __launch_bounds__(kMmaMaxWarps * 32, 1)
-    pagedAttentionMmaKernel(PagedAttentionParams p, bool clustered) {
+    pagedAttentionMmaKernel(PagedAttentionParams p, bool clustered, bool early_dependents) {
   using Ring = MmaRing<E, F>;
   static_assert((MergedState<E, HPW>::kFloats + kMergeWeightFloats<HPW, kMmaMaxWarps>) * 4 <= Ring::kBytes,
                 "a warp's state and the merge weights fit a ring");
+  if (early_dependents) kernels::allowDependentGrids();  // a later trigger changes nothing
   // A clustered CTA pushes its merged state into the first CTA's shared memory, which must have
   // started by then: every CTA arrives here and waits before its push (mergeWarpStates).
   if (clustered) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");  // nothing to publish
@@ -1283,6 +1287,13 @@ bool mmaDisabled() {
   return v && v[0] == '0';
 }
 
+// Whether the tensor-core attention lets the next kernel launch at its start (default) or only
+// after its keys ($FXFUSE_PAGED_EARLY_TRIGGER=0, for A/B runs). Read per call.
+bool earlyDependents() {
+  const char* v = std::getenv("FXFUSE_PAGED_EARLY_TRIGGER");
+  return !(v && v[0] == '0');
+}
+
 int64_t targetWarpsPerSm() {
   const char* v = std::getenv("FXFUSE_PAGED_WARPS_PER_SM");
   const long n = v ? std::strtol(v, nullptr, 10) : 0;
@@ -1325,7 +1336,7 @@ cudaError_t launchMmaAttention(const PagedAttentionParams& p, int64_t chunks_per
   const dim3 grid(static_cast<unsigned>(p.num_tokens * (p.heads_q / HPW) * ctas_per_row));
   return kernels::LaunchProgrammaticInClusters(kernel, grid, dim3(static_cast<unsigned>(32 * chunks_per_cta)),
                                                static_cast<size_t>(MmaSmemBytes<E, HPW, F>(chunks_per_cta, cluster)),
-                                               static_cast<int>(cluster), stream, p, clustered);
+                                               static_cast<int>(cluster), stream, p, clustered, earlyDependents());
 }
 
 // How the attention reads the caches (valid params).

@@ -38,6 +38,10 @@ AttentionParams denseDecode(int64_t B, int64_t Sk, int64_t rows, int64_t Hq = 32
 int64_t denseOffset(const AttentionParams& a, int64_t b, int64_t j, int64_t h, int64_t e) {
   return b * a.k_stride[0] + h * a.k_stride[1] + j * a.k_stride[2] + e;
 }
+// The same for the value of key j (the view reads it at the key's offset from value_cache).
+int64_t denseValueOffset(const AttentionParams& a, int64_t b, int64_t j, int64_t h, int64_t e) {
+  return b * a.v_stride[0] + h * a.v_stride[1] + j * a.v_stride[2] + e;
+}
 int64_t pagedOffset(const DensePagedView& v, int64_t b, int64_t j, int64_t h, int64_t e) {
   const PagedAttentionParams& p = v.params;
   const int32_t block = v.block_table[static_cast<size_t>(b * p.block_table_stride + j / p.block_size)];
@@ -64,6 +68,7 @@ void checkSameKeys(const AttentionParams& a, const DensePagedView& v) {
         for (int64_t e : {int64_t{0}, a.E - 1}) {
           INFO("b " << b << " key " << j << " head " << h << " e " << e);
           CHECK(pagedOffset(v, b, j, h, e) == denseOffset(a, b, j, h, e));
+          CHECK(pagedOffset(v, b, j, h, e) == denseValueOffset(a, b, j, h, e));
         }
   }
   CHECK(v.query_start_loc.back() == a.B);
@@ -106,6 +111,21 @@ TEST_CASE("dense decode: batch-broadcast caches, one KV head, one key, FP8 outpu
   REQUIRE(PagedViewOfDenseAttention(one_key, &v) == "");
   checkSameKeys(one_key, v);
 
+  // A dense layer's first token (T = 1): one sequence, one key; K the rotated copy in [T, 5120]
+  // rows (q and k rotated into one buffer), V a column range of the [T, 6144] qkv rows.
+  AttentionParams first_token = denseDecode(1, 1, 0);
+  first_token.causal = true;
+  first_token.k_stride[0] = first_token.v_stride[0] = 0;
+  first_token.k_stride[2] = 5120;
+  first_token.v_stride[2] = 6144;
+  REQUIRE(PagedViewOfDenseAttention(first_token, &v) == "");
+  checkSameKeys(first_token, v);
+  AttentionParams one_key_each = first_token;  // three sequences of one key, rows 6144 apart
+  one_key_each.B = 3;
+  one_key_each.k_stride[0] = one_key_each.v_stride[0] = 6144;
+  REQUIRE(PagedViewOfDenseAttention(one_key_each, &v) == "");
+  checkSameKeys(one_key_each, v);
+
   AttentionParams fp8 = denseDecode(2, 64, 64);
   static const float scale = 0.5f;
   fp8.out_dtype = DType::F8E4M3FN;
@@ -142,6 +162,9 @@ TEST_CASE("dense decode: attentions the paged kernel computes differently are re
   refused(a, "bf16 or f16");
   a = denseDecode(4, 100, 100);
   a.v_stride[0] = 200 * 8 * 128;
+  refused(a, "K and V laid out differently");
+  a = denseDecode(4, 100, 100);
+  a.v_stride[2] = 6144;  // V a column range of [tokens, 6144] qkv rows: another key stride
   refused(a, "K and V laid out differently");
   a = denseDecode(4, 100, 100);
   a.k_stride[1] = a.v_stride[1] = 100 * 128;  // [B, Hk, S, E] memory (heads outermost)
