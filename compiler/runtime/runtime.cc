@@ -149,7 +149,16 @@ std::function<cudaError_t(cudaStream_t)> pagedDenseDecode(const AttentionParams&
   return [p](cudaStream_t s) { return LaunchPagedAttention(p, s); };
 }
 
-// The sm90 attention kernels for a rt.attention step (plan arg impl = "sm90"): a one-token
+// Attention over a single key as the copy of V it is (LaunchSingleKeyAttention), unless
+// $FXFUSE_SINGLE_KEY_ATTENTION=0 (A/B runs). Empty where it does not apply.
+std::function<cudaError_t(cudaStream_t)> singleKeyAttention(const AttentionParams& q) {
+  const char* env = std::getenv("FXFUSE_SINGLE_KEY_ATTENTION");
+  if ((env && std::string(env) == "0") || SingleKeyAttentionUnsupported(q)) return {};
+  return [q](cudaStream_t s) { return LaunchSingleKeyAttention(q, s); };
+}
+
+// The sm90 attention kernels for a rt.attention step (plan arg impl = "sm90"): attention over a
+// single key as a copy of V (singleKeyAttention), a one-token
 // decode over dense K/V on the paged kernel (pagedDenseDecode), else split-KV decode
 // for a few query rows per KV head without a causal mask, or a causal one of a single token
 // over a single key (torch's causal mask is top-left aligned: decode's bottom-right alignment
@@ -184,6 +193,7 @@ std::function<cudaError_t(cudaStream_t)> sm90Attention(const AttentionParams& q,
     x.out_dtype = out_dt;
     x.out_scale = q.out_scale;
   };
+  if (auto single = singleKeyAttention(q)) return single;
   if (auto paged = pagedDenseDecode(q, cleanup)) return paged;
   const int64_t group = q.Hq / q.Hk;
   if (q.Sq <= 8 && group * q.Sq <= fa::kDecodeMaxRows && (!q.causal || (q.Sq == 1 && q.Sk == 1)) && q.Sk > 0) {

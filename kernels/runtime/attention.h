@@ -36,4 +36,13 @@ struct AttentionParams {
 // E and Ev at most 256. Returns the launch error, or cudaErrorInvalidValue for bad params.
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);
 
+// Attention over a single key (Sk = 1, no mask; any Sq, causal or not: query i sees key 0): the
+// softmax of one finite score is exactly 1, so each output row is the key's V, rounded as
+// LaunchAttention rounds it, and NaN where the score is not finite, as LaunchAttention gives
+// (single_key_attention.cu). q/k/v bf16 or f16, output their dtype or FP8 with out_scale.
+// Why it does not take `p` (nullptr when it does).
+const char* SingleKeyAttentionUnsupported(const AttentionParams& p);
+// Launched with programmatic dependent launch; cudaErrorInvalidValue where unsupported.
+cudaError_t LaunchSingleKeyAttention(const AttentionParams& p, cudaStream_t stream);
+
 }  // namespace fxfuse::runtime
