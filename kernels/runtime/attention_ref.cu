@@ -3,6 +3,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/runtime/attention.h"
+#include "kernels/runtime/attention_output.cuh"
 #include "kernels/types.h"
 
 namespace fxfuse::runtime {
@@ -10,21 +11,7 @@ namespace {
 
 constexpr int kWarps = 4;
 
-__device__ __forceinline__ float loadAs(const void* p, int64_t i, DType t) {
-  switch (t) {
-    case DType::BF16: return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
-    case DType::F16: return __half2float(reinterpret_cast<const __half*>(p)[i]);
-    case DType::F32: return reinterpret_cast<const float*>(p)[i];
-    case DType::BOOL: return reinterpret_cast<const unsigned char*>(p)[i] ? 1.0f : 0.0f;
-    default: return 0.0f;
-  }
-}
-
-__device__ __forceinline__ float roundTo(float x, DType t) {
-  if (t == DType::BF16) return __bfloat162float(__float2bfloat16_rn(x));
-  if (t == DType::F16) return __half2float(__float2half_rn(x));
-  return x;
-}
+using attention_io::loadAs;
 
 template <int NE>
 __global__ void __launch_bounds__(kWarps * 32) attentionKernel(AttentionParams p) {
@@ -88,20 +75,7 @@ __global__ void __launch_bounds__(kWarps * 32) attentionKernel(AttentionParams p
     const int64_t e = lane + 32 * t;
     if (e >= p.Ev) continue;
     const float o = acc[t] * inv;
-    const int64_t oi = obase + e * p.o_stride[3];
-    switch (p.out_dtype) {
-      case DType::BF16: reinterpret_cast<__nv_bfloat16*>(p.out)[oi] = __float2bfloat16_rn(o); break;
-      case DType::F16: reinterpret_cast<__half*>(p.out)[oi] = __float2half_rn(o); break;
-      case DType::F32: reinterpret_cast<float*>(p.out)[oi] = o; break;
-      case DType::F8E4M3FN: {
-        float x = roundTo(o, p.round_dtype) * qscale;
-        x = fminf(fmaxf(x, -kernels::kFp8E4m3Max), kernels::kFp8E4m3Max);  // NaN passes through fminf/fmaxf as the other operand: keep it
-        if (o != o) x = o;
-        reinterpret_cast<__nv_fp8_e4m3*>(p.out)[oi] = __nv_fp8_e4m3(x);
-        break;
-      }
-      default: break;
-    }
+    attention_io::storeOutput(p, obase + e * p.o_stride[3], o, qscale);
   }
 }
 

@@ -1,7 +1,7 @@
 // Attention over a single key (attention.h, LaunchSingleKeyAttention): the softmax of one finite
-// score is exactly 1 (exp(s - s) = 1, l = 1), so every query's output is that key's V, rounded as
-// the reference kernel (attention_ref.cu) rounds it; a score that is not finite gives NaN there
-// (-inf: no weight, l = 0; +inf or NaN: exp(inf - inf)), so it gives NaN here. What is left of
+// score is exactly 1 (exp(s - s) = 1, l = 1), so every query's output is that key's V, rounded by
+// the reference kernel's own code (attention_output.cuh); a score that is not finite gives NaN
+// there (-inf: no weight, l = 0; +inf or NaN: exp(inf - inf)), so it gives NaN here. What is left of
 // the attention is the score's finiteness and a copy: one warp per (batch, query head, query
 // token) computes q . k for the score's sake and writes V.
 //
@@ -11,12 +11,9 @@
 //
 // A dense decoder layer's first token (T = 1: one query over its own key) takes this instead of
 // a decode kernel's chain of dependent steps (docs/attention.md "A single key").
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-
 #include "kernels/device/pdl.cuh"
 #include "kernels/runtime/attention.h"
+#include "kernels/runtime/attention_output.cuh"
 #include "kernels/types.h"
 
 namespace fxfuse::runtime {
@@ -24,30 +21,6 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kMaxElemsPerLane = 8;  // E and Ev up to 256
-
-__device__ __forceinline__ float loadD16(const void* p, int64_t i, DType t) {
-  return t == DType::BF16 ? __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i])
-                          : __half2float(reinterpret_cast<const __half*>(p)[i]);
-}
-
-// o rounded to the output dtype; FP8: fp8(clamp(round(o) * (1 / scale), ±448)), NaN kept (the
-// reference kernel's order of rounding).
-__device__ __forceinline__ void storeOut(const AttentionParams& p, int64_t i, float o, float inv_scale) {
-  switch (p.out_dtype) {
-    case DType::BF16: reinterpret_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16_rn(o); break;
-    case DType::F16: reinterpret_cast<__half*>(p.out)[i] = __float2half_rn(o); break;
-    case DType::F8E4M3FN: {
-      float r = p.round_dtype == DType::BF16 ? __bfloat162float(__float2bfloat16_rn(o))
-                : p.round_dtype == DType::F16 ? __half2float(__float2half_rn(o))
-                                              : o;
-      float x = fminf(fmaxf(r * inv_scale, -kernels::kFp8E4m3Max), kernels::kFp8E4m3Max);
-      if (o != o) x = o;
-      reinterpret_cast<__nv_fp8_e4m3*>(p.out)[i] = __nv_fp8_e4m3(x);
-      break;
-    }
-    default: break;
-  }
-}
 
 __global__ void __launch_bounds__(kWarps * 32) singleKeyAttentionKernel(const AttentionParams p) {
   kernels::allowDependentGrids();
@@ -64,9 +37,10 @@ __global__ void __launch_bounds__(kWarps * 32) singleKeyAttentionKernel(const At
 #pragma unroll
   for (int t = 0; t < kMaxElemsPerLane; ++t) {  // every load issued before the reduction
     const int64_t e = lane + 32 * t;
-    v[t] = e < p.Ev ? loadD16(p.v, vbase + e * p.v_stride[3], p.dtype) : 0.0f;
+    v[t] = e < p.Ev ? attention_io::loadAs(p.v, vbase + e * p.v_stride[3], p.dtype) : 0.0f;
     if (e < p.E)
-      part += loadD16(p.q, qbase + e * p.q_stride[3], p.dtype) * loadD16(p.k, kbase + e * p.k_stride[3], p.dtype);
+      part += attention_io::loadAs(p.q, qbase + e * p.q_stride[3], p.dtype) *
+              attention_io::loadAs(p.k, kbase + e * p.k_stride[3], p.dtype);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
@@ -76,7 +50,8 @@ __global__ void __launch_bounds__(kWarps * 32) singleKeyAttentionKernel(const At
 #pragma unroll
   for (int t = 0; t < kMaxElemsPerLane; ++t) {
     const int64_t e = lane + 32 * t;
-    if (e < p.Ev) storeOut(p, obase + e * p.o_stride[3], finite ? v[t] : __int_as_float(0x7fc00000), inv_scale);
+    const float o = finite ? v[t] : __int_as_float(0x7fc00000);
+    if (e < p.Ev) attention_io::storeOutput(p, obase + e * p.o_stride[3], o, inv_scale);
   }
 }
 
