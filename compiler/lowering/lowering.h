@@ -82,6 +82,12 @@ void ForEachPlanSymExpr(const fxfuse::plan::v1::Plan& p,
 // malformed reference.
 bool readOnlyInPlan(const fxfuse::plan::v1::Plan& p, int id);
 
+// Whether TensorRef `id` lives in an arena buffer that step `writer` fills and step writer + 1
+// alone reads, and that buffer is not where TensorRef `reader_out` (that step's output) lives:
+// a runtime fusion of the two steps (docs/runtime.md "GEMM epilogues", "Attention prologues")
+// need not write it at all. False for malformed references.
+bool onlyNextStepReads(const fxfuse::plan::v1::Plan& p, int writer, int id, int reader_out);
+
 // What one step does, in a few words ("matmul m=s0 n=4096 k=4096 fp8", a kernel's name).
 std::string describeStep(const fxfuse::plan::v1::Step& s);
 // One line per step, plus the arena report (used by `fxfuse run --describe` and tests).

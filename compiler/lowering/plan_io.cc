@@ -272,6 +272,17 @@ bool readOnlyInPlan(const pb::Plan& p, int id) {
   return true;
 }
 
+bool onlyNextStepReads(const pb::Plan& p, int writer, int id, int reader_out) {
+  auto bufferOf = [&p](int tensor) {
+    return tensor >= 0 && tensor < p.tensors_size() ? p.tensors(tensor).buffer() : -1;
+  };
+  const int buffer = bufferOf(id);
+  if (buffer < 0 || buffer >= p.buffers_size()) return false;
+  const pb::Buffer& b = p.buffers(buffer);
+  return b.kind() == pb::ARENA && b.first_step() == writer && b.last_step() == writer + 1 &&
+         bufferOf(reader_out) != buffer;
+}
+
 std::string describeStep(const pb::Step& s) {
   auto sx = [](const fxfuse::ir::v1::SymExpr& e) { return ir::symExprFromProto(e, "plan").str(); };
   if (s.has_kernel()) return s.kernel().kernel();

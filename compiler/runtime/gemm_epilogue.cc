@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/lowering/lowering.h"
 #include "compiler/runtime/runtime.h"
 #include "ir/status.h"
 
@@ -37,21 +38,6 @@ bool GemmEpilogueFromEnv() {
   return !(v && std::string(v) == "0");
 }
 
-namespace {
-
-// Whether the GEMM output `gemm_out` of step `writer` is the SiLU step's input, in a buffer
-// that step `writer` fills and step writer + 1 alone reads (not as its output): then it need
-// not be written at all.
-bool onlyTheSiluReads(const pb::Plan& plan, int writer, int gemm_out, const GatedSiluStep& silu) {
-  if (silu.input_tensor != gemm_out) return false;
-  const int buffer = plan.tensors(gemm_out).buffer();
-  const pb::Buffer& b = plan.buffers(buffer);
-  return b.kind() == pb::ARENA && b.first_step() == writer && b.last_step() == writer + 1 &&
-         plan.tensors(silu.output_tensor).buffer() != buffer;
-}
-
-}  // namespace
-
 void Session::fuseGemmEpilogues() {
   epilogue_lines_.clear();
   if (!GemmEpilogueFromEnv()) return;
@@ -63,7 +49,8 @@ void Session::fuseGemmEpilogues() {
     SmallMFp8GemmParams p = *gemm.own_gemm;
     const pb::Step& st = plan_.steps(static_cast<int>(si));
     if (g.input != p.out || g.input_row_stride != p.out_row_stride || g.num_tokens != p.M || 2 * g.d != p.N ||
-        g.dtype != p.out_dtype || !onlyTheSiluReads(plan_, static_cast<int>(si), st.matmul().d(), g))
+        g.dtype != p.out_dtype || g.input_tensor != st.matmul().d() ||
+        !lowering::onlyNextStepReads(plan_, static_cast<int>(si), g.input_tensor, g.output_tensor))
       continue;
     p.gated_silu = g.epilogue;
     // A block of the gated kernel holds gate/up pairs, so it takes fewer K slices: a count timed

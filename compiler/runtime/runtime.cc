@@ -157,17 +157,31 @@ std::function<cudaError_t(cudaStream_t)> singleKeyAttention(const AttentionParam
   return [q](cudaStream_t s) { return LaunchSingleKeyAttention(q, s); };
 }
 
-// The sm90 attention kernels for a rt.attention step (plan arg impl = "sm90"): attention over a
-// single key as a copy of V (singleKeyAttention), a one-token
-// decode over dense K/V on the paged kernel (pagedDenseDecode), else split-KV decode
-// for a few query rows per KV head without a causal mask, or a causal one of a single token
-// over a single key (torch's causal mask is top-left aligned: decode's bottom-right alignment
-// agrees only when Sq == Sk); else the wgmma prefill kernel. A causal block of 2..8 tokens
-// goes to prefill: the decode kernel took 79 µs for 8 causal tokens over their own 8 (ncu,
-// H200, docs/benchmarks/decoder_layer.md, T = 8), while the whole layer at T = 64 on the
-// prefill kernel takes 96 µs. Returns an empty function when the params do not fit (odd strides,
-// misaligned pointers, mask, fp32, ...): the caller uses the reference kernel then. A decode
-// workspace is allocated here and freed with the step.
+bool ShortAttentionFromEnv() {
+  const char* env = std::getenv("FXFUSE_SHORT_ATTENTION");
+  return !(env && std::string(env) == "0");
+}
+
+// Attention over a short context on the kernel that holds it in shared memory
+// (LaunchShortAttention), unless $FXFUSE_SHORT_ATTENTION=0 (A/B runs). Empty where it does not
+// apply.
+std::function<cudaError_t(cudaStream_t)> shortAttention(const AttentionParams& q) {
+  if (!ShortAttentionFromEnv() || ShortAttentionUnsupported(q, nullptr)) return {};
+  return [q](cudaStream_t s) { return LaunchShortAttention(q, nullptr, s); };
+}
+
+// The sm90 attention kernels for a rt.attention step (plan arg impl = "sm90"), in this order:
+// attention over a single key as a copy of V (singleKeyAttention); a context of at most 16
+// keys held in shared memory (shortAttention: a dense layer's T <= 16, measured faster than the
+// routes below in the decoder layer, docs/attention.md "Short contexts"); a one-token decode
+// over dense K/V on the paged kernel (pagedDenseDecode); else split-KV decode for a few query
+// rows per KV head without a causal mask, or a causal one of a single token over a single key
+// (torch's causal mask is top-left aligned: decode's bottom-right alignment agrees only when
+// Sq == Sk); else the wgmma prefill kernel. A causal block of more than 16 tokens goes to
+// prefill: the decode kernel took 79 µs for 8 causal tokens over their own 8 (ncu, H200,
+// docs/benchmarks/decoder_layer.md, T = 8). Returns an empty function when the params do not
+// fit (odd strides, misaligned pointers, mask, fp32, ...): the caller uses the reference kernel
+// then. A decode workspace is allocated here and freed with the step.
 std::function<cudaError_t(cudaStream_t)> sm90Attention(const AttentionParams& q, std::vector<std::function<void()>>* cleanup) {
   namespace fa = fxfuse::attention;
   if (q.mask_dtype != DType::DTYPE_UNSPECIFIED || q.E != q.Ev) return {};
@@ -194,6 +208,7 @@ std::function<cudaError_t(cudaStream_t)> sm90Attention(const AttentionParams& q,
     x.out_scale = q.out_scale;
   };
   if (auto single = singleKeyAttention(q)) return single;
+  if (auto short_context = shortAttention(q)) return short_context;
   if (auto paged = pagedDenseDecode(q, cleanup)) return paged;
   const int64_t group = q.Hq / q.Hk;
   if (q.Sq <= 8 && group * q.Sq <= fa::kDecodeMaxRows && (!q.causal || (q.Sq == 1 && q.Sk == 1)) && q.Sk > 0) {
@@ -477,6 +492,7 @@ void Session::prepare(cudaStream_t stream) {
     steps_.push_back(std::move(p));
   }
   fuseGemmEpilogues();
+  fuseAttentionPrologues();
   prepareWeightPrefetches();
   dirty_ = false;
 }
@@ -590,8 +606,8 @@ std::function<void(cudaStream_t)> Session::prepareKernel(const pb::KernelLaunch&
   if (name == "lib.quant_fp8") return prepareQuantFp8(args);
   if (name == "lib.rms_norm_quant_fp8") return prepareRmsNormQuantFp8(args);
   if (name == "lib.silu_and_mul") return prepareSiluAndMul(args, step);
-  if (name == "rt.attention") return prepareAttention(args, &step->cleanup);
-  if (name == "rt.reshape_and_cache" || name == "rt.paged_attention") return preparePagedKernel(name, args);
+  if (name == "rt.attention") return prepareAttention(args, step);
+  if (name == "rt.reshape_and_cache" || name == "rt.paged_attention") return preparePagedKernel(name, args, step);
   fail("{}: unknown kernel '{}'", where, name);
 }
 
@@ -742,9 +758,9 @@ std::function<void(cudaStream_t)> Session::prepareSiluAndMul(const KernelArgs& a
 
 // rt.attention: scaled dot-product attention of 4-D [batch, heads, seq, head_size] operands,
 // on the sm90 kernels when the step asks for them (impl = "sm90") and they take the call,
-// else on the reference kernel. `cleanup` receives the sm90 decode workspace.
-std::function<void(cudaStream_t)> Session::prepareAttention(const KernelArgs& args,
-                                                            std::vector<std::function<void()>>* cleanup) {
+// else on the reference kernel. The step's cleanup receives the sm90 decode workspace; an sm90
+// step records its operands for fuseAttentionPrologues.
+std::function<void(cudaStream_t)> Session::prepareAttention(const KernelArgs& args, Prepared* step) {
   const std::string& where = args.where;
   AttentionParams q;
   DeviceTensor tq = args.tensor("q"), tk = args.tensor("k"), tv = args.tensor("v"), to = args.tensor("out");
@@ -789,18 +805,27 @@ std::function<void(cudaStream_t)> Session::prepareAttention(const KernelArgs& ar
   // $FXFUSE_ATTENTION=reference forces the reference kernel (A/B checks, docs/attention.md).
   const char* attn_env = std::getenv("FXFUSE_ATTENTION");
   const bool force_ref = attn_env && std::string(attn_env) == "reference";
-  if (args.str("impl", "reference") == "sm90" && !force_ref) fast = sm90Attention(q, cleanup);
+  if (args.str("impl", "reference") == "sm90" && !force_ref) {
+    fast = sm90Attention(q, &step->cleanup);
+    if (ShortAttentionFromEnv()) step->attention = AttentionStep{q, args.args.at("out")->tensor()};
+  }
   if (fast) return [fast, where](cudaStream_t s) { check(fast(s), where); };
   return [q, where](cudaStream_t s) { check(LaunchAttention(q, s), where); };
 }
 
 // rt.reshape_and_cache / rt.paged_attention: the paged KV-cache steps (paged_steps.h), their
 // tensor arguments by name.
-std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string& name, const KernelArgs& args) {
+std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string& name, const KernelArgs& args,
+                                                              Prepared* step) {
   PagedOperands t;
   for (const auto& [arg, a] : args.args)
     if (a->v_case() == pb::KernelArg::kTensor) t[arg] = args.tensor(arg);
-  if (name == "rt.reshape_and_cache") return prepareReshapeAndCacheStep(t, args.flag("is_neox"), args.where);
+  if (name == "rt.reshape_and_cache") {
+    ReshapeAndCacheParams rotation;
+    auto run = prepareReshapeAndCacheStep(t, args.flag("is_neox"), args.where, &rotation);
+    if (rotation.query_out) step->rotation = RotationStep{rotation, args.args.at("query_out")->tensor()};
+    return run;
+  }
   std::optional<double> scale;
   if (args.has("scale")) scale = args.real("scale", 0.0);
   // The metadata may be read before the kernel waits for the preceding step only where no step

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/runtime/attention_prologue.h"
 #include "compiler/runtime/communicator.h"
 #include "compiler/runtime/embedded.h"
 #include "compiler/runtime/gemm_epilogue.h"
@@ -158,6 +159,9 @@ class Session {
   // Per step the last prepare fused into the small-M GEMM before it as its epilogue
   // (compiler/runtime/gemm_epilogue.h): "step 8 (silu_and_mul_quant) into step 7 (_scaled_mm_2)".
   const std::vector<std::string>& gemmEpilogues() const { return epilogue_lines_; }
+  // Per rotary step the last prepare fused into the attention after it
+  // (compiler/runtime/attention_prologue.h): "step 2 (rotary) into step 3 (attn)".
+  const std::vector<std::string>& attentionPrologues() const { return prologue_lines_; }
   // Per weight prefetch of the last prepare (compiler/runtime/weight_prefetch.h):
   // "step 5 -> step 7 (node): 16777216 of 16777216 bytes".
   const std::vector<std::string>& weightPrefetches() const { return prefetch_lines_; }
@@ -171,6 +175,8 @@ class Session {
     std::vector<std::function<void()>> cleanup;
     std::optional<GatedSiluStep> gated_silu;      // a SiLU step a gate/up GEMM may take in
     std::optional<SmallMFp8GemmParams> own_gemm;  // the matmul runs fxfuse's small-M kernel
+    std::optional<RotationStep> rotation;         // a rotary step an attention may take in
+    std::optional<AttentionStep> attention;       // an attention on the sm90 kernels
     Prepared() = default;
     Prepared(const Prepared&) = delete;
     Prepared& operator=(const Prepared&) = delete;
@@ -185,6 +191,8 @@ class Session {
   void dropGraph(const std::string& why);
   // Fuses gated-SiLU steps into the small-M GEMMs before them (gemm_epilogue.h), in steps_.
   void fuseGemmEpilogues();
+  // Fuses rotary steps into the short attentions after them (attention_prologue.h), in steps_.
+  void fuseAttentionPrologues();
   void prepareCollectives();
   void prepareWeightPrefetches();
   // Enqueues every step on `stream`, forking the weight prefetches onto prefetch_stream_ and
@@ -205,9 +213,9 @@ class Session {
   static std::function<void(cudaStream_t)> prepareQuantFp8(const KernelArgs& args);
   static std::function<void(cudaStream_t)> prepareRmsNormQuantFp8(const KernelArgs& args);
   static std::function<void(cudaStream_t)> prepareSiluAndMul(const KernelArgs& args, Prepared* step);
-  static std::function<void(cudaStream_t)> prepareAttention(const KernelArgs& args,
-                                                            std::vector<std::function<void()>>* cleanup);
-  std::function<void(cudaStream_t)> preparePagedKernel(const std::string& name, const KernelArgs& args);
+  static std::function<void(cudaStream_t)> prepareAttention(const KernelArgs& args, Prepared* step);
+  std::function<void(cudaStream_t)> preparePagedKernel(const std::string& name, const KernelArgs& args,
+                                                       Prepared* step);
   std::function<void(cudaStream_t)> prepareCopy(const fxfuse::plan::v1::Copy& c, const std::string& where) const;
   std::function<void(cudaStream_t)> prepareMemset(const fxfuse::plan::v1::Memset& m, const std::string& where) const;
   std::function<void(cudaStream_t)> prepareCollective(const fxfuse::plan::v1::Collective& c, const std::string& where);
@@ -258,6 +266,7 @@ class Session {
   double medianReplayUs(cudaStream_t stream, int replays);
   std::vector<std::string> prefetch_lines_;
   std::vector<std::string> epilogue_lines_;
+  std::vector<std::string> prologue_lines_;
   cudaStream_t prefetch_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   bool prefetch_evict_last_ = false;

@@ -45,4 +45,31 @@ const char* SingleKeyAttentionUnsupported(const AttentionParams& p);
 // Launched with programmatic dependent launch; cudaErrorInvalidValue where unsupported.
 cudaError_t LaunchSingleKeyAttention(const AttentionParams& p, cudaStream_t stream);
 
+// vLLM's rotary embedding applied by the attention itself to q and k as it reads them (a dense
+// layer's rotary step taken in; compiler/runtime/attention_prologue.h): the rotary step's
+// rounding (rotary.cuh), query row i and key row j rotated at positions[i] and positions[j]
+// (one sequence: B = 1, Sq = Sk, the T tokens of the step).
+struct AttentionRotary {
+  const int64_t* positions = nullptr;   // [Sq] on the device
+  const void* cos_sin_cache = nullptr;  // [cos_sin_rows, rotary_dim]: cos | sin, row stride cos_sin_stride
+  DType cos_sin_dtype = DType::BF16;    // BF16, F16 or F32
+  int64_t cos_sin_rows = 0, cos_sin_stride = 0, rotary_dim = 0;  // rotary_dim even, <= E
+  bool neox = true;                     // pairs are the two halves (true) or adjacent elements
+};
+
+// The most keys the short attention takes (its K and V rows sit in shared memory whole): more
+// measured slower than the prefill kernel in the decoder layer (docs/attention.md "Short contexts").
+inline constexpr int64_t kShortAttentionMaxKeys = 16;
+
+// Attention over a short context (Sk <= kShortAttentionMaxKeys; no mask, E = Ev even and at most
+// 128, bf16/f16 with 4-byte aligned V rows, output in their dtype or FP8 with out_scale, causal
+// or not), optionally with `rotary`: one block per (batch, KV head, chunk of queries) holds the
+// chunk's visible K and V rows in shared memory and each warp computes one query row's scores,
+// softmax and P.V in fp32 (short_attention.cu). The output rounding is LaunchAttention's; sums
+// add in another order.
+// Why it does not take `p` (nullptr when it does).
+const char* ShortAttentionUnsupported(const AttentionParams& p, const AttentionRotary* rotary);
+// Launched with programmatic dependent launch; cudaErrorInvalidValue where unsupported.
+cudaError_t LaunchShortAttention(const AttentionParams& p, const AttentionRotary* rotary, cudaStream_t stream);
+
 }  // namespace fxfuse::runtime

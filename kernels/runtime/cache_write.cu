@@ -24,6 +24,7 @@
 #include "kernels/device/numeric.cuh"
 #include "kernels/device/pdl.cuh"
 #include "kernels/runtime/paged_attention.h"
+#include "kernels/runtime/rotary.cuh"
 
 namespace fxfuse::runtime {
 namespace {
@@ -78,37 +79,17 @@ __global__ void __launch_bounds__(kCacheThreads) reshapeAndCacheKernel(ReshapeAn
   }
 }
 
-// cos and sin of rotary pair k at position `pos`, rounded to T; 1 and 0 off the table.
+// The shared rotary helpers (rotary.cuh) on this step's table and pairing.
 template <typename T>
 __device__ __forceinline__ float2 cosSin(const ReshapeAndCacheParams& p, int64_t pos, int k) {
-  if (pos < 0 || pos >= p.cos_sin_rows) return make_float2(1.0f, 0.0f);
-  const int64_t i = pos * p.cos_sin_stride + k, half = p.rotary_dim / 2;
-  float c, s;
-  if (p.cos_sin_dtype == DType::F32) {
-    c = reinterpret_cast<const float*>(p.cos_sin_cache)[i];
-    s = reinterpret_cast<const float*>(p.cos_sin_cache)[i + half];
-  } else if (p.cos_sin_dtype == DType::BF16) {
-    c = load<__nv_bfloat16>(p.cos_sin_cache, i);
-    s = load<__nv_bfloat16>(p.cos_sin_cache, i + half);
-  } else {
-    c = load<__half>(p.cos_sin_cache, i);
-    s = load<__half>(p.cos_sin_cache, i + half);
-  }
-  return make_float2(Round16<T>(c), Round16<T>(s));
+  return rotary::cosSin<T>(p.cos_sin_cache, p.cos_sin_dtype, p.cos_sin_rows, p.cos_sin_stride, p.rotary_dim, pos, k);
 }
 
-// The two elements of rotary pair k in a head: the halves' k-th (neox) or elements 2k, 2k + 1.
 __device__ __forceinline__ int2 pairElements(const ReshapeAndCacheParams& p, int k) {
-  return p.neox ? make_int2(k, k + static_cast<int>(p.rotary_dim / 2)) : make_int2(2 * k, 2 * k + 1);
+  return rotary::pairElements(p.neox, p.rotary_dim, k);
 }
 
-// (x1, x2) rotated by (cos, sin): round(round(x1 c) - round(x2 s)), round(round(x2 c) + round(x1 s)).
-template <typename T>
-__device__ __forceinline__ float2 rotatePair(float x1, float x2, float2 cs) {
-  const float a = Round16<T>(__fmul_rn(x1, cs.x)), b = Round16<T>(__fmul_rn(x2, cs.y));
-  const float c = Round16<T>(__fmul_rn(x2, cs.x)), d = Round16<T>(__fmul_rn(x1, cs.y));
-  return make_float2(Round16<T>(__fsub_rn(a, b)), Round16<T>(__fadd_rn(c, d)));
-}
+using rotary::rotatePair;
 
 // Query items per head of the rotary kernel with `width` pairs per item: the pair groups, then
 // (out of place) the unrotated elements' groups of `width`.

@@ -1,5 +1,6 @@
 // Where a session prefetches matmul weights into L2 (compiler/runtime/weight_prefetch.h), and
-// which plan memory no step writes (lowering::readOnlyInPlan),
+// which plan memory no step writes (lowering::readOnlyInPlan) or only the next step reads
+// (lowering::onlyNextStepReads),
 // without a GPU: on a hand-made plan (the rules one by one) and on the plan of a real FP8
 // decoder layer (every weight GEMM gets its prefetch, forked right after the previous GEMM).
 #include <catch2/catch.hpp>
@@ -206,4 +207,27 @@ TEST_CASE("read-only memory: the KV caches a paged plan updates in place") {
     }
   CHECK(caches >= 4);  // the cache write's and the attention's
   CHECK(queries >= 1);
+}
+
+// lowering::onlyNextStepReads: which intermediates a runtime fusion of two steps need not write
+// (the gated-SiLU epilogue, the attention's rotary prologue), on the FP8 decoder layer's plan.
+TEST_CASE("only the next step reads: the layer's rotated rows and gate/up rows") {
+  const pb::Plan plan = planOf("tests/plans/decoder_fp8.fxg", "");
+  auto argOf = [&](int step, const std::string& name) {
+    for (const auto& a : plan.steps(step).kernel().args())
+      if (a.name() == name) return a.tensor();
+    FAIL("step " << step << " has no argument " << name);
+    return -1;
+  };
+  REQUIRE(plan.steps(2).kernel().kernel() == "rt.reshape_and_cache");
+  REQUIRE(plan.steps(3).kernel().kernel() == "rt.attention");
+  REQUIRE(plan.steps(7).kernel().kernel() == "lib.silu_and_mul");
+  const int rotated = argOf(2, "query_out"), attention_out = argOf(3, "out");
+  CHECK(lowering::onlyNextStepReads(plan, 2, rotated, attention_out));
+  CHECK(lowering::onlyNextStepReads(plan, 6, plan.steps(6).matmul().d(), argOf(7, "output")));
+  CHECK_FALSE(lowering::onlyNextStepReads(plan, 1, rotated, attention_out));  // another writer
+  CHECK_FALSE(lowering::onlyNextStepReads(plan, 1, plan.steps(1).matmul().d(), argOf(2, "query_out")));  // qkv rows: V is read at step 3 too
+  CHECK_FALSE(lowering::onlyNextStepReads(plan, 2, rotated, rotated));  // the reader writes there
+  CHECK_FALSE(lowering::onlyNextStepReads(plan, 0, plan.inputs(0).tensor(), attention_out));  // not the arena
+  CHECK_FALSE(lowering::onlyNextStepReads(plan, 2, -1, attention_out));
 }

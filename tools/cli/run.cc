@@ -276,6 +276,16 @@ void printGemmEpilogues(const rt::Session& s) {
               lines.size(), lines.front().c_str());
 }
 
+// One line on the rotary steps the last prepare took into the attention after them
+// (docs/runtime.md "Attention prologues").
+void printAttentionPrologues(const rt::Session& s) {
+  const auto& lines = s.attentionPrologues();
+  if (lines.empty()) return;
+  std::printf("attention prologues (FXFUSE_ATTENTION_PROLOGUE=0: off): %zu rotary steps done by the short attention "
+              "after them (first: %s)\n",
+              lines.size(), lines.front().c_str());
+}
+
 // What --describe says about matmul steps: the algorithm is chosen when a session prepares.
 std::string describeMatmulSelection(const pb::Plan& plan) {
   int n = 0;
@@ -514,6 +524,7 @@ int runOnDevice(const RunFlags& f, const Loaded& l, ir::Module& ref_module, inte
   }
   printMatmulAlgorithms(s);
   printGemmEpilogues(s);
+  printAttentionPrologues(s);
   std::vector<interp::RValue> ref;
   if (f.compare)
     ref = world > 1 ? lockstepReference(ref_module, io, world, f.seed).at(static_cast<size_t>(f.mg.rank)) : in.run(host_inputs);
@@ -864,6 +875,7 @@ void registerBench(CLI::App& app, int& exit_code) {
     }
     if (mg.rank <= 0) printWeightPrefetches(s);
     if (mg.rank <= 0) printGemmEpilogues(s);
+    if (mg.rank <= 0) printAttentionPrologues(s);
     std::string profile_json = "[]";
     if (profile > 0) profile_json = printStepProfile(l.plan, s.profileSteps(stream, profile), med * 1000.0);
     std::string ablation_json = "null";
@@ -872,13 +884,13 @@ void registerBench(CLI::App& app, int& exit_code) {
       ir::writeOutputFile(json, fmt::format("{{\"input\": \"{}\", \"binds\": \"{}\", \"median_us\": {:.3f}, \"p10_us\": {:.3f}, "
                                             "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
                                             "\"arena_bytes\": {}, \"gemm_tune\": {}, \"programmatic_launch\": {}, "
-                                            "\"gemm_epilogues\": {}, \"kv_batch\": \"{}\", \"profile\": {}, "
+                                            "\"gemm_epilogues\": {}, \"attention_prologues\": {}, \"kv_batch\": \"{}\", \"profile\": {}, "
                                             "\"ablation\": {}}}\n",
                                             input, binds_s, med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
                                             no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes(),
                                             s.gemmTuning() ? "true" : "false",
                                             rt::Session::programmaticLaunch() ? "true" : "false",
-                                            s.gemmEpilogues().size(), batch ? batch->describe() : "", profile_json,
+                                            s.gemmEpilogues().size(), s.attentionPrologues().size(), batch ? batch->describe() : "", profile_json,
                                             ablation_json));
     cudaEventDestroy(a);
     cudaEventDestroy(b);
