@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <string>
 
-
 namespace fxfuse::runtime {
 
 namespace {
@@ -17,7 +16,8 @@ constexpr int64_t kD16Bytes = 2;  // the rotation's rows are bf16 or f16
 int64_t headOffset(const ReshapeAndCacheParams& r, const void* view, int64_t heads, const int64_t stride[4]) {
   const auto* base = static_cast<const char*>(r.query_out);
   const auto* at = static_cast<const char*>(view);
-  if (at < base || stride[1] != r.query_out_stride[1] || stride[2] != r.query_out_stride[0] || stride[3] != 1) return -1;
+  if (at < base || stride[1] != r.query_out_stride[1] || stride[2] != r.query_out_stride[0] || stride[3] != 1)
+    return -1;
   const int64_t head_bytes = kD16Bytes * r.query_out_stride[1];
   if (head_bytes <= 0 || (at - base) % head_bytes != 0) return -1;
   const int64_t first = (at - base) / head_bytes;
@@ -40,7 +40,8 @@ std::optional<std::pair<AttentionParams, AttentionRotary>> RotatedAttentionOf(co
   const int64_t q_head = headOffset(r, a.q, a.Hq, a.q_stride), k_head = headOffset(r, a.k, a.Hk, a.k_stride);
   if (q_head < 0 || k_head < 0) return std::nullopt;
   // The sources are read while the attention writes: its output must not land on them.
-  const int64_t source_bytes = kD16Bytes * ((r.num_tokens - 1) * r.query_stride[0] + (r.heads_q - 1) * r.query_stride[1] + r.head_size);
+  const int64_t source_bytes =
+      kD16Bytes * ((r.num_tokens - 1) * r.query_stride[0] + (r.heads_q - 1) * r.query_stride[1] + r.head_size);
   const int64_t out_bytes = (a.out_dtype == DType::F8E4M3FN ? 1 : kD16Bytes) *
                             ((a.Hq - 1) * a.o_stride[1] + (a.Sq - 1) * a.o_stride[2] + a.Ev);
   if (overlap(r.query, source_bytes, a.out, out_bytes)) return std::nullopt;

@@ -18,7 +18,8 @@ void Session::fuseAttentionPrologues() {
     Prepared& attention = *steps_[si + 1];
     if (!rotation.rotation || !attention.attention) continue;
     const AttentionStep& a = *attention.attention;
-    if (!lowering::onlyNextStepReads(plan_, static_cast<int>(si), rotation.rotation->output_tensor, a.out_tensor)) continue;
+    if (!lowering::onlyNextStepReads(plan_, static_cast<int>(si), rotation.rotation->output_tensor, a.out_tensor))
+      continue;
     const auto fused = RotatedAttentionOf(rotation.rotation->params, a.params);
     if (!fused) continue;
     attention.run = [p = fused->first, r = fused->second, where = attention.where](cudaStream_t s) {

@@ -14,7 +14,8 @@ namespace fxfuse::runtime::rotary {
 // Element i of a cos | sin table of dtype t (BF16, F16 or F32) as fp32.
 __device__ __forceinline__ float tableValue(const void* table, int64_t i, DType t) {
   if (t == DType::F32) return reinterpret_cast<const float*>(table)[i];
-  if (t == DType::BF16) return kernels::device::D16<__nv_bfloat16>::ToFloat(reinterpret_cast<const __nv_bfloat16*>(table)[i]);
+  if (t == DType::BF16)
+    return kernels::device::D16<__nv_bfloat16>::ToFloat(reinterpret_cast<const __nv_bfloat16*>(table)[i]);
   return kernels::device::D16<__half>::ToFloat(reinterpret_cast<const __half*>(table)[i]);
 }
 

@@ -33,6 +33,7 @@
 
 namespace fxfuse::runtime {
 namespace {
+
 using kernels::device::D16;
 
 constexpr int kWarps = 8;
@@ -44,18 +45,20 @@ constexpr int kTargetBlocks = 128;           // chunks of queries until about th
 static_assert(kMaxKeys <= 32, "a lane per key");
 
 // One block's shared memory: the visible K rows (padded), V rows and each warp's query row.
-template <typename T>
 struct Shared {
   uint32_t k[kMaxKeys][kKeyRowWords];
   uint32_t v[kMaxKeys][kMaxWords];
   uint32_t q[kWarps][kMaxWords];
 };
+
 __device__ __forceinline__ float2 unpack(uint32_t w, __nv_bfloat16*) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
 }
+
 __device__ __forceinline__ float2 unpack(uint32_t w, __half*) {
   return __half22float2(*reinterpret_cast<const __half2*>(&w));
 }
+
 // Row `src` (E elements of T, contiguous) into `dst` (T elements), its first rot elements
 // rotated at `pos` as the rotary step rotates them; threads `first`, first + `step`, ... share it.
 template <typename T>
@@ -65,7 +68,8 @@ __device__ __forceinline__ void loadRow(T* dst, const T* src, int E, int rot, co
   for (int t = first; t < half + (E - rot); t += step) {
     if (t < half) {
       const int2 e = rotary::pairElements(r.neox, rot, t);
-      const float2 cs = rotary::cosSin<T>(r.cos_sin_cache, r.cos_sin_dtype, r.cos_sin_rows, r.cos_sin_stride, rot, pos, t);
+      const float2 cs =
+          rotary::cosSin<T>(r.cos_sin_cache, r.cos_sin_dtype, r.cos_sin_rows, r.cos_sin_stride, rot, pos, t);
       const float2 x = rotary::rotatePair<T>(D16<T>::ToFloat(src[e.x]), D16<T>::ToFloat(src[e.y]), cs);
       dst[e.x] = D16<T>::FromFloat(x.x);
       dst[e.y] = D16<T>::FromFloat(x.y);
@@ -75,10 +79,11 @@ __device__ __forceinline__ void loadRow(T* dst, const T* src, int E, int rot, co
     }
   }
 }
+
 // The block's visible K rows (rotated with `rot`) and V rows into shared memory, by all
 // threads, kBatch items a thread with every load of a batch issued before its stores.
 template <typename T>
-__device__ __forceinline__ void fillKeysAndValues(Shared<T>& sh, const T* kg, const T* vg, const AttentionParams& p,
+__device__ __forceinline__ void fillKeysAndValues(Shared& sh, const T* kg, const T* vg, const AttentionParams& p,
                                                   const AttentionRotary& r, int rot, int keys) {
   constexpr int kThreads = kWarps * 32, kBatch = 4;
   const int E = static_cast<int>(p.E), words = E / 2, half = rot / 2, per_key = half + (E - rot);
@@ -87,7 +92,8 @@ __device__ __forceinline__ void fillKeysAndValues(Shared<T>& sh, const T* kg, co
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int x = base + u * kThreads;
-      if (x < keys * words) w[u] = *reinterpret_cast<const uint32_t*>(vg + (x / words) * p.v_stride[2] + 2 * (x % words));
+      if (x < keys * words)
+        w[u] = *reinterpret_cast<const uint32_t*>(vg + (x / words) * p.v_stride[2] + 2 * (x % words));
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
@@ -105,7 +111,8 @@ __device__ __forceinline__ void fillKeysAndValues(Shared<T>& sh, const T* kg, co
       if (t < half) {
         const int2 e = rotary::pairElements(r.neox, rot, t);
         x[u] = make_float2(D16<T>::ToFloat(src[e.x]), D16<T>::ToFloat(src[e.y]));
-        cs[u] = rotary::cosSin<T>(r.cos_sin_cache, r.cos_sin_dtype, r.cos_sin_rows, r.cos_sin_stride, rot, r.positions[j], t);
+        cs[u] = rotary::cosSin<T>(r.cos_sin_cache, r.cos_sin_dtype, r.cos_sin_rows, r.cos_sin_stride, rot,
+                                  r.positions[j], t);
       } else {
         x[u].x = D16<T>::ToFloat(src[rot + t - half]);
       }
@@ -126,20 +133,23 @@ __device__ __forceinline__ void fillKeysAndValues(Shared<T>& sh, const T* kg, co
     }
   }
 }
+
 __device__ __forceinline__ float warpMax(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
+
 __device__ __forceinline__ float warpSum(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
 }
+
 // Score of key j = lane (below `keys`) against the warp's query row, times the softmax scale;
 // -inf past `keys`.
 template <typename T>
-__device__ __forceinline__ float score(const Shared<T>& sh, int warp, int lane, int keys, int words, float scale) {
+__device__ __forceinline__ float score(const Shared& sh, int warp, int lane, int keys, int words, float scale) {
   if (lane >= keys) return -INFINITY;
   float a0 = 0.0f, a1 = 0.0f;
   for (int w = 0; w < words; ++w) {
@@ -152,9 +162,10 @@ __device__ __forceinline__ float score(const Shared<T>& sh, int warp, int lane, 
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kWarps * 32) shortAttentionKernel(const AttentionParams p, const AttentionRotary r,
-                                                                    int rot, int queries_per_block, bool early_dependents) {
-  __shared__ Shared<T> sh;
+__global__ void __launch_bounds__(kWarps * 32)
+    shortAttentionKernel(const AttentionParams p, const AttentionRotary r, int rot, int queries_per_block,
+                         bool early_dependents) {
+  __shared__ Shared sh;
   // One small wave: the next kernel takes no slot this one needs. Its weight stream then runs
   // beside this kernel's loads, or (late) only once the rows are in shared memory.
   if (early_dependents) kernels::allowDependentGrids();
@@ -179,7 +190,7 @@ __global__ void __launch_bounds__(kWarps * 32) shortAttentionKernel(const Attent
     loadRow(reinterpret_cast<T*>(sh.q[warp]), qg, E, rot, r, rot ? r.positions[i] : 0, lane, 32);
     __syncwarp();
     const int kend = p.causal ? min(keys, i + 1) : keys;
-    const float s = score(sh, warp, lane, kend, words, p.scale);
+    const float s = score<T>(sh, warp, lane, kend, words, p.scale);
     const float m = warpMax(s);
     const float pl = lane < kend ? expf(s - m) : 0.0f;  // key lane's weight
     const float l = warpSum(pl);
@@ -233,8 +244,10 @@ const char* ShortAttentionUnsupported(const AttentionParams& p, const AttentionR
   if (!rotary) return nullptr;
   if (p.B != 1 || p.Sq != p.Sk) return "rotary with more than one sequence or other keys than queries";
   if (!rotary->positions || !rotary->cos_sin_cache) return "rotary without positions or table";
-  if (rotary->rotary_dim <= 0 || rotary->rotary_dim % 2 || rotary->rotary_dim > p.E) return "rotary_dim not even and in 1..E";
-  if (rotary->cos_sin_dtype != DType::BF16 && rotary->cos_sin_dtype != DType::F16 && rotary->cos_sin_dtype != DType::F32)
+  if (rotary->rotary_dim <= 0 || rotary->rotary_dim % 2 || rotary->rotary_dim > p.E)
+    return "rotary_dim not even and in 1..E";
+  if (rotary->cos_sin_dtype != DType::BF16 && rotary->cos_sin_dtype != DType::F16 &&
+      rotary->cos_sin_dtype != DType::F32)
     return "a cos | sin table not bf16, f16 or f32";
   return nullptr;
 }
@@ -245,13 +258,13 @@ cudaError_t LaunchShortAttention(const AttentionParams& p, const AttentionRotary
   const int64_t blocks_per_chunk = p.B * p.Hk;
   const int64_t chunks = std::min<int64_t>(p.Sq, (kTargetBlocks + blocks_per_chunk - 1) / blocks_per_chunk);
   const int queries_per_block = static_cast<int>((p.Sq + chunks - 1) / chunks);
-  const dim3 grid(static_cast<unsigned>((p.Sq + queries_per_block - 1) / queries_per_block), static_cast<unsigned>(p.Hk),
-                  static_cast<unsigned>(p.B));
+  const dim3 grid(static_cast<unsigned>((p.Sq + queries_per_block - 1) / queries_per_block),
+                  static_cast<unsigned>(p.Hk), static_cast<unsigned>(p.B));
   const AttentionRotary r = rotary ? *rotary : AttentionRotary{};
   const int rot = rotary ? static_cast<int>(rotary->rotary_dim) : 0;
   if (p.dtype == DType::BF16)
-    return kernels::LaunchProgrammatic(shortAttentionKernel<__nv_bfloat16>, grid, dim3(kWarps * 32), 0, stream, p, r, rot,
-                                       queries_per_block, earlyDependents());
+    return kernels::LaunchProgrammatic(shortAttentionKernel<__nv_bfloat16>, grid, dim3(kWarps * 32), 0, stream, p, r,
+                                       rot, queries_per_block, earlyDependents());
   return kernels::LaunchProgrammatic(shortAttentionKernel<__half>, grid, dim3(kWarps * 32), 0, stream, p, r, rot,
                                      queries_per_block, earlyDependents());
 }

@@ -5,8 +5,8 @@
 // another order, so outputs may differ by an ulp, rarely; NaN must match NaN (an unwritten,
 // poisoned output is NaN). Cases: the dense decoder layer's layouts at T = 2 .. 64 (q and k a
 // column range of the qkv rows, V another), causal and not, more keys than queries and more
-// queries than keys, grouped heads, head sizes 2 / 64 / 80 / 96 / 128, both 16-bit dtypes, FP8 output, GPT-J and partial rotary,
-// positions off the table, and scores that are not finite (NaN rows).
+// queries than keys, grouped heads, head sizes 2 / 64 / 80 / 96 / 128, both 16-bit dtypes, FP8 output, GPT-J and
+// partial rotary, positions off the table, and scores that are not finite (NaN rows).
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
@@ -83,8 +83,8 @@ void expectClose(const Case& c, const DeviceBuffer& got, const DeviceBuffer& wan
 // (q of the first Sq tokens); out [B, Sq, Hq, E] token-major, as the layer's o-projection reads it.
 void runCase(const Case& c) {
   const uint64_t seed = NextSeed();
-  INFO("B " << c.B << " Hq " << c.Hq << " Hk " << c.Hk << " Sq " << c.Sq << " Sk " << c.Sk << " E " << c.E
-            << " causal " << c.causal << " rotary " << c.rotary << " seed " << seed);
+  INFO("B " << c.B << " Hq " << c.Hq << " Hk " << c.Hk << " Sq " << c.Sq << " Sk " << c.Sk << " E " << c.E << " causal "
+            << c.causal << " rotary " << c.rotary << " seed " << seed);
   std::mt19937_64 rng(seed);
   const int64_t row = (c.Hq + 2 * c.Hk) * c.E + 8, tokens = std::max(c.Sq, c.Sk);
   std::vector<uint16_t> qkv = randomRows(c.B * tokens * row, c.dtype, rng);
@@ -111,7 +111,8 @@ void runCase(const Case& c) {
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.E));
   const auto* base = static_cast<const uint16_t*>(dqkv.get());
   p.q = base, p.k = base + c.Hq * c.E, p.v = base + (c.Hq + c.Hk) * c.E;
-  for (auto* s : {&p.q_stride, &p.k_stride, &p.v_stride}) (*s)[0] = tokens * row, (*s)[1] = c.E, (*s)[2] = row, (*s)[3] = 1;
+  for (auto* s : {&p.q_stride, &p.k_stride, &p.v_stride})
+    (*s)[0] = tokens * row, (*s)[1] = c.E, (*s)[2] = row, (*s)[3] = 1;
   p.o_stride[0] = c.Sq * c.Hq * c.E, p.o_stride[1] = c.E, p.o_stride[2] = c.Hq * c.E, p.o_stride[3] = 1;
   p.out_scale = static_cast<const float*>(dscale.get());
   AttentionParams r = p;  // the reference's
@@ -178,7 +179,8 @@ TEST_CASE("short attention: rotary forms", "[gpu][attention]") {
   gptj.rotary_dim = 38;  // partial, an odd number of pairs
   runCase(gptj);
   Case partial;
-  partial.rotary = true, partial.rotary_dim = 64, partial.Sq = partial.Sk = 14, partial.dtype = partial.out_dtype = DType::F16;
+  partial.rotary = true, partial.rotary_dim = 64, partial.Sq = partial.Sk = 14,
+  partial.dtype = partial.out_dtype = DType::F16;
   runCase(partial);
   Case off;
   off.rotary = true, off.off_table = true, off.Sq = off.Sk = 5, off.E = 64, off.rotary_dim = 64, off.Hq = 8, off.Hk = 8;
