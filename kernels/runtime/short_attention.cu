@@ -27,6 +27,7 @@
 
 #include "kernels/device/numeric.cuh"
 #include "kernels/device/pdl.cuh"
+#include "kernels/device/reduce.cuh"
 #include "kernels/runtime/attention.h"
 #include "kernels/runtime/attention_output.cuh"
 #include "kernels/runtime/rotary.cuh"
@@ -51,12 +52,10 @@ struct Shared {
   uint32_t q[kWarps][kMaxWords];
 };
 
-__device__ __forceinline__ float2 unpack(uint32_t w, __nv_bfloat16*) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
-}
-
-__device__ __forceinline__ float2 unpack(uint32_t w, __half*) {
-  return __half22float2(*reinterpret_cast<const __half2*>(&w));
+// A word of shared memory as the pair of T it holds, in fp32.
+template <typename T>
+__device__ __forceinline__ float2 unpack(uint32_t w) {
+  return D16<T>::PairToFloat2(*reinterpret_cast<const typename D16<T>::Pair*>(&w));
 }
 
 // Row `src` (E elements of T, contiguous) into `dst` (T elements), its first rot elements
@@ -134,18 +133,6 @@ __device__ __forceinline__ void fillKeysAndValues(Shared& sh, const T* kg, const
   }
 }
 
-__device__ __forceinline__ float warpMax(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-
-__device__ __forceinline__ float warpSum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-
 // Score of key j = lane (below `keys`) against the warp's query row, times the softmax scale;
 // -inf past `keys`.
 template <typename T>
@@ -153,8 +140,8 @@ __device__ __forceinline__ float score(const Shared& sh, int warp, int lane, int
   if (lane >= keys) return -INFINITY;
   float a0 = 0.0f, a1 = 0.0f;
   for (int w = 0; w < words; ++w) {
-    const float2 q = unpack(sh.q[warp][w], static_cast<T*>(nullptr));
-    const float2 k = unpack(sh.k[lane][w], static_cast<T*>(nullptr));
+    const float2 q = unpack<T>(sh.q[warp][w]);
+    const float2 k = unpack<T>(sh.k[lane][w]);
     a0 = fmaf(q.x, k.x, a0);
     a1 = fmaf(q.y, k.y, a1);
   }
@@ -191,17 +178,17 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncwarp();
     const int kend = p.causal ? min(keys, i + 1) : keys;
     const float s = score<T>(sh, warp, lane, kend, words, p.scale);
-    const float m = warpMax(s);
+    const float m = kernels::device::WarpAllReduce(s, kernels::device::MaxOp{});
     const float pl = lane < kend ? expf(s - m) : 0.0f;  // key lane's weight
-    const float l = warpSum(pl);
+    const float l = kernels::device::WarpAllReduce(pl, kernels::device::SumOp{});
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // elements 2 lane, 2 lane + 1, 2 lane + 64, 2 lane + 65
     for (int j = 0; j < kend; ++j) {
       const float pj = __shfl_sync(0xffffffffu, pl, j);
-      const float2 v0 = unpack(sh.v[j][lane], static_cast<T*>(nullptr));
+      const float2 v0 = unpack<T>(sh.v[j][lane]);
       acc[0] = fmaf(pj, v0.x, acc[0]);
       acc[1] = fmaf(pj, v0.y, acc[1]);
       if (lane + 32 < words) {
-        const float2 v1 = unpack(sh.v[j][lane + 32], static_cast<T*>(nullptr));
+        const float2 v1 = unpack<T>(sh.v[j][lane + 32]);
         acc[2] = fmaf(pj, v1.x, acc[2]);
         acc[3] = fmaf(pj, v1.y, acc[3]);
       }
