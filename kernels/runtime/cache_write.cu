@@ -30,7 +30,6 @@ namespace fxfuse::runtime {
 namespace {
 
 using kernels::device::D16;
-using kernels::device::Round16;
 
 constexpr int kCacheThreads = 256;
 
