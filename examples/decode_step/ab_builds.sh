@@ -8,9 +8,9 @@
 #
 # Env: KV_BUDGET (s, default 150; 0 skips the checks), BENCH_BUDGET (s per build, default 120),
 # BATCHES (1,8,32,64), CONTEXTS (1024,4096), BINS (the order of the runs, default
-# "fxfuse fxfuse_old"; an entry "fxfuse@FXFUSE_X=0" runs that build with that variable set),
+# "fxfuse fxfuse_old"; an entry "fxfuse@FXFUSE_X=0,FXFUSE_Y=1" runs that build with those variables set),
 # NCU_POINTS (batch x context, comma-separated; empty: no ncu), NCU_BINS.
-# Writes summary.txt (every run's table), kv.txt, <run>.json (@ and = as _) and
+# Writes summary.txt (every run's table), kv.txt, <run>.json (@, = and , as _) and
 # ncu_<bin>_<point>.txt to $OUT.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -29,9 +29,9 @@ if [[ ${KV_BUDGET:-150} -gt 0 ]]; then
   echo "kv checks (rc $?): $(tail -1 "$OUT/kv.txt")" >> "$OUT/summary.txt"
 fi
 for run in ${BINS:-fxfuse fxfuse_old}; do
-  bin=${run%%@*} env_setting=()  # "fxfuse@FXFUSE_X=0": that build with that environment variable
-  [[ $run == *@* ]] && env_setting=("${run#*@}")
-  tag=${run//[@=]/_}
+  bin=${run%%@*} env_setting=()  # "fxfuse@FXFUSE_X=0,FXFUSE_Y=1": that build with those variables
+  [[ $run == *@* ]] && IFS=, read -r -a env_setting <<< "${run#*@}"
+  tag=${run//[@=,]/_}
   rm -rf "/tmp/ab_$tag"
   timeout "${BENCH_BUDGET:-120}" env "${env_setting[@]}" python3 examples/decode_step/bench_decode.py --fxfuse "$D/$bin" \
     --config llama8b --batches "${BATCHES:-1,8,32,64}" --contexts "${CONTEXTS:-1024,4096}" --iters 50 \

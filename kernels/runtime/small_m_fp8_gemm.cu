@@ -18,6 +18,10 @@
 //                                                               │
 //                           partial sums of the splits in smem ─┴─► acc * scale (+ bias) ─► out
 //
+// Each copy asks L2 to fetch the 256 bytes around it (cp.async's L2 prefetch size): a warp's next
+// K step reads the following 128 bytes of the same rows, which a miss then brings in with this
+// one, so DRAM serves half as many requests, each twice as long (docs/runtime.md).
+//
 // Where no running kernel can write the weight (p.w_read_only: a plan input it never updates),
 // a warp fills its ring before it waits for the previous step (programmatic dependent launch),
 // so the weight stream starts while that step drains; the activations are read after the wait.
@@ -30,6 +34,7 @@
 // block's shared memory and becomes one FP8 value of silu_and_mul_quant.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "kernels/device/cp_async.cuh"
@@ -44,7 +49,7 @@ namespace {
 
 namespace dev = kernels::device;
 
-constexpr int kWarps = 8;          // warps per block
+constexpr int kWarps = 8;  // warps per block
 // Ring stages per warp. Four (more of the weight loaded before the previous step ends) made
 // the decode step slower at every point measured (docs/runtime.md).
 constexpr int kStages = 2;
@@ -92,6 +97,7 @@ __device__ __forceinline__ int stageOffset(int row, int byte_in_step) {
 // K step `step` of `tile` into the ring stage at shared address `stage`: lane l copies the
 // 16-byte chunks l, l + 32, l + 64, l + 96 (row c / 8, column c % 8: eight lanes per row, so
 // one warp instruction reads four whole 128-byte lines). Chunks past N, K or the split are zero.
+template <int kL2Prefetch>
 __device__ __forceinline__ void copyStep(const SmallMFp8GemmParams& p, uint32_t stage, int64_t tile, int64_t step,
                                          bool step_in_split) {
   const int lane = threadIdx.x & 31;
@@ -101,8 +107,8 @@ __device__ __forceinline__ void copyStep(const SmallMFp8GemmParams& p, uint32_t 
     const int chunk = lane + 32 * i, row = chunk / 8, col = chunk % 8;
     const int64_t n = tile * kRowsPerTile + row, k = step * kStepBytes + col * 16;
     const bool valid = step_in_split && n < p.N && k < p.K;
-    kernels::cpAsync16(stage + static_cast<uint32_t>(stageOffset(row, col * 16)),
-                       valid ? w + n * p.w_row_stride + k : w, valid);
+    kernels::cpAsync16Prefetch<kL2Prefetch>(stage + static_cast<uint32_t>(stageOffset(row, col * 16)),
+                                            valid ? w + n * p.w_row_stride + k : w, valid);
   }
 }
 
@@ -124,7 +130,8 @@ __device__ __forceinline__ void loadStepActivations(const SmallMFp8GemmParams& p
 
 // One step: the weight fragments of rows g and g+8 from the stage, four mma per token tile.
 template <int kTiles>
-__device__ __forceinline__ void computeStep(const uint8_t* stage, const uint4 (&x)[kTiles][2], float (&acc)[kTiles][4]) {
+__device__ __forceinline__ void computeStep(const uint8_t* stage, const uint4 (&x)[kTiles][2],
+                                            float (&acc)[kTiles][4]) {
   const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -184,7 +191,7 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
   }
 }
 
-template <int kTiles, bool kGated>
+template <int kTiles, bool kGated, int kL2Prefetch>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8GemmKernel(const Launch l) {
   extern __shared__ __align__(128) uint8_t smem[];
   const SmallMFp8GemmParams& p = l.p;
@@ -192,13 +199,14 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   const int64_t tile = tileOf<kGated>(l, warp / l.splits);
   const int64_t first = static_cast<int64_t>(warp % l.splits) * l.steps_per_split;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
-  const int64_t steps = first < k_steps ? (k_steps - first < l.steps_per_split ? k_steps - first : l.steps_per_split) : 0;
+  const int64_t steps =
+      first < k_steps ? (k_steps - first < l.steps_per_split ? k_steps - first : l.steps_per_split) : 0;
   const uint8_t* ring = smem + warp * kStages * kStageBytes;
   const uint32_t ring_addr = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
   if (!p.w_read_only) kernels::waitForPrecedingGrid();  // w may come from a step still running
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {  // weights only
-    copyStep(p, ring_addr + s * kStageBytes, tile, first + s, s < steps);
+    copyStep<kL2Prefetch>(p, ring_addr + s * kStageBytes, tile, first + s, s < steps);
     kernels::cpAsyncCommit();
   }
   if (p.w_read_only) kernels::waitForPrecedingGrid();
@@ -215,7 +223,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
     const int s = static_cast<int>(i % kStages);
     computeStep<kTiles>(ring + s * kStageBytes, x, acc);
     __syncwarp();  // every lane has read the stage before it is refilled
-    copyStep(p, ring_addr + s * kStageBytes, tile, first + i + kStages, i + kStages < steps);
+    copyStep<kL2Prefetch>(p, ring_addr + s * kStageBytes, tile, first + i + kStages, i + kStages < steps);
     kernels::cpAsyncCommit();
   }
   kernels::cpAsyncWait<0>();
@@ -223,10 +231,10 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   reduceAndStore<kTiles, kGated>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
 }
 
-template <int kTiles, bool kGated>
+template <int kTiles, bool kGated, int kL2Prefetch>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   constexpr int kBytes = smemBytes<kTiles, kGated>();
-  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kGated>;
+  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kGated, kL2Prefetch>;
   cudaError_t e = dev::ensureSmemLimit<kernel>(kBytes);
   int device = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&device);
@@ -236,12 +244,38 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
   Launch l{p, 1, 0, tiles / 2};
-  l.splits = p.splits > 0 ? p.splits : SmallMFp8GemmSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
+  l.splits =
+      p.splits > 0 ? p.splits : SmallMFp8GemmSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
   if (kGated && l.splits > kWarps / 2) l.splits = kWarps / 2;  // at least one gate/up pair per block
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
   const int64_t per = kWarps / l.splits;
   const dim3 grid(static_cast<unsigned>(kGated ? (l.gate_tiles + per / 2 - 1) / (per / 2) : (tiles + per - 1) / per));
   return kernels::LaunchProgrammatic(kernel, grid, dim3(kWarps * 32), kBytes, stream, l);
+}
+
+// The L2 prefetch size of the ring's copies where the caller leaves it to the kernel:
+// kSmallMFp8L2PrefetchBytes, or $FXFUSE_SMALLM_L2_PREFETCH (64, 128 or 256; any other value:
+// none) for A/B runs.
+int l2PrefetchBytes() {
+  static const int bytes = [] {
+    const char* v = std::getenv("FXFUSE_SMALLM_L2_PREFETCH");
+    return v ? std::atoi(v) : kSmallMFp8L2PrefetchBytes;
+  }();
+  return bytes;
+}
+
+template <int kTiles, bool kGated>
+cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
+  switch (p.l2_prefetch_bytes >= 0 ? p.l2_prefetch_bytes : l2PrefetchBytes()) {
+    case 256:
+      return launchTiles<kTiles, kGated, 256>(p, stream);
+    case 128:
+      return launchTiles<kTiles, kGated, 128>(p, stream);
+    case 64:
+      return launchTiles<kTiles, kGated, 64>(p, stream);
+    default:
+      return launchTiles<kTiles, kGated, 0>(p, stream);
+  }
 }
 
 template <int kTiles>
@@ -292,7 +326,8 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
   if (p.x_row_stride < p.K || p.x_row_stride % 16 != 0 || p.w_row_stride < p.K || p.w_row_stride % 16 != 0)
     return "the x and w row strides must cover K and be multiples of 16 bytes";
   if (p.out_row_stride < p.N) return "the output row stride must cover N";
-  if (!floatOutput(p.out_dtype) || (p.bias && !floatOutput(p.bias_dtype))) return "out and bias must be BF16, F16 or F32";
+  if (!floatOutput(p.out_dtype) || (p.bias && !floatOutput(p.bias_dtype)))
+    return "out and bias must be BF16, F16 or F32";
   if (p.N > 0x7fffffff || p.K > 0x7fffffff) return "N and K must be below 2^31 (tensor-map coordinates)";
   const SmallMFp8GatedSilu& g = p.gated_silu;
   if (g.out) {
@@ -301,6 +336,9 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
     if (p.out_dtype == DType::F32 || p.bias) return "the gated-SiLU epilogue rounds to BF16 or F16, without bias";
     if (!g.scale || g.out_row_stride < p.N / 2) return "the gated-SiLU epilogue needs its scale and rows covering N/2";
   }
+  if (p.l2_prefetch_bytes != -1 && p.l2_prefetch_bytes != 0 && p.l2_prefetch_bytes != 64 &&
+      p.l2_prefetch_bytes != 128 && p.l2_prefetch_bytes != 256)
+    return "l2_prefetch_bytes must be -1 (default), 0, 64, 128 or 256";
   if (p.splits != 0) {
     const std::vector<int> choices = SmallMFp8GemmSplitChoices(p);
     if (std::find(choices.begin(), choices.end(), p.splits) == choices.end())

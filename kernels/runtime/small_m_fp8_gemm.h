@@ -27,6 +27,9 @@ using ::fxfuse::DType;
 // tiles of 8 tokens per warp); 17..64 rows run on the wgmma kernel (small_m_fp8_gemm_wgmma.cu).
 inline constexpr int64_t kSmallMFp8MaxRows = 64;
 inline constexpr int64_t kSmallMFp8MmaSyncMaxRows = 16;
+// The mma.sync kernel's default L2 prefetch size: 256 bytes made the 8B decode step 0.8–3.0 %
+// faster than none on an H100, 128 bytes changed nothing (docs/runtime.md "The small-M FP8 GEMM").
+inline constexpr int kSmallMFp8L2PrefetchBytes = 256;
 // The most CTAs of the wgmma kernel per weight tile (its cluster): 8 measured slower than 4.
 inline constexpr int kSmallMFp8WgmmaMaxSplits = 4;
 
@@ -71,6 +74,10 @@ struct SmallMFp8GemmParams {
   // waves of equal CTAs; the runtime times every choice on the step's operands instead and
   // keeps the fastest (docs/runtime.md "Matmul algorithms").
   int splits = 0;
+  // L2 prefetch size of the mma.sync kernel's weight copies (cpAsync16Prefetch): -1 = the
+  // default ($FXFUSE_SMALLM_L2_PREFETCH when set, else kSmallMFp8L2PrefetchBytes), or 0, 64,
+  // 128 or 256 bytes.
+  int l2_prefetch_bytes = -1;
 };
 
 // Why the kernel cannot take `p` (sizes, dtypes, alignment: K, the row strides and the x/w

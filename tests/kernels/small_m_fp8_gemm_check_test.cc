@@ -51,6 +51,16 @@ TEST_CASE("small-M FP8 GEMM refuses what it cannot compute", "[gemm]") {
   CHECK(SmallMFp8GemmUnsupported(decode(8, int64_t{1} << 31, 64)) != nullptr);  // tensor-map coordinates are int32
   CHECK(SmallMFp8GemmUnsupported(decode(8, 16, int64_t{1} << 31)) != nullptr);
   CHECK(SmallMFp8GemmUnsupported(decode(8, (int64_t{1} << 31) - 1, 64)) == nullptr);
+  for (const int bytes : {-1, 0, 64, 128, 256}) {
+    p = decode(8, 16, 64);
+    p.l2_prefetch_bytes = bytes;
+    CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
+  }
+  for (const int bytes : {-2, 32, 512}) {  // not an L2 prefetch size of cp.async
+    p = decode(8, 16, 64);
+    p.l2_prefetch_bytes = bytes;
+    CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+  }
   p = decode(8, 16, 64);
   p.scale_w = nullptr;
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);

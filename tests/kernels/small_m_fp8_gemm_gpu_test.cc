@@ -42,6 +42,7 @@ struct Case {
   int64_t x_pad = 0, w_pad = 0, out_pad = 0;  // extra row stride (bytes for x/w, elements for out)
   bool wgmma = false;  // LaunchSmallMFp8GemmWgmma whatever M is (the launcher picks by M)
   int splits = 0;      // K slices per tile: 0 = the kernel's rule
+  int l2_prefetch_bytes = -1;  // the mma.sync kernel's L2 prefetch size: -1 = its default
   // The weight written on the device by a quantization kernel launched just before the GEMM
   // (programmatic launch, the stream of a plan), over a poisoned buffer; w_read_only false then:
   // a GEMM filling its ring before the wait would read the poison of rows not yet written.
@@ -137,6 +138,7 @@ void runCase(const Case& c) {
   if (c.bias) p.bias = dbias.get(), p.bias_dtype = c.bias_dtype;
   p.out = dout.get(), p.out_row_stride = os, p.out_dtype = c.out_dtype;
   p.splits = c.splits;
+  p.l2_prefetch_bytes = c.l2_prefetch_bytes;
   p.w_read_only = !c.w_from_quant;
   REQUIRE(SmallMFp8GemmUnsupported(p) == nullptr);
   cudaStream_t stream = nullptr;
@@ -189,7 +191,7 @@ void runCase(const Case& c) {
     }
   INFO("M " << c.M << " N " << c.N << " K " << c.K << " out " << kernels::DTypeName(c.out_dtype) << " bias "
             << c.bias << (c.wgmma ? " wgmma" : "") << (c.w_from_quant ? " w quantized before it" : "") << " splits "
-            << c.splits << " seed " << seed << ": " << failures
+            << c.splits << " L2 prefetch " << c.l2_prefetch_bytes << " seed " << seed << ": " << failures
             << " failures\n"
             << log.str());
   CHECK(failures == 0);
@@ -299,6 +301,19 @@ TEST_CASE("small-M FP8 GEMM: every K split the runtime may choose", "[gpu][gemm]
     c.wgmma = true;
     c.splits = s;
     runCase(c);
+  }
+}
+
+// The L2 prefetch size changes only how the weight copies fill L2, never what they copy: each
+// size at a partial tile and a short last slice, and with the weight written just before.
+TEST_CASE("small-M FP8 GEMM: every L2 prefetch size of the weight copies", "[gpu][gemm]") {
+  for (const int bytes : {0, 64, 128, 256}) {
+    for (Case c : {Case{1, 200, 1040}, Case{16, 200, 1040}, Case{8, 1024, 4096}}) {
+      c.l2_prefetch_bytes = bytes;
+      runCase(c);
+      c.w_from_quant = true;
+      runCase(c);
+    }
   }
 }
 

@@ -11,7 +11,7 @@
 # AB_BASELINE=path/to/an/older/fxfuse packs that binary as fxfuse_old for
 # examples/decode_step/ab_builds.sh and, to stay within the carry, only the paged, rotary,
 # small-M GEMM, SiLU-and-mul, RMSNorm and replay GPU tests (implies SLIM=1). The bundle also holds
-# examples/decode_step/paged_read_bench, cluster_residency_probe and persistent_layer_bench.
+# examples/decode_step/paged_read_bench, cluster_residency_probe, persistent_layer_bench and weight_stream_bench.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.device_rt/' .git/info/exclude 2>/dev/null || echo '/.device_rt/' >> .git/info/exclude
@@ -20,7 +20,7 @@ bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:pag
   //tests/kernels:rotary_cache_write_gpu_test //tests/kernels:silu_and_mul_gpu_test \
   //tests/kernels:rms_norm_gpu_test //tests/kernels:rms_norm_quant_fp8_gpu_test \
   //tests/kernels:single_key_attention_gpu_test //tests/kernels:short_attention_gpu_test //tests/kernels/attention:attention_gpu_test //examples/decode_step:paged_read_bench \
-  //examples/decode_step:cluster_residency_probe //examples/decode_step:persistent_layer_bench \
+  //examples/decode_step:cluster_residency_probe //examples/decode_step:persistent_layer_bench //examples/decode_step:weight_stream_bench \
   //tests/runtime:session_replay_gpu_test //kernels/bench:bench_kernels
 bin=$(bazel info bazel-bin)
 stage=$(mktemp -d)
@@ -38,7 +38,7 @@ if [[ -n ${AB_BASELINE:-} ]]; then
 fi
 [[ ${SLIM:-0} == 1 ]] || bins+=(decoder_example)
 cp -f "$bin/fxfuse" "${tests[@]/#/$bin/tests/kernels/}" "$bin/examples/decode_step/paged_read_bench" \
-  "$bin/examples/decode_step/cluster_residency_probe" "$bin/examples/decode_step/persistent_layer_bench" "$stage/"
+  "$bin/examples/decode_step/cluster_residency_probe" "$bin/examples/decode_step/persistent_layer_bench" "$bin/examples/decode_step/weight_stream_bench" "$stage/"
 cp -f "$bin/tests/runtime/session_replay_gpu_test" "$stage/"  # the runtime's own GPU test (tests/runtime)
 cp -f "$bin/kernels/bench/bench_kernels" "$stage/"  # the row kernels' benchmark (docs/kernels.md)
 bins+=(bench_kernels)
