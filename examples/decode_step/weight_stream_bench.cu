@@ -5,11 +5,12 @@
 //              kernel that does nothing else; no programmatic launch, so each boundary drains);
 //   own sS pB  LaunchSmallMFp8Gemm with S slices of K and an L2 prefetch size of B bytes on its
 //              weight copies (kernels/runtime/small_m_fp8_gemm.h), programmatic launch and the
-//              weight ring filled before the wait, as in a plan.
+//              weight ring filled before the wait, as in a plan; M > 16 runs the wgmma kernel,
+//              whose TMA copies have their own L2 promotion (one column, "p-1").
 // Prints µs per launch (median over replays of the graph) and TB/s of weight bytes, and the
 // device copy rate measured the same way.
 //   bazel build //examples/decode_step:weight_stream_bench (in the device bundle of
-//   tests/runtime/stage_device.sh); ./weight_stream_bench [shapes=8b|70b|all] [Ms=1,8,16]
+//   tests/runtime/stage_device.sh); ./weight_stream_bench [shapes=8b|70b|all] [Ms=1,8,16; at most 64]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -155,7 +156,8 @@ void benchShape(const Shape& s, const std::vector<int64_t>& ms, cudaStream_t str
     p.out = out, p.out_row_stride = s.n;
     for (const int splits : SmallMFp8GemmSplitChoices(p)) {
       std::printf("  M=%-3lld s%d", static_cast<long long>(m), splits);
-      for (const int prefetch : {0, 64, 128, 256}) {
+      const bool mma_sync = m <= fxfuse::runtime::kSmallMFp8MmaSyncMaxRows;
+      for (const int prefetch : mma_sync ? std::vector<int>{0, 64, 128, 256} : std::vector<int>{-1}) {
         p.splits = splits, p.l2_prefetch_bytes = prefetch;
         const double us = timeGraph(stream, [&](int i) {
           SmallMFp8GemmParams q = p;
@@ -191,9 +193,9 @@ int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "8b";
   const std::vector<int64_t> ms = parseList(argc > 2 ? argv[2] : "1,8,16");
   for (const int64_t m : ms) {
-    if (m < 1 || m > fxfuse::runtime::kSmallMFp8MmaSyncMaxRows) {
-      std::fprintf(stderr, "weight_stream_bench: M must be 1..%lld (the mma.sync kernel)\n",
-                   static_cast<long long>(fxfuse::runtime::kSmallMFp8MmaSyncMaxRows));
+    if (m < 1 || m > fxfuse::runtime::kSmallMFp8MaxRows) {
+      std::fprintf(stderr, "weight_stream_bench: M must be 1..%lld (the small-M kernels)\n",
+                   static_cast<long long>(fxfuse::runtime::kSmallMFp8MaxRows));
       return 2;
     }
   }
