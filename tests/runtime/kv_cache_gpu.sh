@@ -13,6 +13,9 @@ cd "$(dirname "$0")/../.."
 FXFUSE=${1:-bazel-bin/fxfuse}
 KERNEL_TEST=${2:-bazel-bin/tests/kernels/paged_attention_gpu_test}
 ROTARY_TEST=${3:-bazel-bin/tests/kernels/rotary_cache_write_gpu_test}
+for b in "$FXFUSE" "$KERNEL_TEST" "$ROTARY_TEST"; do  # on the device: the bundle's wrappers, as device_run.sh passes them
+  [[ -x $b ]] || { echo "kv_cache_gpu.sh: $b is not an executable (pass FXFUSE, PAGED_ATTENTION_GPU_TEST, ROTARY_CACHE_WRITE_GPU_TEST)"; exit 2; }
+done
 LOGDIR=${OUT:-$(mktemp -d)}
 tmp=$(mktemp -d)
 passed=0; failed=0
