@@ -146,7 +146,9 @@ class Session {
   // kernel's programmatic overlap with its neighbours does not show (docs/runtime.md "Matmul
   // algorithms"). It replays the plan on the bound inputs, so it is for callers that replay
   // anyway (`fxfuse bench`); it needs GEMM tuning on and leaves the session to re-prepare on the
-  // next run or capture. Returns one line per shape tried.
+  // next run or capture. Then, per shape left on the own kernel's mma.sync path, its weight
+  // copies' L2 prefetch size (kSmallMFp8L2PrefetchBytes or none) the same way. Returns one line
+  // per shape and choice tried.
   std::vector<std::string> chooseOwnGemmsInStep(cudaStream_t stream, int replays = 15);
   // Whether callers should (unless $FXFUSE_GEMM_IN_STEP=0).
   static bool gemmInStepChoice();
@@ -259,10 +261,13 @@ class Session {
   std::vector<bool> left_out_;                // steps enqueueSteps skips (medianReplayUsWithout)
   struct OwnGemmSite {
     bool own = false;  // the kernel the last prepare chose
+    bool mma_sync = false;  // the own kernel's mma.sync path (M <= 16), whose copies take an L2 prefetch size
     std::string what;  // "M=8 N=4096 K=4096"
   };
   std::map<std::string, OwnGemmSite> own_gemm_sites_;  // GEMM key -> site, where either kernel may run
   std::map<std::string, bool> own_gemm_in_step_;       // GEMM key -> own kernel, chosen in the step
+  std::map<std::string, int> own_gemm_prefetch_in_step_;  // GEMM key -> its L2 prefetch size, chosen in the step
+  std::vector<std::string> chooseOwnGemmPrefetchInStep(cudaStream_t stream, int replays, double* best_us);
   double medianReplayUs(cudaStream_t stream, int replays);
   std::vector<std::string> prefetch_lines_;
   std::vector<std::string> epilogue_lines_;

@@ -253,20 +253,10 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   return kernels::LaunchProgrammatic(kernel, grid, dim3(kWarps * 32), kBytes, stream, l);
 }
 
-// The L2 prefetch size of the ring's copies where the caller leaves it to the kernel:
-// kSmallMFp8L2PrefetchBytes, or $FXFUSE_SMALLM_L2_PREFETCH (64, 128 or 256; any other value:
-// none) for A/B runs.
-int l2PrefetchBytes() {
-  static const int bytes = [] {
-    const char* v = std::getenv("FXFUSE_SMALLM_L2_PREFETCH");
-    return v ? std::atoi(v) : kSmallMFp8L2PrefetchBytes;
-  }();
-  return bytes;
-}
 
 template <int kTiles, bool kGated>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  switch (p.l2_prefetch_bytes >= 0 ? p.l2_prefetch_bytes : l2PrefetchBytes()) {
+  switch (p.l2_prefetch_bytes >= 0 ? p.l2_prefetch_bytes : SmallMFp8DefaultL2PrefetchBytes()) {
     case 256:
       return launchTiles<kTiles, kGated, 256>(p, stream);
     case 128:
@@ -351,6 +341,14 @@ cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t strea
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
   if (p.M > kSmallMFp8MmaSyncMaxRows) return LaunchSmallMFp8GemmWgmma(p, stream);
   return p.M <= kTokensPerTile ? launchTiles<1>(p, stream) : launchTiles<2>(p, stream);
+}
+
+int SmallMFp8DefaultL2PrefetchBytes() {
+  static const int bytes = [] {
+    const char* v = std::getenv("FXFUSE_SMALLM_L2_PREFETCH");
+    return v ? std::atoi(v) : kSmallMFp8L2PrefetchBytes;
+  }();
+  return bytes;
 }
 
 }  // namespace fxfuse::runtime

@@ -80,6 +80,11 @@ struct SmallMFp8GemmParams {
   int l2_prefetch_bytes = -1;
 };
 
+// The L2 prefetch size of the weight copies where SmallMFp8GemmParams leaves it to the kernel:
+// kSmallMFp8L2PrefetchBytes, or $FXFUSE_SMALLM_L2_PREFETCH (64, 128 or 256; any other value:
+// none) for A/B runs. Host-only.
+int SmallMFp8DefaultL2PrefetchBytes();
+
 // Why the kernel cannot take `p` (sizes, dtypes, alignment: K, the row strides and the x/w
 // pointers must be multiples of 16 bytes; the gated-SiLU epilogue takes at most 16 rows, an N
 // of two halves of whole 16-row tiles, a D16 output and no bias; splits 0 or one of

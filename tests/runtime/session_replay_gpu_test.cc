@@ -1,11 +1,17 @@
 // Session::replay after the inputs change (tag gpu): a captured graph has its pointers and
 // lifted scalars baked in, so setInput with other memory, setScalar with another value and
 // bind() drop it and replay() fails naming the call, while setting the same pointer or value
-// keeps it (tests/plans/lifted_eps.fxg: two RMSNorms, one eps a runtime scalar).
+// keeps it (tests/plans/lifted_eps.fxg: two RMSNorms, one eps a runtime scalar). And the GEMM
+// choices that `fxfuse bench` times in the captured step (tests/plans/decoder_fp8.fxg).
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -25,7 +31,7 @@ namespace {
 struct Buffer {
   void* p = nullptr;
   Buffer(int64_t n, DType dtype, unsigned seed) {
-    REQUIRE(cudaMalloc(&p, static_cast<size_t>(n) * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&p, static_cast<size_t>(n) * 4) == cudaSuccess);  // room for any dtype up to 4 bytes
     REQUIRE(rt::FillRandom(p, n, dtype, seed, nullptr) == cudaSuccess);
   }
   ~Buffer() { cudaFree(p); }
@@ -87,5 +93,67 @@ TEST_CASE("replay refuses a graph whose inputs changed since capture", "[gpu][ru
   s.bind({{"s0", 4}});
   CHECK(replayError(s, stream).find("bind() was called after it") != std::string::npos);
   REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  cudaStreamDestroy(stream);
+}
+
+// Session::chooseOwnGemmsInStep on an FP8 decoder layer at 8 tokens: every shape where both GEMM
+// kernels run gets an own-kernel/cuBLASLt line, every shape left on the own kernel's mma.sync
+// path a prefetch line, and the next prepare runs exactly what the lines chose (the matmul
+// summaries name the prefetch size kept).
+TEST_CASE("the GEMM choices timed in the step are what the next prepare runs", "[gpu][runtime]") {
+  const std::string why = rt::deviceProblem();
+  if (!why.empty()) FAIL("no GPU: " << why);
+  auto m = ir::loadModule("tests/plans/decoder_fp8.fxg");
+  compiler::compileModule(*m, compiler::CompileOptions{});
+  auto prog = rt::Program::fromPlan(lowering::lowerModule(*m, lowering::LowerOptions{}));
+  const auto& plan = prog->plan();
+  rt::Session s(*prog);
+  REQUIRE(s.gemmTuning());
+  s.bind({{"s0", 8}});
+  std::vector<std::unique_ptr<Buffer>> inputs;
+  for (int i = 0; i < plan.inputs_size(); ++i) {
+    const auto& pi = plan.inputs(i);
+    if (pi.is_symint()) continue;
+    if (pi.is_scalar()) {
+      s.setScalar(static_cast<size_t>(i), pi.has_scalar_value() ? pi.scalar_value() : 1.0);
+      continue;
+    }
+    const rt::DeviceTensor t = s.tensor(pi.tensor());
+    inputs.push_back(std::make_unique<Buffer>(t.numel(), t.dtype, 100u + static_cast<unsigned>(i)));
+    s.setInput(static_cast<size_t>(i), inputs.back()->p);
+  }
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  s.run(stream);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  const std::vector<std::string> lines = s.chooseOwnGemmsInStep(stream, 5);
+  // Per shape ("M=8 N=512 K=256"): whether it ends on the own kernel, and the prefetch kept.
+  std::map<std::string, bool> own;
+  std::map<std::string, std::string> prefetch;
+  const std::regex kernel_line(R"((M=\d+ N=\d+ K=\d+): (own kernel|cuBLASLt) [0-9.]+ us per step, (own kernel|cuBLASLt) [0-9.]+ us: (switched|kept))");
+  const std::regex prefetch_line(R"((M=\d+ N=\d+ K=\d+): own kernel, L2 prefetch (\d+) bytes [0-9.]+ us per step, (\d+) bytes [0-9.]+ us: (switched|kept))");
+  for (const std::string& line : lines) {
+    INFO(line);
+    std::smatch g;
+    if (std::regex_match(line, g, kernel_line)) {
+      own[g[1]] = (g[4] == "switched" ? g[3] : g[2]) == "own kernel";
+    } else {
+      REQUIRE(std::regex_match(line, g, prefetch_line));
+      CHECK(own.at(g[1]));
+      prefetch[g[1]] = g[4] == "switched" ? g[3] : g[2];
+    }
+  }
+  REQUIRE(!own.empty());
+  for (const auto& [shape, is_own] : own) CHECK(prefetch.count(shape) == (is_own ? 1u : 0u));
+  s.run(stream);  // prepares again with the choices
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  for (const auto& [shape, bytes] : prefetch) {
+    INFO(shape);
+    int named = 0;
+    for (const std::string& algo : s.matmulAlgorithms())
+      if (algo.find(shape) != std::string::npos)
+        named += algo.find(fmt::format("L2 prefetch {} bytes in the step", bytes)) != std::string::npos;
+    CHECK(named >= 1);
+  }
   cudaStreamDestroy(stream);
 }
