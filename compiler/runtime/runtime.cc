@@ -1545,9 +1545,10 @@ std::vector<std::string> Session::chooseOwnGemmsInStep(cudaStream_t stream, int 
 }
 
 // Per shape that the own kernel's mma.sync path runs in the step: its weight copies with the
-// default L2 prefetch size against none (or kSmallMFp8L2PrefetchBytes where the default is none). The hint halves the DRAM requests of the
-// weight stream, which helps the step as a whole but not every GEMM timed alone
-// (docs/benchmarks/decode_step.md, thirtieth session), so the step decides per shape.
+// default L2 prefetch size against none (or kSmallMFp8L2PrefetchBytes where the default is
+// none). The hint halves the DRAM requests of the weight stream, which helps the step as a whole
+// but not every GEMM timed alone (docs/benchmarks/decode_step.md, thirtieth session), so the
+// step decides per shape.
 std::vector<std::string> Session::chooseOwnGemmPrefetchInStep(cudaStream_t stream, int replays, double* best_us) {
   std::vector<std::string> lines;
   if (dirty_) prepare(stream);

@@ -253,7 +253,6 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   return kernels::LaunchProgrammatic(kernel, grid, dim3(kWarps * 32), kBytes, stream, l);
 }
 
-
 template <int kTiles, bool kGated>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   switch (p.l2_prefetch_bytes >= 0 ? p.l2_prefetch_bytes : SmallMFp8DefaultL2PrefetchBytes()) {
@@ -346,7 +345,9 @@ cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t strea
 int SmallMFp8DefaultL2PrefetchBytes() {
   static const int bytes = [] {
     const char* v = std::getenv("FXFUSE_SMALLM_L2_PREFETCH");
-    return v ? std::atoi(v) : kSmallMFp8L2PrefetchBytes;
+    if (!v) return kSmallMFp8L2PrefetchBytes;
+    const int n = std::atoi(v);
+    return n == 64 || n == 128 || n == 256 ? n : 0;
   }();
   return bytes;
 }

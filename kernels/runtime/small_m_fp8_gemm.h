@@ -82,7 +82,7 @@ struct SmallMFp8GemmParams {
 
 // The L2 prefetch size of the weight copies where SmallMFp8GemmParams leaves it to the kernel:
 // kSmallMFp8L2PrefetchBytes, or $FXFUSE_SMALLM_L2_PREFETCH (64, 128 or 256; any other value:
-// none) for A/B runs. Host-only.
+// none, returned as 0) for A/B runs. Host-only.
 int SmallMFp8DefaultL2PrefetchBytes();
 
 // Why the kernel cannot take `p` (sizes, dtypes, alignment: K, the row strides and the x/w
