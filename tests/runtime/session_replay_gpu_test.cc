@@ -37,6 +37,13 @@ struct Buffer {
   ~Buffer() { cudaFree(p); }
 };
 
+// The launch plan of a .fxg file as `fxfuse compile` makes it (default options).
+std::unique_ptr<rt::Program> compiledProgram(const std::string& path) {
+  auto m = ir::loadModule(path);
+  compiler::compileModule(*m, compiler::CompileOptions{});
+  return rt::Program::fromPlan(lowering::lowerModule(*m, lowering::LowerOptions{}));
+}
+
 std::string replayError(rt::Session& s, cudaStream_t stream) {
   try {
     s.replay(stream);
@@ -51,9 +58,7 @@ std::string replayError(rt::Session& s, cudaStream_t stream) {
 TEST_CASE("replay refuses a graph whose inputs changed since capture", "[gpu][runtime]") {
   const std::string why = rt::deviceProblem();
   if (!why.empty()) FAIL("no GPU: " << why);
-  auto m = ir::loadModule("tests/plans/lifted_eps.fxg");
-  compiler::compileModule(*m, compiler::CompileOptions{});
-  auto prog = rt::Program::fromPlan(lowering::lowerModule(*m, lowering::LowerOptions{}));
+  const std::unique_ptr<rt::Program> prog = compiledProgram("tests/plans/lifted_eps.fxg");
   const auto& plan = prog->plan();
   rt::Session s(*prog);
   s.bind({{"s0", 8}});
@@ -103,9 +108,7 @@ TEST_CASE("replay refuses a graph whose inputs changed since capture", "[gpu][ru
 TEST_CASE("the GEMM choices timed in the step are what the next prepare runs", "[gpu][runtime]") {
   const std::string why = rt::deviceProblem();
   if (!why.empty()) FAIL("no GPU: " << why);
-  auto m = ir::loadModule("tests/plans/decoder_fp8.fxg");
-  compiler::compileModule(*m, compiler::CompileOptions{});
-  auto prog = rt::Program::fromPlan(lowering::lowerModule(*m, lowering::LowerOptions{}));
+  const std::unique_ptr<rt::Program> prog = compiledProgram("tests/plans/decoder_fp8.fxg");
   const auto& plan = prog->plan();
   rt::Session s(*prog);
   REQUIRE(s.gemmTuning());
