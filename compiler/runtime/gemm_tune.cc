@@ -185,6 +185,18 @@ std::string describeGemmAlgorithm(const cublasLtMatmulAlgo_t& algo) {
                      hasSplitKReduction(c) ? fmt::format(" (reduction {})", c.reduction) : "");
 }
 
+std::vector<int> inStepAlternatives(const std::vector<double>& us, int pick) {
+  std::vector<int> others;
+  if (pick < 0 || pick >= static_cast<int>(us.size()) || us[static_cast<size_t>(pick)] < 0) return others;
+  const double limit = kInStepGemmWindow * us[static_cast<size_t>(pick)];
+  for (int i = 0; i < static_cast<int>(us.size()); ++i)
+    if (i != pick && us[static_cast<size_t>(i)] >= 0 && us[static_cast<size_t>(i)] <= limit) others.push_back(i);
+  std::stable_sort(others.begin(), others.end(),
+                   [&](int a, int b) { return us[static_cast<size_t>(a)] < us[static_cast<size_t>(b)]; });
+  if (others.size() > static_cast<size_t>(kInStepGemmAlternatives)) others.resize(kInStepGemmAlternatives);
+  return others;
+}
+
 GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeuristicResult_t* results, int found,
                                int first, bool tune, cudaStream_t stream, const std::string& key, const std::string& where) {
   first = std::max(0, std::min(first, found - 1));
@@ -193,7 +205,7 @@ GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeurist
   if (!tune || found <= 1 || capturing != cudaStreamCaptureStatusNone) {
     const char* why = !tune ? "tuning off" : found <= 1 ? "one candidate" : "stream capturing: not tuned";
     return GemmChoice{results[first].algo,
-                      fmt::format("heuristic #{} of {} ({}): {}", first, found, why, describeGemmAlgorithm(results[first].algo))};
+                      fmt::format("heuristic #{} of {} ({}): {}", first, found, why, describeGemmAlgorithm(results[first].algo)), {}};
   }
   {
     std::lock_guard<std::mutex> lock(cacheMutex());
@@ -223,7 +235,7 @@ GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeurist
   GemmChoice choice;
   if (best < 0) {  // nothing ran: the heuristic's choice, whose own failure the step reports
     choice = GemmChoice{results[first].algo, fmt::format("heuristic #{} of {} (no candidate ran while tuning): {}", first,
-                                                         found, describeGemmAlgorithm(results[first].algo))};
+                                                         found, describeGemmAlgorithm(results[first].algo)), {}};
   } else {
     int pick = best;
     if (best_plain >= 0 && us[static_cast<size_t>(best_plain)] <= kSplitKPreference * us[static_cast<size_t>(best)])
@@ -234,6 +246,11 @@ GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeurist
                                  describeGemmAlgorithm(results[pick].algo), us[static_cast<size_t>(pick)], first,
                                  t_first < 0 ? std::string("did not run") : fmt::format("{:.1f} us, split-k {}", t_first,
                                                                                     cfg[static_cast<size_t>(first)].split_k));
+    std::vector<int> step = inStepAlternatives(us, pick);
+    step.insert(step.begin(), pick);
+    for (int i : step)
+      choice.in_step.push_back({results[i].algo, fmt::format("{} ({:.1f} us alone)", describeGemmAlgorithm(results[i].algo),
+                                                             us[static_cast<size_t>(i)])});
   }
   std::lock_guard<std::mutex> lock(cacheMutex());
   cache()[key] = choice;

@@ -21,6 +21,10 @@ namespace fxfuse::runtime {
 
 constexpr int kGemmCandidates = 16;
 constexpr double kSplitKPreference = 1.03;  // a split-K-free algorithm within 3% wins
+// Timed alone, the runner-up algorithms Session::chooseGemmsInStep may try in the captured step:
+// at most this many besides the pick, each within kInStepGemmWindow of the pick's time.
+constexpr int kInStepGemmAlternatives = 3;
+constexpr double kInStepGemmWindow = 1.25;
 
 // One cuBLASLt matmul call as the step makes it (descriptors owned by the caller).
 struct GemmCall {
@@ -36,10 +40,24 @@ struct GemmCall {
   size_t workspace_bytes = 0;
 };
 
+// One timed cuBLASLt algorithm the step may run.
+struct GemmCandidate {
+  cublasLtMatmulAlgo_t algo;
+  std::string what;  // e.g. "id 66 tile 20 stages 15 split-k 1 (11.8 us alone)"
+};
+
 struct GemmChoice {
   cublasLtMatmulAlgo_t algo;
   std::string summary;  // e.g. "tuned 12 of 16: id 66 tile 20 stages 15 split-k 1, 11.8 us (heuristic #0: 14.2 us, split-k 4)"
+  // When tuned: the pick first, then its runner-ups (inStepAlternatives), which
+  // Session::chooseGemmsInStep may time in the step instead. Empty when nothing was timed.
+  std::vector<GemmCandidate> in_step;
 };
+
+// The candidates (alone times `us`, negative: did not run) the step may time instead of `pick`:
+// the fastest others within kInStepGemmWindow of pick's time, fastest first, at most
+// kInStepGemmAlternatives.
+std::vector<int> inStepAlternatives(const std::vector<double>& us, int pick);
 
 // `key`: the call's identity for the cache. `tune` false (or a capturing stream): cuBLASLt's
 // `first` heuristic result, the pre-tuning behaviour. Throws FxError naming `where`.
@@ -61,7 +79,7 @@ struct OwnGemmChoice {
   bool use = false;
   std::string summary;  // appended to the algorithm's summary, e.g. "; own kernel (4 K slices) 4.1 us vs 11.3 us: own kernel"
   // The own kernel ran and agrees with cuBLASLt under the timed policy: either may run the step,
-  // so Session::chooseOwnGemmsInStep may pick by timing the whole step.
+  // so Session::chooseGemmsInStep may pick by timing the whole step.
   bool eligible = false;
   int candidate = -1;  // the fastest agreeing candidate, -1 when none ran and agreed
 };
@@ -71,8 +89,8 @@ OwnGemmChoice chooseOwnGemm(const GemmCall& call, const GemmChoice& choice, cons
 
 // $FXFUSE_GEMM_TUNE: "0" turns tuning off (default on).
 bool gemmTuningFromEnv();
-// $FXFUSE_GEMM_IN_STEP: "0" leaves the own-kernel/cuBLASLt choice to the alone timing (default:
-// `fxfuse bench` re-times it in the captured step, Session::chooseOwnGemmsInStep).
+// $FXFUSE_GEMM_IN_STEP: "0" leaves the GEMM choices to the alone timing (default: `fxfuse bench`
+// re-times them in the captured step, Session::chooseGemmsInStep).
 bool gemmInStepFromEnv();
 
 // One line describing an algorithm's configuration (id, tile, stages, split-K, reduction).

@@ -470,6 +470,7 @@ void Session::prepare(cudaStream_t stream) {
   fused_algorithms_.clear();
   matmul_algorithms_.clear();
   own_gemm_sites_.clear();
+  cublas_sites_.clear();
   prepareCollectives();
   for (int si = 0; si < plan_.steps_size(); ++si) {
     const pb::Step& st = plan_.steps(si);
@@ -1150,10 +1151,27 @@ void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& 
     }
     if (use) m->small_m = small;
   }
+  if (!m->small_m) choice.summary += cublasAlgorithmInStep(key, choice, fmt::format("M={} N={} K={}", M, N, K), m);
   matmul_algorithms_.push_back(fmt::format("{}: M={} N={} K={}{} {}x{}->{}: {}", where, M, N, K,
                                            batch > 1 ? fmt::format(" batch={}", batch) : "",
                                            irpb::DType_Name(mm.a_dtype()), irpb::DType_Name(mm.b_dtype()),
                                            irpb::DType_Name(mm.d_dtype()), choice.summary));
+}
+
+// A matmul that runs cuBLASLt with runner-up algorithms is a site chooseCublasAlgorithmsInStep
+// may re-decide; runs the candidate the step chose. Returns the summary's suffix naming it.
+std::string Session::cublasAlgorithmInStep(const std::string& key, const GemmChoice& choice, const std::string& what,
+                                           MatmulLaunch* m) {
+  if (choice.in_step.size() < 2) return "";
+  const auto chosen = cublas_algo_in_step_.find(key);
+  int index = chosen != cublas_algo_in_step_.end() ? chosen->second : 0;
+  if (index < 0 || index >= static_cast<int>(choice.in_step.size())) index = 0;
+  CublasSite& site = cublas_sites_[key];
+  site = {index, {}, what};
+  for (const GemmCandidate& c : choice.in_step) site.candidates.push_back(c.what);
+  if (index == 0) return "";
+  m->algo = choice.in_step[static_cast<size_t>(index)].algo;
+  return fmt::format(", in the step: {}", choice.in_step[static_cast<size_t>(index)].what);
 }
 
 bool Session::programmaticLaunch() { return k::ProgrammaticLaunchEnabled(); }
@@ -1518,29 +1536,37 @@ namespace {
 constexpr double kInStepMargin = 0.003;  // a switch in the step must beat the replay-to-replay noise
 }  // namespace
 
-// Re-decides each GEMM shape where both kernels may run by timing the whole captured step with
-// the other kernel (the alone timing cannot see programmatic overlap), then the prefetch size.
-std::vector<std::string> Session::chooseOwnGemmsInStep(cudaStream_t stream, int replays) {
+std::vector<std::string> Session::chooseGemmsInStep(cudaStream_t stream, int replays) {
   std::vector<std::string> lines;
   if (!gemm_tune_ || replays < 1) return lines;
-  if (env_.empty() && plan_.symbols_size() > 0) fail("Session::chooseOwnGemmsInStep before bind()");
+  if (env_.empty() && plan_.symbols_size() > 0) fail("Session::chooseGemmsInStep before bind()");
+  if (dirty_) prepare(stream);
+  if (own_gemm_sites_.empty() && cublas_sites_.empty()) return lines;
+  double best = medianReplayUs(stream, replays);
+  for (auto choose : {&Session::chooseOwnGemmsInStep, &Session::chooseOwnGemmPrefetchInStep,
+                       &Session::chooseCublasAlgorithmsInStep})
+    for (std::string& line : (this->*choose)(stream, replays, &best)) lines.push_back(std::move(line));
+  return lines;
+}
+
+// Per GEMM shape where both kernels may run: the other kernel than the one the alone timing
+// chose, timed in the step (the alone timing cannot see programmatic overlap).
+std::vector<std::string> Session::chooseOwnGemmsInStep(cudaStream_t stream, int replays, double* best_us) {
+  std::vector<std::string> lines;
   if (dirty_) prepare(stream);
   const std::map<std::string, OwnGemmSite> sites = own_gemm_sites_;  // prepare() refills it
-  if (sites.empty()) return lines;
-  double best = medianReplayUs(stream, replays);
   for (const auto& [key, site] : sites) {
     own_gemm_in_step_[key] = !site.own;
     dirty_ = true;
     const double t = medianReplayUs(stream, replays);
-    const bool keep = t < best * (1.0 - kInStepMargin);
+    const bool keep = t < *best_us * (1.0 - kInStepMargin);
     lines.push_back(fmt::format("{}: {} {:.1f} us per step, {} {:.1f} us: {}", site.what,
-                                site.own ? "own kernel" : "cuBLASLt", best, site.own ? "cuBLASLt" : "own kernel", t,
+                                site.own ? "own kernel" : "cuBLASLt", *best_us, site.own ? "cuBLASLt" : "own kernel", t,
                                 keep ? "switched" : "kept"));
-    if (keep) best = t;
+    if (keep) *best_us = t;
     else own_gemm_in_step_[key] = site.own;
   }
   dirty_ = true;
-  for (std::string& line : chooseOwnGemmPrefetchInStep(stream, replays, &best)) lines.push_back(std::move(line));
   return lines;
 }
 
@@ -1566,6 +1592,37 @@ std::vector<std::string> Session::chooseOwnGemmPrefetchInStep(cudaStream_t strea
                                 site.what, current, *best_us, other, t, keep ? "switched" : "kept"));
     if (keep) *best_us = t;
     else own_gemm_prefetch_in_step_[key] = current;
+  }
+  dirty_ = true;
+  return lines;
+}
+
+// Per shape that runs cuBLASLt in the step: each other candidate of GemmChoice::in_step (the
+// tuned pick and the runner-ups timed alone within kInStepGemmWindow of it) in place of the one
+// running. Timed alone with L2 flushed, algorithms within a few percent of each other rank
+// differently than in the step, where each follows a kernel that left its output in L2 and
+// overlaps its neighbours, so the step decides.
+std::vector<std::string> Session::chooseCublasAlgorithmsInStep(cudaStream_t stream, int replays, double* best_us) {
+  std::vector<std::string> lines;
+  if (dirty_) prepare(stream);
+  const std::map<std::string, CublasSite> sites = cublas_sites_;
+  for (const auto& [key, site] : sites) {
+    int current = site.chosen;
+    for (int other = 0; other < static_cast<int>(site.candidates.size()); ++other) {
+      if (other == current) continue;
+      cublas_algo_in_step_[key] = other;
+      dirty_ = true;
+      const double t = medianReplayUs(stream, replays);
+      const bool keep = t < *best_us * (1.0 - kInStepMargin);
+      lines.push_back(fmt::format("{}: cuBLASLt {} {:.1f} us per step, {} {:.1f} us: {}", site.what,
+                                  site.candidates[static_cast<size_t>(current)], *best_us,
+                                  site.candidates[static_cast<size_t>(other)], t, keep ? "switched" : "kept"));
+      if (keep) {
+        *best_us = t;
+        current = other;
+      }
+    }
+    cublas_algo_in_step_[key] = current;
   }
   dirty_ = true;
   return lines;

@@ -72,6 +72,7 @@ struct DeviceTensor {
 };
 
 class PagedScratch;  // paged_steps.h
+struct GemmChoice;   // gemm_tune.h
 
 class Session {
  public:
@@ -140,16 +141,17 @@ class Session {
   // Per matmul step of the last prepare: "step 3 (node): M=64 N=6144 K=4096 ...: tuned ...".
   const std::vector<std::string>& matmulAlgorithms() const { return matmul_algorithms_; }
 
-  // Chooses between fxfuse's own small-M GEMM and cuBLASLt, per GEMM shape where both run and
-  // agree, by timing the whole plan captured in a CUDA graph with each choice (one shape at a
-  // time; a switch is kept when the median replay is faster by more than 0.3 %). Timed alone, a
-  // kernel's programmatic overlap with its neighbours does not show (docs/runtime.md "Matmul
-  // algorithms"). It replays the plan on the bound inputs, so it is for callers that replay
-  // anyway (`fxfuse bench`); it needs GEMM tuning on and leaves the session to re-prepare on the
-  // next run or capture. Then, per shape left on the own kernel's mma.sync path, its weight
-  // copies' L2 prefetch size (kSmallMFp8L2PrefetchBytes or none) the same way. Returns one line
-  // per shape and choice tried.
-  std::vector<std::string> chooseOwnGemmsInStep(cudaStream_t stream, int replays = 15);
+  // Re-decides the GEMM choices that timing each kernel alone cannot see (programmatic overlap
+  // with the neighbours, what the neighbours leave in L2; docs/runtime.md "Timed in the step") by
+  // timing the whole plan captured in a CUDA graph with each alternative, one at a time; a switch
+  // is kept when the median replay is faster by more than 0.3 %. In order: fxfuse's own small-M
+  // GEMM or cuBLASLt, per shape where both run and agree; per shape left on the own kernel's
+  // mma.sync path, its weight copies' L2 prefetch size (kSmallMFp8L2PrefetchBytes or none); per
+  // shape left on cuBLASLt, its tuned algorithm or a runner-up (GemmChoice::in_step). It replays
+  // the plan on the bound inputs, so it is for callers that replay anyway (`fxfuse bench`); it
+  // needs GEMM tuning on and leaves the session to re-prepare on the next run or capture. Returns
+  // one line per shape and choice tried.
+  std::vector<std::string> chooseGemmsInStep(cudaStream_t stream, int replays = 15);
   // Whether callers should (unless $FXFUSE_GEMM_IN_STEP=0).
   static bool gemmInStepChoice();
 
@@ -267,7 +269,18 @@ class Session {
   std::map<std::string, OwnGemmSite> own_gemm_sites_;  // GEMM key -> site, where either kernel may run
   std::map<std::string, bool> own_gemm_in_step_;       // GEMM key -> own kernel, chosen in the step
   std::map<std::string, int> own_gemm_prefetch_in_step_;  // GEMM key -> its L2 prefetch size, chosen in the step
+  struct CublasSite {
+    int chosen = 0;  // the index into `candidates` the last prepare ran
+    std::vector<std::string> candidates;  // GemmChoice::in_step's descriptions
+    std::string what;  // "M=64 N=6144 K=4096"
+  };
+  std::map<std::string, CublasSite> cublas_sites_;   // GEMM key -> site, where the step runs cuBLASLt
+  std::map<std::string, int> cublas_algo_in_step_;   // GEMM key -> index into GemmChoice::in_step, chosen in the step
+  std::string cublasAlgorithmInStep(const std::string& key, const GemmChoice& choice, const std::string& what,
+                                    MatmulLaunch* m);
+  std::vector<std::string> chooseOwnGemmsInStep(cudaStream_t stream, int replays, double* best_us);
   std::vector<std::string> chooseOwnGemmPrefetchInStep(cudaStream_t stream, int replays, double* best_us);
+  std::vector<std::string> chooseCublasAlgorithmsInStep(cudaStream_t stream, int replays, double* best_us);
   double medianReplayUs(cudaStream_t stream, int replays);
   std::vector<std::string> prefetch_lines_;
   std::vector<std::string> epilogue_lines_;

@@ -101,18 +101,10 @@ TEST_CASE("replay refuses a graph whose inputs changed since capture", "[gpu][ru
   cudaStreamDestroy(stream);
 }
 
-// Session::chooseOwnGemmsInStep on an FP8 decoder layer at 8 tokens: every shape where both GEMM
-// kernels run gets an own-kernel/cuBLASLt line, every shape left on the own kernel's mma.sync
-// path a prefetch line, and the next prepare runs exactly what the lines chose (the matmul
-// summaries name the prefetch size kept).
-TEST_CASE("the GEMM choices timed in the step are what the next prepare runs", "[gpu][runtime]") {
-  const std::string why = rt::deviceProblem();
-  if (!why.empty()) FAIL("no GPU: " << why);
-  const std::unique_ptr<rt::Program> prog = compiledProgram("tests/plans/decoder_fp8.fxg");
-  const auto& plan = prog->plan();
-  rt::Session s(*prog);
-  REQUIRE(s.gemmTuning());
-  s.bind({{"s0", 8}});
+namespace {
+
+// `plan`'s inputs bound to random device memory (scalars to their recorded value or 1).
+std::vector<std::unique_ptr<Buffer>> bindRandomInputs(rt::Session& s, const fxfuse::plan::v1::Plan& plan) {
   std::vector<std::unique_ptr<Buffer>> inputs;
   for (int i = 0; i < plan.inputs_size(); ++i) {
     const auto& pi = plan.inputs(i);
@@ -125,38 +117,105 @@ TEST_CASE("the GEMM choices timed in the step are what the next prepare runs", "
     inputs.push_back(std::make_unique<Buffer>(t.numel(), t.dtype, 100u + static_cast<unsigned>(i)));
     s.setInput(static_cast<size_t>(i), inputs.back()->p);
   }
-  cudaStream_t stream = nullptr;
-  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
-  s.run(stream);
-  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
-  const std::vector<std::string> lines = s.chooseOwnGemmsInStep(stream, 5);
-  // Per shape ("M=8 N=512 K=256"): whether it ends on the own kernel, and the prefetch kept.
-  std::map<std::string, bool> own;
-  std::map<std::string, std::string> prefetch;
+  return inputs;
+}
+
+// What Session::chooseGemmsInStep's lines chose, per shape ("M=8 N=512 K=256"). Every line must
+// be one of the three forms.
+struct InStepChoices {
+  std::map<std::string, bool> own;                  // ends on the own kernel
+  std::map<std::string, std::string> prefetch;      // the own kernel's L2 prefetch size kept
+  std::map<std::string, std::string> cublas_alone;  // the cuBLASLt algorithm the alone timing chose
+  std::map<std::string, std::string> cublas;        // the cuBLASLt algorithm kept
+};
+
+InStepChoices parseInStepLines(const std::vector<std::string>& lines) {
   const std::regex kernel_line(R"((M=\d+ N=\d+ K=\d+): (own kernel|cuBLASLt) [0-9.]+ us per step, (own kernel|cuBLASLt) [0-9.]+ us: (switched|kept))");
   const std::regex prefetch_line(R"((M=\d+ N=\d+ K=\d+): own kernel, L2 prefetch (\d+) bytes [0-9.]+ us per step, (\d+) bytes [0-9.]+ us: (switched|kept))");
+  const std::regex cublas_line(R"((M=\d+ N=\d+ K=\d+): cuBLASLt (id .+? us alone\)) [0-9.]+ us per step, (id .+? us alone\)) [0-9.]+ us: (switched|kept))");
+  InStepChoices c;
   for (const std::string& line : lines) {
     INFO(line);
     std::smatch g;
     if (std::regex_match(line, g, kernel_line)) {
-      own[g[1]] = (g[4] == "switched" ? g[3] : g[2]) == "own kernel";
+      c.own[g[1]] = (g[4] == "switched" ? g[3] : g[2]) == "own kernel";
+    } else if (std::regex_match(line, g, prefetch_line)) {
+      CHECK(c.own.at(g[1]));
+      c.prefetch[g[1]] = g[4] == "switched" ? g[3] : g[2];
     } else {
-      REQUIRE(std::regex_match(line, g, prefetch_line));
-      CHECK(own.at(g[1]));
-      prefetch[g[1]] = g[4] == "switched" ? g[3] : g[2];
+      REQUIRE(std::regex_match(line, g, cublas_line));
+      CHECK((c.own.count(g[1]) == 0 || !c.own.at(g[1])));  // the shape ended on cuBLASLt
+      if (!c.cublas_alone.count(g[1])) c.cublas_alone[g[1]] = g[2];
+      CHECK(g[2] == (c.cublas.count(g[1]) ? c.cublas[g[1]] : c.cublas_alone[g[1]]));  // tried against the kept one
+      c.cublas[g[1]] = g[4] == "switched" ? g[3] : g[2];
     }
   }
-  REQUIRE(!own.empty());
-  for (const auto& [shape, is_own] : own) CHECK(prefetch.count(shape) == (is_own ? 1u : 0u));
+  return c;
+}
+
+// The next prepare's matmul summaries name what the step chose: the prefetch size kept for each
+// own-kernel shape, and the cuBLASLt algorithm where the step switched from the alone choice.
+void checkNextPrepareRuns(rt::Session& s, cudaStream_t stream, const InStepChoices& c) {
   s.run(stream);  // prepares again with the choices
   REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
-  for (const auto& [shape, bytes] : prefetch) {
-    INFO(shape);
+  auto summaries_naming = [&](const std::string& shape, const std::string& text) {
     int named = 0;
     for (const std::string& algo : s.matmulAlgorithms())
-      if (algo.find(shape) != std::string::npos)
-        named += algo.find(fmt::format("L2 prefetch {} bytes in the step", bytes)) != std::string::npos;
-    CHECK(named >= 1);
+      named += algo.find(shape + " ") != std::string::npos && algo.find(text) != std::string::npos;
+    return named;
+  };
+  for (const auto& [shape, bytes] : c.prefetch) {
+    INFO(shape);
+    CHECK(summaries_naming(shape, fmt::format("L2 prefetch {} bytes in the step", bytes)) >= 1);
   }
+  for (const auto& [shape, algo] : c.cublas) {
+    INFO(shape << ": " << algo);
+    if (algo == c.cublas_alone.at(shape)) CHECK(summaries_naming(shape, ", in the step: id") == 0);
+    else CHECK(summaries_naming(shape, ", in the step: " + algo) >= 1);
+  }
+}
+
+}  // namespace
+
+// Session::chooseGemmsInStep on an FP8 decoder layer at 8 tokens: every shape where both GEMM
+// kernels run gets an own-kernel/cuBLASLt line, every shape left on the own kernel's mma.sync
+// path a prefetch line, and the next prepare runs exactly what the lines chose.
+TEST_CASE("the GEMM choices timed in the step are what the next prepare runs", "[gpu][runtime]") {
+  const std::string why = rt::deviceProblem();
+  if (!why.empty()) FAIL("no GPU: " << why);
+  const std::unique_ptr<rt::Program> prog = compiledProgram("tests/plans/decoder_fp8.fxg");
+  rt::Session s(*prog);
+  REQUIRE(s.gemmTuning());
+  s.bind({{"s0", 8}});
+  const auto inputs = bindRandomInputs(s, prog->plan());
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  s.run(stream);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  const InStepChoices c = parseInStepLines(s.chooseGemmsInStep(stream, 5));
+  REQUIRE(!c.own.empty());
+  for (const auto& [shape, is_own] : c.own) CHECK(c.prefetch.count(shape) == (is_own ? 1u : 0u));
+  checkNextPrepareRuns(s, stream, c);
+  cudaStreamDestroy(stream);
+}
+
+// At 128 tokens no own kernel runs (it takes at most 64 rows): every matmul is cuBLASLt, and
+// the shapes with runner-up algorithms get one line per runner-up.
+TEST_CASE("the cuBLASLt algorithms timed in the step are what the next prepare runs", "[gpu][runtime]") {
+  const std::string why = rt::deviceProblem();
+  if (!why.empty()) FAIL("no GPU: " << why);
+  const std::unique_ptr<rt::Program> prog = compiledProgram("tests/plans/decoder_fp8.fxg");
+  rt::Session s(*prog);
+  REQUIRE(s.gemmTuning());
+  s.bind({{"s0", 128}});
+  const auto inputs = bindRandomInputs(s, prog->plan());
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  s.run(stream);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  const InStepChoices c = parseInStepLines(s.chooseGemmsInStep(stream, 5));
+  CHECK(c.own.empty());
+  REQUIRE(!c.cublas.empty());
+  checkNextPrepareRuns(s, stream, c);
   cudaStreamDestroy(stream);
 }

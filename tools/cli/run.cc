@@ -827,10 +827,10 @@ void registerBench(CLI::App& app, int& exit_code) {
     cudaCheck(cudaStreamCreate(&stream), "creating a stream");
     for (int i = 0; i < warmup; ++i) s.run(stream);
     cudaCheck(cudaStreamSynchronize(stream), "warm-up");
-    // The own-kernel/cuBLASLt choice timed in the captured step (one rank: the ranks' choices
-    // could differ by noise).
+    // The GEMM choices timed in the captured step (one rank: the ranks' choices could differ by
+    // noise).
     std::vector<std::string> in_step;
-    if (!no_graph && !comm && s.gemmTuning() && rt::Session::gemmInStepChoice()) in_step = s.chooseOwnGemmsInStep(stream);
+    if (!no_graph && !comm && s.gemmTuning() && rt::Session::gemmInStepChoice()) in_step = s.chooseGemmsInStep(stream);
     size_t graph_kernels = 0;
     if (!no_graph) {
       s.capture(stream);
@@ -870,7 +870,7 @@ void registerBench(CLI::App& app, int& exit_code) {
     if (batch) std::printf("serving batch: %s\n", batch->describe().c_str());
     if (mg.rank <= 0) printMatmulAlgorithms(s);
     if (!in_step.empty()) {
-      std::printf("own GEMM or cuBLASLt, timed in the step (FXFUSE_GEMM_IN_STEP=0: alone only):\n");
+      std::printf("GEMM choices timed in the step (FXFUSE_GEMM_IN_STEP=0: alone only):\n");
       for (const auto& line : in_step) std::printf("  %s\n", line.c_str());
     }
     if (mg.rank <= 0) printWeightPrefetches(s);
