@@ -14,6 +14,10 @@
 //     staged in shared memory and stored with 16-byte writes; one kernel for both output kinds
 //     (a run-time branch in the epilogue), so the FP8 variant has the same main loop.
 //
+// Launched with programmatic dependent launch (kernels/device/pdl.cuh): a CTA sets up its
+// barriers while the preceding kernel drains and waits for it before it reads anything; it lets
+// the next kernel launch after its main loop (later waves still need the multiprocessors).
+//
 // Causal masks are applied only on tiles that cross the diagonal or the end of the keys; causal
 // CTAs are scheduled longest first. Variable lengths: cu_seqlens give each sequence's token
 // offset; TMA boxes may reach into the next sequence (masked keys, unstored rows) or past the
@@ -29,6 +33,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/device/sm90.cuh"
 #include "kernels/attention/device/wgmma.cuh"
+#include "kernels/device/pdl.cuh"
 
 namespace fxfuse::attention {
 namespace {
@@ -85,6 +90,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t base = (device::smemAddr(smem_raw) + 1023u) & ~1023u;
   uint8_t* const base_ptr = smem_raw + (base - device::smemAddr(smem_raw));
 
+  // Barriers: Q landed; per stage K landed, V landed, K free, V free (K and V are released
+  // separately: K right after Q K^T, V after P V, so the next K load starts a tile earlier).
+  // Set up before the wait for the preceding kernel, which may still be writing Q, K, V or
+  // cu_seqlens.
+  const uint32_t bar_q = base + L::kBar;
+  const uint32_t full_k = bar_q + 8, full_v = full_k + 8 * kStages;
+  const uint32_t empty_k = full_v + 8 * kStages, empty_v = empty_k + 8 * kStages;
+  if (threadIdx.x == 0) {
+    device::mbarInit(bar_q, 1);
+    for (int s = 0; s < kStages; ++s) {
+      device::mbarInit(full_k + 8 * s, 1);
+      device::mbarInit(full_v + 8 * s, 1);
+      device::mbarInit(empty_k + 8 * s, 256);
+      device::mbarInit(empty_v + 8 * s, 256);
+    }
+    device::fenceBarrierInit();
+  }
+  __syncthreads();
+  kernels::waitForPrecedingGrid();
+
   const int b = blockIdx.z, h = blockIdx.y, hk = h / a.group;
   int q_off = 0, k_off = 0, sq = a.seqlen_q, sk = a.seqlen_k;
   if (a.cu_q) {
@@ -101,23 +126,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (a.causal) kv_end = min(sk, q0 + kBlockM + shift);
   const int n_tiles = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
   const int tma_b = a.cu_q ? 0 : b;
-
-  // Barriers: Q landed; per stage K landed, V landed, K free, V free (K and V are released
-  // separately: K right after Q K^T, V after P V, so the next K load starts a tile earlier).
-  const uint32_t bar_q = base + L::kBar;
-  const uint32_t full_k = bar_q + 8, full_v = full_k + 8 * kStages;
-  const uint32_t empty_k = full_v + 8 * kStages, empty_v = empty_k + 8 * kStages;
-  if (threadIdx.x == 0) {
-    device::mbarInit(bar_q, 1);
-    for (int s = 0; s < kStages; ++s) {
-      device::mbarInit(full_k + 8 * s, 1);
-      device::mbarInit(full_v + 8 * s, 1);
-      device::mbarInit(empty_k + 8 * s, 256);
-      device::mbarInit(empty_v + 8 * s, 256);
-    }
-    device::fenceBarrierInit();
-  }
-  __syncthreads();
 
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
@@ -302,6 +310,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     device::mbarArrive(empty_v + 8 * sl);
   }
 
+  kernels::allowDependentGrids();
+
   // Epilogue: O / l per row (rows with no visible key give NaN, as the reference kernel),
   // converted and staged in this warpgroup's Q rows (free now; 128 B rows, 16 B chunks swizzled
   // by row), then written with coalesced 16-byte stores.
@@ -393,8 +403,7 @@ cudaError_t launchTyped(const PrefillParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.seqlen_q + kBlockM - 1) / kBlockM), static_cast<unsigned>(p.heads_q),
                   static_cast<unsigned>(p.batch));
   if (grid.x == 0) return cudaSuccess;
-  kernel<<<grid, kThreads, Layout<E>::kBytes, stream>>>(tq, tk, tv, a);
-  return cudaGetLastError();
+  return kernels::LaunchProgrammatic(kernel, grid, dim3(kThreads), Layout<E>::kBytes, stream, tq, tk, tv, a);
 }
 
 template <int E>
