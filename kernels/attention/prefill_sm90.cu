@@ -18,6 +18,11 @@
 // barriers while the preceding kernel drains and waits for it before it reads anything; it lets
 // the next kernel launch after its main loop (later waves still need the multiprocessors).
 //
+// Rotary prologue (positions given, one sequence of at most kRotaryPrefillMaxTokens): each
+// consumer warpgroup rotates its own 64 Q rows once and half of every K tile after it lands, in
+// shared memory with the rotary step's rounding, then fences them for the async proxy before
+// the products read them; so the output is the rotary step's then this kernel's, bit for bit.
+//
 // Causal masks are applied only on tiles that cross the diagonal or the end of the keys; causal
 // CTAs are scheduled longest first. Variable lengths: cu_seqlens give each sequence's token
 // offset; TMA boxes may reach into the next sequence (masked keys, unstored rows) or past the
@@ -34,6 +39,7 @@
 #include "kernels/attention/device/sm90.cuh"
 #include "kernels/attention/device/wgmma.cuh"
 #include "kernels/device/pdl.cuh"
+#include "kernels/runtime/rotary.cuh"
 
 namespace fxfuse::attention {
 namespace {
@@ -67,6 +73,10 @@ struct PrefillArgs {
   int64_t o_stride[3];
   float scale_log2;
   bool causal, bottom_right, fp8;
+  const int64_t* positions;  // rotary prologue when set
+  const void* cos_sin;
+  DType cos_sin_dtype;
+  int64_t cos_sin_rows, cos_sin_stride;
 };
 
 template <typename T>
@@ -79,6 +89,39 @@ template <>
 struct TagOf<__half> {
   using type = device::F16Tag;
 };
+
+// Rotates rows [first, first + 64) of a tile in shared memory (64-column blocks of `tile_rows`
+// rows, 128-byte rows whose 16-byte chunks are swizzled by row, as TMA's 128-byte swizzle lays
+// them out): row r is token token0 + r, left as it is from row `valid` on (masked keys, rows not
+// stored). Neox pairs (d, d + E/2) sit in chunks c and c + E/16, at the same swizzled position
+// of their blocks for E = 128 and of one row for E = 64. One warpgroup's threads.
+template <int E, typename T>
+__device__ __forceinline__ void rotateTileRows(uint8_t* tile, int tile_rows, int first, int token0, int valid,
+                                               const PrefillArgs& a, int tid) {
+  constexpr int kHalfChunks = E / 16;
+  auto chunk = [&](int r, int c) { return tile + (c / 8) * tile_rows * 128 + r * 128 + (((c % 8) ^ (r & 7)) * 16); };
+  for (int w = tid; w < 64 * kHalfChunks; w += 128) {
+    const int r = first + w / kHalfChunks, c = w % kHalfChunks;
+    if (r >= valid) continue;
+    const int64_t pos = a.positions[token0 + r];
+    uint4* lo = reinterpret_cast<uint4*>(chunk(r, c));
+    uint4* hi = reinterpret_cast<uint4*>(chunk(r, c + kHalfChunks));
+    uint4 vl = *lo, vh = *hi;
+    T* xl = reinterpret_cast<T*>(&vl);
+    T* xh = reinterpret_cast<T*>(&vh);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float2 cs = runtime::rotary::cosSin<T>(a.cos_sin, a.cos_sin_dtype, a.cos_sin_rows, a.cos_sin_stride, E, pos,
+                                                   8 * c + i);
+      const float2 v = runtime::rotary::rotatePair<T>(kernels::device::D16<T>::ToFloat(xl[i]),
+                                                      kernels::device::D16<T>::ToFloat(xh[i]), cs);
+      xl[i] = kernels::device::D16<T>::FromFloat(v.x);
+      xh[i] = kernels::device::D16<T>::FromFloat(v.y);
+    }
+    *lo = vl;
+    *hi = vh;
+  }
+}
 
 template <int E, typename T>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -258,11 +301,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   device::mbarWait(bar_q, 0);
+  if (a.positions) {  // this warpgroup's Q rows, read by its own products only
+    rotateTileRows<E, T>(base_ptr + L::kQ, kBlockM, cw * 64, q_off + q0, sq - q0, a, tid);
+    device::fenceProxyAsyncShared();
+    device::namedBarrierSync(1 + cw, 128);
+  }
+  // The rotary prologue's half of K tile j (both warpgroups' products read all of it).
+  auto rotateKeys = [&](int j) {
+    if (!a.positions) return;
+    rotateTileRows<E, T>(base_ptr + L::kK + (j % kStages) * L::kKVBytes, kBlockN, cw * 64, k_off + j * kBlockN,
+                         sk - j * kBlockN, a, tid);
+    device::fenceProxyAsyncShared();
+    device::namedBarrierSync(5, 256);
+  };
   if (n_tiles > 0) {
     if (cw == 1) device::namedBarrierArrive(3, 256);
     // Tile 0: S, softmax, P. Then per tile j: issue S_j and P_{j-1} V_{j-1} together, softmax of
     // S_j while the tensor cores run P V, then rescale O and repack P.
     device::mbarWait(full_k, 0);
+    rotateKeys(0);
     device::fenceRegs(s);
     device::wgmmaFence();
     myTurn();
@@ -277,6 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int st = j % kStages, sp = (j - 1) % kStages;
       device::mbarWait(full_k + 8 * st, (j / kStages) & 1);
       device::mbarWait(full_v + 8 * sp, ((j - 1) / kStages) & 1);
+      rotateKeys(j);
       device::fenceRegs(s);
       device::fenceRegs(o);
       device::fenceRegsU(pa);
@@ -397,6 +455,11 @@ cudaError_t launchTyped(const PrefillParams& p, cudaStream_t stream) {
   a.causal = p.causal;
   a.bottom_right = p.causal_bottom_right;
   a.fp8 = p.out_dtype == DType::F8E4M3FN;
+  a.positions = p.rotary_positions;
+  a.cos_sin = p.rotary_cos_sin;
+  a.cos_sin_dtype = p.rotary_cos_sin_dtype;
+  a.cos_sin_rows = p.rotary_rows;
+  a.cos_sin_stride = p.rotary_stride;
   auto kernel = prefillKernel<E, T>;
   const cudaError_t attr = device::ensureSmemLimit<prefillKernel<E, T>>(Layout<E>::kBytes);
   if (attr != cudaSuccess) return attr;
