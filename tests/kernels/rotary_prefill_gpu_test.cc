@@ -172,7 +172,10 @@ TEST_CASE("rotary prefill: what it leaves to the rotation step", "[gpu][attentio
   CHECK_FALSE(Sm90RotatedAttention(fused->first, fused->second));  // more tokens than one query tile
   c.T = 64;
   Layer l(c, rng);
-  fused = RotatedAttentionOf(l.rotation, l.attention);
+  DeviceBuffer out(l.outBytes());
+  AttentionParams a = l.attention;
+  a.out = out.get();
+  fused = RotatedAttentionOf(l.rotation, a);
   REQUIRE(fused.has_value());
   CHECK(Sm90RotatedAttention(fused->first, fused->second));
   AttentionRotary partial = fused->second;
