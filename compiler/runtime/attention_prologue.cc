@@ -1,5 +1,5 @@
-// The rotary steps an attention can take in as its prologue (attention_prologue.h): the operand
-// check and rewrite (host only; the session's pass is attention_prologue_pass.cc).
+// The rotary steps a short attention can take in as its prologue (attention_prologue.h): the
+// operand check and rewrite (host only; the session's pass is attention_prologue_pass.cc).
 #include "compiler/runtime/attention_prologue.h"
 
 #include <cstdlib>
@@ -59,6 +59,7 @@ std::optional<std::pair<AttentionParams, AttentionRotary>> RotatedAttentionOf(co
   rot.cos_sin_stride = r.cos_sin_stride;
   rot.rotary_dim = r.rotary_dim;
   rot.neox = r.neox;
+  if (ShortAttentionUnsupported(f, &rot)) return std::nullopt;
   return std::make_pair(f, rot);
 }
 

@@ -1,16 +1,14 @@
 // Taking a dense plan's rotary step into the attention after it (the short attention kernel's
-// rotary prologue, kernels/runtime/attention.h, or the prefill kernel's up to
-// fxfuse::attention::kRotaryPrefillMaxTokens tokens, kernels/attention/attention.h). The runtime
-// does it when it prepares a plan: which kernel the attention runs depends on the bound number
-// of tokens, so it is not the lowering's to decide.
+// rotary prologue, kernels/runtime/attention.h). The runtime does it when it prepares a plan:
+// whether the attention runs the short kernel depends on the bound number of tokens, so it is
+// not the lowering's to decide.
 //
 //   step i:   rt.reshape_and_cache, rotation only ─► qk_rot [T, Hq + Hk, E], read by step i+1 only
 //   step i+1: rt.attention (sm90) of q = qk_rot[:, :Hq], k = qk_rot[:, Hq:], v
 //   becomes   step i: nothing;  step i+1: attention of the unrotated q and k, rotated as it reads them
 //
-// Both kernels rotate with the rotary step's rounding (kernels/runtime/rotary.cuh): the short
-// kernel's output is the chain's up to the order of its sums, the prefill kernel's is the
-// chain's bit for bit (it rotates the tiles in shared memory before the same products).
+// The output is the chain's up to the order of the attention's sums (the short kernel's own),
+// since the kernel rotates with the rotary step's rounding (kernels/runtime/rotary.cuh).
 // docs/runtime.md "Attention prologues" says what it measured.
 #pragma once
 
@@ -35,9 +33,8 @@ struct AttentionStep {
 };
 
 // The attention `a` reading the rotation's sources instead of its output, with the rotation as
-// its prologue; nullopt where q or k is not a whole-head view of the rotated rows (one
-// sequence, the rotation's tokens as queries and keys). Which kernel can take it is
-// Sm90RotatedAttention's to say (sm90_attention.h).
+// its prologue; nullopt where q or k is not a whole-head view of the rotated rows that the short
+// attention can take that way (one sequence, the rotation's tokens as queries and keys).
 std::optional<std::pair<AttentionParams, AttentionRotary>> RotatedAttentionOf(const ReshapeAndCacheParams& rotation,
                                                                               const AttentionParams& a);
 

@@ -1,12 +1,11 @@
-// The session's pass that takes rotary steps into the attentions after them, once every step is
-// prepared (attention_prologue.h).
+// The session's pass that takes rotary steps into the short attentions after them, once every
+// step is prepared (attention_prologue.h).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include "compiler/lowering/lowering.h"
 #include "compiler/runtime/attention_prologue.h"
 #include "compiler/runtime/runtime.h"
-#include "compiler/runtime/sm90_attention.h"
 #include "ir/status.h"
 
 namespace fxfuse::runtime {
@@ -23,10 +22,8 @@ void Session::fuseAttentionPrologues() {
       continue;
     const auto fused = RotatedAttentionOf(rotation.rotation->params, a.params);
     if (!fused) continue;
-    std::function<cudaError_t(cudaStream_t)> launch = Sm90RotatedAttention(fused->first, fused->second);
-    if (!launch) continue;
-    attention.run = [launch, where = attention.where](cudaStream_t s) {
-      if (const cudaError_t e = launch(s); e != cudaSuccess)
+    attention.run = [p = fused->first, r = fused->second, where = attention.where](cudaStream_t s) {
+      if (const cudaError_t e = LaunchShortAttention(p, &r, s); e != cudaSuccess)
         fail("CUDA error in {}: {} ({})", where, cudaGetErrorString(e), cudaGetErrorName(e));
     };
     rotation.run = [](cudaStream_t) {};

@@ -47,20 +47,7 @@ struct PrefillParams {
   bool causal_bottom_right = false;
   DType out_dtype = DType::BF16;    // dtype, or kF8E4M3 with out_scale
   const float* out_scale = nullptr;  // [1] fp32 on the device
-  // Rotary prologue (rotary_positions set): q and k rotated as their tiles land in shared
-  // memory, vLLM's neox rotary over the whole head with the rotary step's rounding
-  // (kernels/runtime/rotary.cuh), query token i and key token j at positions[i] and positions[j];
-  // one sequence (batch 1, no cu_seqlens, seqlen_q == seqlen_k <= kRotaryPrefillMaxTokens).
-  const int64_t* rotary_positions = nullptr;  // [seqlen_q] on the device
-  const void* rotary_cos_sin = nullptr;       // [rotary_rows, head_size]: cos | sin, row stride rotary_stride
-  DType rotary_cos_sin_dtype = DType::BF16;   // BF16, F16 or F32
-  int64_t rotary_rows = 0, rotary_stride = 0;
 };
-
-// The most tokens the prefill kernel rotates itself: every CTA rotates the key tiles it reads, so
-// the work grows with the query tiles times the key tiles; one query tile (128 rows) keeps it
-// to what the rotary step does, up to the GQA group (docs/attention.md "Rotary in the prefill").
-inline constexpr int64_t kRotaryPrefillMaxTokens = 128;
 
 // Empty when the prefill kernel takes these params, else the first reason it does not.
 std::string CheckPrefill(const PrefillParams& p);

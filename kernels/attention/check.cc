@@ -61,14 +61,6 @@ std::string CheckPrefill(const PrefillParams& p) {
     return "output not 16-byte aligned or an output stride is not a multiple of 16 bytes";
   if (!dense && (p.total_q < p.seqlen_q || p.total_k < p.seqlen_k)) return "varlen: total_q/total_k below the maxima";
   if (!(p.softmax_scale > 0)) return "softmax scale must be positive";
-  if (p.rotary_positions) {
-    if (!dense || p.batch != 1 || p.seqlen_q != p.seqlen_k || p.seqlen_q > kRotaryPrefillMaxTokens)
-      return "rotary: one sequence of at most " + std::to_string(kRotaryPrefillMaxTokens) + " tokens, as queries and keys";
-    if (!p.rotary_cos_sin || p.rotary_rows < 0 || p.rotary_stride < p.head_size)
-      return "rotary: the cos | sin table is missing or narrower than the head";
-    if (!d16(p.rotary_cos_sin_dtype) && p.rotary_cos_sin_dtype != DType::F32)
-      return "rotary: the cos | sin table must be bf16, fp16 or fp32";
-  }
   return checkOut(p.dtype, p.out_dtype, p.out_scale);
 }
 

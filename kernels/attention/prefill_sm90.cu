@@ -14,15 +14,6 @@
 //     staged in shared memory and stored with 16-byte writes; one kernel for both output kinds
 //     (a run-time branch in the epilogue), so the FP8 variant has the same main loop.
 //
-// Launched with programmatic dependent launch (kernels/device/pdl.cuh): a CTA sets up its
-// barriers while the preceding kernel drains and waits for it before it reads anything; it lets
-// the next kernel launch after its main loop (later waves still need the multiprocessors).
-//
-// Rotary prologue (positions given, one sequence of at most kRotaryPrefillMaxTokens): each
-// consumer warpgroup rotates its own 64 Q rows once and half of every K tile after it lands, in
-// shared memory with the rotary step's rounding, then fences them for the async proxy before
-// the products read them; so the output is the rotary step's then this kernel's, bit for bit.
-//
 // Causal masks are applied only on tiles that cross the diagonal or the end of the keys; causal
 // CTAs are scheduled longest first. Variable lengths: cu_seqlens give each sequence's token
 // offset; TMA boxes may reach into the next sequence (masked keys, unstored rows) or past the
@@ -38,8 +29,6 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/device/sm90.cuh"
 #include "kernels/attention/device/wgmma.cuh"
-#include "kernels/device/pdl.cuh"
-#include "kernels/runtime/rotary.cuh"
 
 namespace fxfuse::attention {
 namespace {
@@ -73,10 +62,6 @@ struct PrefillArgs {
   int64_t o_stride[3];
   float scale_log2;
   bool causal, bottom_right, fp8;
-  const int64_t* positions;  // rotary prologue when set
-  const void* cos_sin;
-  DType cos_sin_dtype;
-  int64_t cos_sin_rows, cos_sin_stride;
 };
 
 template <typename T>
@@ -90,39 +75,6 @@ struct TagOf<__half> {
   using type = device::F16Tag;
 };
 
-// Rotates rows [first, first + 64) of a tile in shared memory (64-column blocks of `tile_rows`
-// rows, 128-byte rows whose 16-byte chunks are swizzled by row, as TMA's 128-byte swizzle lays
-// them out): row r is token token0 + r, left as it is from row `valid` on (masked keys, rows not
-// stored). Neox pairs (d, d + E/2) sit in chunks c and c + E/16, at the same swizzled position
-// of their blocks for E = 128 and of one row for E = 64. One warpgroup's threads.
-template <int E, typename T>
-__device__ __forceinline__ void rotateTileRows(uint8_t* tile, int tile_rows, int first, int token0, int valid,
-                                               const PrefillArgs& a, int tid) {
-  constexpr int kHalfChunks = E / 16;
-  auto chunk = [&](int r, int c) { return tile + (c / 8) * tile_rows * 128 + r * 128 + (((c % 8) ^ (r & 7)) * 16); };
-  for (int w = tid; w < 64 * kHalfChunks; w += 128) {
-    const int r = first + w / kHalfChunks, c = w % kHalfChunks;
-    if (r >= valid) continue;
-    const int64_t pos = a.positions[token0 + r];
-    uint4* lo = reinterpret_cast<uint4*>(chunk(r, c));
-    uint4* hi = reinterpret_cast<uint4*>(chunk(r, c + kHalfChunks));
-    uint4 vl = *lo, vh = *hi;
-    T* xl = reinterpret_cast<T*>(&vl);
-    T* xh = reinterpret_cast<T*>(&vh);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float2 cs = runtime::rotary::cosSin<T>(a.cos_sin, a.cos_sin_dtype, a.cos_sin_rows, a.cos_sin_stride, E, pos,
-                                                   8 * c + i);
-      const float2 v = runtime::rotary::rotatePair<T>(kernels::device::D16<T>::ToFloat(xl[i]),
-                                                      kernels::device::D16<T>::ToFloat(xh[i]), cs);
-      xl[i] = kernels::device::D16<T>::FromFloat(v.x);
-      xh[i] = kernels::device::D16<T>::FromFloat(v.y);
-    }
-    *lo = vl;
-    *hi = vh;
-  }
-}
-
 template <int E, typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     prefillKernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -132,26 +84,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (device::smemAddr(smem_raw) + 1023u) & ~1023u;
   uint8_t* const base_ptr = smem_raw + (base - device::smemAddr(smem_raw));
-
-  // Barriers: Q landed; per stage K landed, V landed, K free, V free (K and V are released
-  // separately: K right after Q K^T, V after P V, so the next K load starts a tile earlier).
-  // Set up before the wait for the preceding kernel, which may still be writing Q, K, V or
-  // cu_seqlens.
-  const uint32_t bar_q = base + L::kBar;
-  const uint32_t full_k = bar_q + 8, full_v = full_k + 8 * kStages;
-  const uint32_t empty_k = full_v + 8 * kStages, empty_v = empty_k + 8 * kStages;
-  if (threadIdx.x == 0) {
-    device::mbarInit(bar_q, 1);
-    for (int s = 0; s < kStages; ++s) {
-      device::mbarInit(full_k + 8 * s, 1);
-      device::mbarInit(full_v + 8 * s, 1);
-      device::mbarInit(empty_k + 8 * s, 256);
-      device::mbarInit(empty_v + 8 * s, 256);
-    }
-    device::fenceBarrierInit();
-  }
-  __syncthreads();
-  kernels::waitForPrecedingGrid();
 
   const int b = blockIdx.z, h = blockIdx.y, hk = h / a.group;
   int q_off = 0, k_off = 0, sq = a.seqlen_q, sk = a.seqlen_k;
@@ -169,6 +101,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (a.causal) kv_end = min(sk, q0 + kBlockM + shift);
   const int n_tiles = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
   const int tma_b = a.cu_q ? 0 : b;
+
+  // Barriers: Q landed; per stage K landed, V landed, K free, V free (K and V are released
+  // separately: K right after Q K^T, V after P V, so the next K load starts a tile earlier).
+  const uint32_t bar_q = base + L::kBar;
+  const uint32_t full_k = bar_q + 8, full_v = full_k + 8 * kStages;
+  const uint32_t empty_k = full_v + 8 * kStages, empty_v = empty_k + 8 * kStages;
+  if (threadIdx.x == 0) {
+    device::mbarInit(bar_q, 1);
+    for (int s = 0; s < kStages; ++s) {
+      device::mbarInit(full_k + 8 * s, 1);
+      device::mbarInit(full_v + 8 * s, 1);
+      device::mbarInit(empty_k + 8 * s, 256);
+      device::mbarInit(empty_v + 8 * s, 256);
+    }
+    device::fenceBarrierInit();
+  }
+  __syncthreads();
 
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
@@ -301,25 +250,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   device::mbarWait(bar_q, 0);
-  if (a.positions) {  // this warpgroup's Q rows, read by its own products only
-    rotateTileRows<E, T>(base_ptr + L::kQ, kBlockM, cw * 64, q_off + q0, sq - q0, a, tid);
-    device::fenceProxyAsyncShared();
-    device::namedBarrierSync(1 + cw, 128);
-  }
-  // The rotary prologue's half of K tile j (both warpgroups' products read all of it).
-  auto rotateKeys = [&](int j) {
-    if (!a.positions) return;
-    rotateTileRows<E, T>(base_ptr + L::kK + (j % kStages) * L::kKVBytes, kBlockN, cw * 64, k_off + j * kBlockN,
-                         sk - j * kBlockN, a, tid);
-    device::fenceProxyAsyncShared();
-    device::namedBarrierSync(5, 256);
-  };
   if (n_tiles > 0) {
     if (cw == 1) device::namedBarrierArrive(3, 256);
     // Tile 0: S, softmax, P. Then per tile j: issue S_j and P_{j-1} V_{j-1} together, softmax of
     // S_j while the tensor cores run P V, then rescale O and repack P.
     device::mbarWait(full_k, 0);
-    rotateKeys(0);
     device::fenceRegs(s);
     device::wgmmaFence();
     myTurn();
@@ -334,7 +269,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int st = j % kStages, sp = (j - 1) % kStages;
       device::mbarWait(full_k + 8 * st, (j / kStages) & 1);
       device::mbarWait(full_v + 8 * sp, ((j - 1) / kStages) & 1);
-      rotateKeys(j);
       device::fenceRegs(s);
       device::fenceRegs(o);
       device::fenceRegsU(pa);
@@ -367,8 +301,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     device::fenceRegsU(pa);
     device::mbarArrive(empty_v + 8 * sl);
   }
-
-  kernels::allowDependentGrids();
 
   // Epilogue: O / l per row (rows with no visible key give NaN, as the reference kernel),
   // converted and staged in this warpgroup's Q rows (free now; 128 B rows, 16 B chunks swizzled
@@ -455,18 +387,14 @@ cudaError_t launchTyped(const PrefillParams& p, cudaStream_t stream) {
   a.causal = p.causal;
   a.bottom_right = p.causal_bottom_right;
   a.fp8 = p.out_dtype == DType::F8E4M3FN;
-  a.positions = p.rotary_positions;
-  a.cos_sin = p.rotary_cos_sin;
-  a.cos_sin_dtype = p.rotary_cos_sin_dtype;
-  a.cos_sin_rows = p.rotary_rows;
-  a.cos_sin_stride = p.rotary_stride;
   auto kernel = prefillKernel<E, T>;
   const cudaError_t attr = device::ensureSmemLimit<prefillKernel<E, T>>(Layout<E>::kBytes);
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>((p.seqlen_q + kBlockM - 1) / kBlockM), static_cast<unsigned>(p.heads_q),
                   static_cast<unsigned>(p.batch));
   if (grid.x == 0) return cudaSuccess;
-  return kernels::LaunchProgrammatic(kernel, grid, dim3(kThreads), Layout<E>::kBytes, stream, tq, tk, tv, a);
+  kernel<<<grid, kThreads, Layout<E>::kBytes, stream>>>(tq, tk, tv, a);
+  return cudaGetLastError();
 }
 
 template <int E>

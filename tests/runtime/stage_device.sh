@@ -1,8 +1,7 @@
 #!/bin/bash
 # Builds fxfuse, the build-time example and the GPU tests of the runtime's kernels (paged
 # attention, rotary cache write, small-M GEMM and its gated-SiLU epilogue, SiLU-and-mul, RMSNorm
-# with and without FP8 quant, single-key and short attention, the prefill's rotary prologue,
-# attention) and of
+# with and without FP8 quant, single-key and short attention, attention) and of
 # Session::replay (session_replay_gpu_test) for sm_90a here and
 # packs them, with the shared libraries they need that a bare CUDA image may lack (OpenBLAS,
 # libzip, simdjson and their dependencies), into .device_rt/bundle.tar.xz (git-ignored via .git/info/exclude), which the
@@ -20,7 +19,7 @@ bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:pag
   //tests/kernels:small_m_fp8_gemm_gpu_test //tests/kernels:small_m_fp8_gated_silu_gpu_test \
   //tests/kernels:rotary_cache_write_gpu_test //tests/kernels:silu_and_mul_gpu_test \
   //tests/kernels:rms_norm_gpu_test //tests/kernels:rms_norm_quant_fp8_gpu_test \
-  //tests/kernels:single_key_attention_gpu_test //tests/kernels:short_attention_gpu_test //tests/kernels:rotary_prefill_gpu_test //tests/kernels/attention:attention_gpu_test //examples/decode_step:paged_read_bench \
+  //tests/kernels:single_key_attention_gpu_test //tests/kernels:short_attention_gpu_test //tests/kernels/attention:attention_gpu_test //examples/decode_step:paged_read_bench \
   //examples/decode_step:cluster_residency_probe //examples/decode_step:persistent_layer_bench //examples/decode_step:weight_stream_bench \
   //tests/runtime:session_replay_gpu_test //kernels/bench:bench_kernels
 bin=$(bazel info bazel-bin)
@@ -28,7 +27,7 @@ stage=$(mktemp -d)
 mkdir -p "$stage/lib"
 tests=(paged_attention_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_gated_silu_gpu_test rotary_cache_write_gpu_test
   silu_and_mul_gpu_test rms_norm_gpu_test rms_norm_quant_fp8_gpu_test single_key_attention_gpu_test
-  short_attention_gpu_test rotary_prefill_gpu_test attention/attention_gpu_test)
+  short_attention_gpu_test attention/attention_gpu_test)
 bins=(fxfuse)
 if [[ -n ${AB_BASELINE:-} ]]; then
   SLIM=1

@@ -281,7 +281,7 @@ void printGemmEpilogues(const rt::Session& s) {
 void printAttentionPrologues(const rt::Session& s) {
   const auto& lines = s.attentionPrologues();
   if (lines.empty()) return;
-  std::printf("attention prologues (FXFUSE_ATTENTION_PROLOGUE=0: off): %zu rotary steps done by the attention "
+  std::printf("attention prologues (FXFUSE_ATTENTION_PROLOGUE=0: off): %zu rotary steps done by the short attention "
               "after them (first: %s)\n",
               lines.size(), lines.front().c_str());
 }

@@ -54,10 +54,6 @@ __device__ __forceinline__ void namedBarrierArrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Orders this thread's ordinary shared-memory writes before later reads by the async proxy
-// (wgmma, TMA) once a barrier has passed.
-__device__ __forceinline__ void fenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
 template <int kRegs>
 __device__ __forceinline__ void regAlloc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));

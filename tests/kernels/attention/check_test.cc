@@ -82,35 +82,6 @@ TEST_CASE("CheckPrefill accepts a GQA bf16 problem and names each rejection") {
   CHECK(CheckPrefill(p).find("multiple of 16 bytes") != std::string::npos);
 }
 
-TEST_CASE("CheckPrefill takes a rotary prologue for one short sequence only") {
-  alignas(8) static int64_t positions[128] = {};
-  PrefillParams p = goodPrefill();
-  p.batch = 1;
-  p.seqlen_q = p.seqlen_k = kRotaryPrefillMaxTokens;
-  p.rotary_positions = positions;
-  p.rotary_cos_sin = g_buf;
-  p.rotary_rows = 4096;
-  p.rotary_stride = 128;
-  CHECK(CheckPrefill(p) == "");
-  p.rotary_cos_sin_dtype = DType::F32;
-  CHECK(CheckPrefill(p) == "");
-  PrefillParams q = p;
-  q.seqlen_q = q.seqlen_k = kRotaryPrefillMaxTokens + 1;
-  CHECK(CheckPrefill(q).find("at most 128 tokens") != std::string::npos);
-  q = p, q.batch = 2;
-  CHECK(CheckPrefill(q).find("one sequence") != std::string::npos);
-  q = p, q.seqlen_k = 64;
-  CHECK(CheckPrefill(q).find("as queries and keys") != std::string::npos);
-  q = p, q.cu_seqlens_q = q.cu_seqlens_k = reinterpret_cast<const int*>(g_buf), q.total_q = q.total_k = 128;
-  CHECK(CheckPrefill(q).find("one sequence") != std::string::npos);
-  q = p, q.rotary_cos_sin = nullptr;
-  CHECK(CheckPrefill(q).find("cos | sin table") != std::string::npos);
-  q = p, q.rotary_stride = 64;
-  CHECK(CheckPrefill(q).find("narrower than the head") != std::string::npos);
-  q = p, q.rotary_cos_sin_dtype = DType::F8E4M3FN;
-  CHECK(CheckPrefill(q).find("bf16, fp16 or fp32") != std::string::npos);
-}
-
 TEST_CASE("LaunchPrefill and LaunchDecode refuse bad params without touching the GPU") {
   PrefillParams p = goodPrefill();
   p.head_size = 80;
