@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <regex>
@@ -175,47 +176,44 @@ void checkNextPrepareRuns(rt::Session& s, cudaStream_t stream, const InStepChoic
   }
 }
 
-}  // namespace
-
-// Session::chooseGemmsInStep on an FP8 decoder layer at 8 tokens: every shape where both GEMM
-// kernels run gets an own-kernel/cuBLASLt line, every shape left on the own kernel's mma.sync
-// path a prefetch line, and the next prepare runs exactly what the lines chose.
-TEST_CASE("the GEMM choices timed in the step are what the next prepare runs", "[gpu][runtime]") {
+// tests/plans/decoder_fp8.fxg bound at `tokens` with random inputs and run once; then the GEMM
+// choices Session::chooseGemmsInStep times in the step, checked by `expect`, and what the next
+// prepare runs (checkNextPrepareRuns).
+void checkInStepChoices(int64_t tokens, const std::function<void(const InStepChoices&)>& expect) {
   const std::string why = rt::deviceProblem();
   if (!why.empty()) FAIL("no GPU: " << why);
   const std::unique_ptr<rt::Program> prog = compiledProgram("tests/plans/decoder_fp8.fxg");
   rt::Session s(*prog);
   REQUIRE(s.gemmTuning());
-  s.bind({{"s0", 8}});
+  s.bind({{"s0", tokens}});
   const auto inputs = bindRandomInputs(s, prog->plan());
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
   s.run(stream);
   REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
   const InStepChoices c = parseInStepLines(s.chooseGemmsInStep(stream, 5));
-  REQUIRE(!c.own.empty());
-  for (const auto& [shape, is_own] : c.own) CHECK(c.prefetch.count(shape) == (is_own ? 1u : 0u));
+  expect(c);
   checkNextPrepareRuns(s, stream, c);
   cudaStreamDestroy(stream);
+}
+
+}  // namespace
+
+// At 8 tokens: every shape where both GEMM kernels run gets an own-kernel/cuBLASLt line, every
+// shape left on the own kernel's mma.sync path a prefetch line, and the next prepare runs
+// exactly what the lines chose.
+TEST_CASE("the GEMM choices timed in the step are what the next prepare runs", "[gpu][runtime]") {
+  checkInStepChoices(8, [](const InStepChoices& c) {
+    REQUIRE(!c.own.empty());
+    for (const auto& [shape, is_own] : c.own) CHECK(c.prefetch.count(shape) == (is_own ? 1u : 0u));
+  });
 }
 
 // At 128 tokens no own kernel runs (it takes at most 64 rows): every matmul is cuBLASLt, and
 // the shapes with runner-up algorithms get one line per runner-up.
 TEST_CASE("the cuBLASLt algorithms timed in the step are what the next prepare runs", "[gpu][runtime]") {
-  const std::string why = rt::deviceProblem();
-  if (!why.empty()) FAIL("no GPU: " << why);
-  const std::unique_ptr<rt::Program> prog = compiledProgram("tests/plans/decoder_fp8.fxg");
-  rt::Session s(*prog);
-  REQUIRE(s.gemmTuning());
-  s.bind({{"s0", 128}});
-  const auto inputs = bindRandomInputs(s, prog->plan());
-  cudaStream_t stream = nullptr;
-  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
-  s.run(stream);
-  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
-  const InStepChoices c = parseInStepLines(s.chooseGemmsInStep(stream, 5));
-  CHECK(c.own.empty());
-  REQUIRE(!c.cublas.empty());
-  checkNextPrepareRuns(s, stream, c);
-  cudaStreamDestroy(stream);
+  checkInStepChoices(128, [](const InStepChoices& c) {
+    CHECK(c.own.empty());
+    REQUIRE(!c.cublas.empty());
+  });
 }
