@@ -25,10 +25,6 @@
 // Where no running kernel can write the weight (p.w_read_only: a plan input it never updates),
 // a warp fills its ring before it waits for the previous step (programmatic dependent launch),
 // so the weight stream starts while that step drains; the activations are read after the wait.
-// With an L2 lead (p.l2_lead_bytes) the warps of the first wave also ask L2 for the next bytes
-// of their rows' K slices before they wait, with one bulk prefetch per row: HBM idles while the
-// latency-bound steps before a matmul run, and the part of the stream after the wait then
-// comes from L2.
 // The block lets the next kernel launch only after its K loop, not at its start: an early
 // trigger lets the kernel after next launch too and take slots of this one's wave.
 //
@@ -74,8 +70,6 @@ struct Launch {
   int splits;           // warps per tile: 1, 2, 4 or 8 (gated: at most 4)
   int steps_per_split;  // K steps of one warp (the last split may have fewer)
   int64_t gate_tiles;   // gated: tiles of N / 2 rows (the up tiles follow)
-  int64_t lead_row_bytes;  // L2 lead per row and slice (SmallMFp8GemmLeadRowBytes); 0: none
-  int64_t lead_blocks;     // the blocks that issue it: the first wave
 };
 
 // The weight tile of the block's tile `tile_in_block`: consecutive tiles, or (gated) gate tile
@@ -116,20 +110,6 @@ __device__ __forceinline__ void copyStep(const SmallMFp8GemmParams& p, uint32_t 
     kernels::cpAsync16Prefetch<kL2Prefetch>(stage + static_cast<uint32_t>(stageOffset(row, col * 16)),
                                             valid ? w + n * p.w_row_stride + k : w, valid);
   }
-}
-
-// The L2 lead of the warp's tile: lane r < 16 asks L2 for up to l.lead_row_bytes of row r's K
-// slice past the ring's first kStages steps, [begin, end) of the slice's `steps` steps.
-__device__ __forceinline__ void leadIntoL2(const Launch& l, int64_t tile, int64_t first, int64_t steps) {
-  const int lane = threadIdx.x & 31;
-  const int64_t n = tile * kRowsPerTile + lane;
-  const int64_t begin = (first + kStages) * kStepBytes;
-  int64_t end = (first + steps) * kStepBytes;
-  if (end > l.p.K) end = l.p.K;
-  if (end > begin + l.lead_row_bytes) end = begin + l.lead_row_bytes;
-  if (lane >= kRowsPerTile || n >= l.p.N || end - begin < 16) return;
-  const uint8_t* row = static_cast<const uint8_t*>(l.p.w) + n * l.p.w_row_stride;
-  dev::bulkPrefetchToL2(row + begin, static_cast<uint32_t>((end - begin) / 16 * 16));
 }
 
 // The activations of K step `step` for lane (g, t): token tile a's token g at K offsets t*16
@@ -229,7 +209,6 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
     copyStep<kL2Prefetch>(p, ring_addr + s * kStageBytes, tile, first + s, s < steps);
     kernels::cpAsyncCommit();
   }
-  if (p.w_read_only && l.lead_row_bytes > 0 && blockIdx.x < l.lead_blocks) leadIntoL2(l, tile, first, steps);
   if (p.w_read_only) kernels::waitForPrecedingGrid();
   float acc[kTiles][4] = {};
   uint4 next[kTiles][2];
@@ -264,19 +243,13 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
-  Launch l{p, 1, 0, tiles / 2, 0, 0};
+  Launch l{p, 1, 0, tiles / 2};
   l.splits =
       p.splits > 0 ? p.splits : SmallMFp8GemmSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
   if (kGated && l.splits > kWarps / 2) l.splits = kWarps / 2;  // at least one gate/up pair per block
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
   const int64_t per = kWarps / l.splits;
   const dim3 grid(static_cast<unsigned>(kGated ? (l.gate_tiles + per / 2 - 1) / (per / 2) : (tiles + per - 1) / per));
-  const int64_t lead_bytes = p.l2_lead_bytes >= 0 ? p.l2_lead_bytes : SmallMFp8DefaultL2LeadBytes();
-  if (p.w_read_only && lead_bytes > 0) {
-    l.lead_blocks = std::min<int64_t>(grid.x, static_cast<int64_t>(sms) * std::max(per_sm, 1));
-    l.lead_row_bytes = SmallMFp8GemmLeadRowBytes(lead_bytes, l.lead_blocks * per * kRowsPerTile, l.splits,
-                                                 (l.steps_per_split - kStages) * int64_t{kStepBytes});
-  }
   return kernels::LaunchProgrammatic(kernel, grid, dim3(kWarps * 32), kBytes, stream, l);
 }
 
@@ -367,22 +340,6 @@ cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t strea
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
   if (p.M > kSmallMFp8MmaSyncMaxRows) return LaunchSmallMFp8GemmWgmma(p, stream);
   return p.M <= kTokensPerTile ? launchTiles<1>(p, stream) : launchTiles<2>(p, stream);
-}
-
-int64_t SmallMFp8GemmLeadRowBytes(int64_t lead_bytes, int64_t lead_rows, int splits, int64_t rest_bytes) {
-  if (lead_bytes <= 0 || lead_rows <= 0 || splits <= 0 || rest_bytes <= 0) return 0;
-  const int64_t share = lead_bytes / lead_rows / splits / kStepBytes * kStepBytes;
-  return std::min(share, rest_bytes);
-}
-
-int64_t SmallMFp8DefaultL2LeadBytes() {
-  static const int64_t bytes = [] {
-    const char* v = std::getenv("FXFUSE_SMALLM_L2_LEAD_MB");
-    if (!v) return kSmallMFp8L2LeadBytes;
-    const double mib = std::atof(v);
-    return mib > 0 ? static_cast<int64_t>(mib * 1024 * 1024) : int64_t{0};
-  }();
-  return bytes;
 }
 
 int SmallMFp8DefaultL2PrefetchBytes() {

@@ -30,9 +30,6 @@ inline constexpr int64_t kSmallMFp8MmaSyncMaxRows = 16;
 // The mma.sync kernel's default L2 prefetch size: 256 bytes made the 8B decode step 0.8–3.0 %
 // faster than none on an H100, 128 bytes changed nothing (docs/runtime.md "The small-M FP8 GEMM").
 inline constexpr int kSmallMFp8L2PrefetchBytes = 256;
-// The mma.sync kernel's default L2 lead (SmallMFp8GemmParams::l2_lead_bytes): none until the
-// decode step measures faster with it (docs/runtime.md "The small-M FP8 GEMM").
-inline constexpr int64_t kSmallMFp8L2LeadBytes = 0;
 // The most CTAs of the wgmma kernel per weight tile (its cluster): 8 measured slower than 4.
 inline constexpr int kSmallMFp8WgmmaMaxSplits = 4;
 
@@ -81,23 +78,7 @@ struct SmallMFp8GemmParams {
   // default ($FXFUSE_SMALLM_L2_PREFETCH when set, else kSmallMFp8L2PrefetchBytes), or 0, 64,
   // 128 or 256 bytes.
   int l2_prefetch_bytes = -1;
-  // The L2 lead of the mma.sync kernel: where w_read_only, the blocks of the first wave ask L2
-  // (cp.async.bulk.prefetch.L2) for up to this many bytes of the weight in all, past what their
-  // rings load, before they wait for the preceding grid; the rest of their K slices then
-  // streams from L2 once that grid is done. -1 = the default ($FXFUSE_SMALLM_L2_LEAD_MB when
-  // set, else kSmallMFp8L2LeadBytes), 0 = none. A hint: nothing waits for it.
-  int64_t l2_lead_bytes = -1;
 };
-
-// The L2 lead where SmallMFp8GemmParams leaves it to the kernel: kSmallMFp8L2LeadBytes, or
-// $FXFUSE_SMALLM_L2_LEAD_MB (MiB; 0 or anything unparsable: none) for A/B runs. Host-only.
-int64_t SmallMFp8DefaultL2LeadBytes();
-
-// Bytes per weight row and K slice that a first-wave warp asks L2 for ahead of its ring: an
-// equal share of `lead_bytes` over `lead_rows` rows x `splits` slices, whole 128-byte K steps,
-// at most `rest_bytes` (the slice past the ring's stages). 0 when the share is under one step.
-// Host-only.
-int64_t SmallMFp8GemmLeadRowBytes(int64_t lead_bytes, int64_t lead_rows, int splits, int64_t rest_bytes);
 
 // The L2 prefetch size of the weight copies where SmallMFp8GemmParams leaves it to the kernel:
 // kSmallMFp8L2PrefetchBytes, or $FXFUSE_SMALLM_L2_PREFETCH (64, 128 or 256; any other value:

@@ -131,28 +131,6 @@ TEST_CASE("small-M FP8 GEMM: the K splits the runtime may time", "[gemm]") {
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
 }
 
-TEST_CASE("small-M FP8 GEMM: the L2 lead's share per row and slice", "[gemm]") {
-  // Llama-3.1-8B qkv at batch 1 (384 blocks of one tile, 8 slices of 4 steps, 2 in the ring):
-  // 12 MiB spread over 6144 rows x 8 slices is 256 bytes each, the whole rest of every slice.
-  CHECK(SmallMFp8GemmLeadRowBytes(int64_t{12} << 20, 6144, 8, 256) == 256);
-  CHECK(SmallMFp8GemmLeadRowBytes(int64_t{1} << 30, 6144, 8, 256) == 256);  // capped by the slice
-  // Shares are whole 128-byte K steps, rounded down; under one step nothing is asked for.
-  CHECK(SmallMFp8GemmLeadRowBytes(int64_t{24} << 20, 6336 * 16, 1, 3840) == 128);
-  CHECK(SmallMFp8GemmLeadRowBytes(int64_t{4} << 20, 6336 * 16, 1, 3840) == 0);
-  CHECK(SmallMFp8GemmLeadRowBytes(1000, 1, 1, 4096) == 896);
-  // Nothing to lead: no budget, no rows, or a slice the ring holds whole.
-  CHECK(SmallMFp8GemmLeadRowBytes(0, 6144, 8, 256) == 0);
-  CHECK(SmallMFp8GemmLeadRowBytes(int64_t{1} << 20, 0, 8, 256) == 0);
-  CHECK(SmallMFp8GemmLeadRowBytes(int64_t{1} << 20, 16, 1, 0) == 0);
-  CHECK(SmallMFp8GemmLeadRowBytes(int64_t{1} << 20, 16, 1, -128) == 0);
-  // A negative lead in the parameters means the default; the kernel takes any value.
-  SmallMFp8GemmParams p = decode(8, 16, 64);
-  for (const int64_t lead : {int64_t{-1}, int64_t{0}, int64_t{1} << 30}) {
-    p.l2_lead_bytes = lead;
-    CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
-  }
-}
-
 TEST_CASE("small-M FP8 GEMM splits K to fill one wave of blocks", "[gemm]") {
   const int64_t h200 = 132 * 3;  // multiprocessors x blocks of the kernel per multiprocessor
   // Llama-3.1-8B: qkv, o and down fit one wave with 8 slices; gate/up (1792 tiles) only with 1.

@@ -43,7 +43,6 @@ struct Case {
   bool wgmma = false;  // LaunchSmallMFp8GemmWgmma whatever M is (the launcher picks by M)
   int splits = 0;      // K slices per tile: 0 = the kernel's rule
   int l2_prefetch_bytes = -1;  // the mma.sync kernel's L2 prefetch size: -1 = its default
-  int64_t l2_lead_bytes = -1;  // the mma.sync kernel's L2 lead: -1 = its default
   // The weight written on the device by a quantization kernel launched just before the GEMM
   // (programmatic launch, the stream of a plan), over a poisoned buffer; w_read_only false then:
   // a GEMM filling its ring before the wait would read the poison of rows not yet written.
@@ -140,7 +139,6 @@ void runCase(const Case& c) {
   p.out = dout.get(), p.out_row_stride = os, p.out_dtype = c.out_dtype;
   p.splits = c.splits;
   p.l2_prefetch_bytes = c.l2_prefetch_bytes;
-  p.l2_lead_bytes = c.l2_lead_bytes;
   p.w_read_only = !c.w_from_quant;
   REQUIRE(SmallMFp8GemmUnsupported(p) == nullptr);
   cudaStream_t stream = nullptr;
@@ -312,27 +310,6 @@ TEST_CASE("small-M FP8 GEMM: every L2 prefetch size of the weight copies", "[gpu
   for (const int bytes : {0, 64, 128, 256}) {
     for (Case c : {Case{1, 200, 1040}, Case{16, 200, 1040}, Case{8, 1024, 4096}}) {
       c.l2_prefetch_bytes = bytes;
-      runCase(c);
-      c.w_from_quant = true;
-      runCase(c);
-    }
-  }
-}
-
-// The L2 lead asks L2 for weight bytes before the wait and never changes what the GEMM reads:
-// shares under one K step (none issued), a share smaller than the slices, the whole weight
-// (every slice's rest, partial tiles' rows past N left out), at several splits; with the weight
-// written just before, the kernel must not lead at all (w_read_only false).
-TEST_CASE("small-M FP8 GEMM: the L2 lead before the grid wait", "[gpu][gemm]") {
-  for (const int64_t lead : {int64_t{4096}, int64_t{256} << 10, int64_t{1} << 30}) {
-    for (Case c : {Case{1, 200, 1040}, Case{16, 200, 4112}, Case{8, 1024, 4096}, Case{1, 6144, 4096}}) {
-      c.l2_lead_bytes = lead;
-      for (const int s : {0, 1, 2}) {
-        c.splits = s;
-        runCase(c);
-      }
-      c.splits = 0;
-      c.w_pad = 48;
       runCase(c);
       c.w_from_quant = true;
       runCase(c);
