@@ -1,0 +1,72 @@
+#!/bin/bash
+# One device call: runtime settings (environment variables) A/B'd in the Llama-3.1-8B decode step
+# and in the decoder layer (examples/decoder_layer), every setting interleaved with the others at
+# each point, plus the small-M GEMMs back to back under each setting (weight_stream_bench).
+#
+#   SLIM=1 tests/runtime/stage_device.sh                      # here: builds and packs
+#   device: carry [".device_rt"], run `VARIANTS="default;FXFUSE_X=1" OUT=$OUT examples/decode_step/env_ab.sh`
+#
+# Env: VARIANTS (';'-separated lists of NAME=value words; "default" = none), TESTS (a command run
+# first, e.g. a GPU test of the bundle: "small_m_fp8_gemm_gpu_test"), POINTS (batch x context,
+# default "1x1024 8x1024 1x4096"), REPS (default 2), LAYER_TOKENS (default "1 8"), LAYER_REPS (2),
+# STREAM_SHAPES (weight_stream_bench's shapes argument, default 8b; empty: left out).
+# Writes $OUT/env_ab.txt as it goes: one line per run (setting, point, median µs).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+OUT=${OUT:-/tmp/env_ab_out}
+mkdir -p "$OUT"
+D=/tmp/fxrt
+# shellcheck source=tests/runtime/device_bundle.sh
+source tests/runtime/device_bundle.sh
+unpack_bundle "$D" || { echo "no bundle: run tests/runtime/stage_device.sh" | tee "$OUT/env_ab.txt"; exit 2; }
+export FXFUSE_CACHE_DIR=/tmp/fxfuse_kernel_cache
+S=$OUT/env_ab.txt
+W=$(mktemp -d)
+{
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  echo "bundle built from:"; cat "$D/STAGED_FROM"
+} > "$S" 2>&1
+for t in ${TESTS:-}; do
+  timeout 240 "$D/$t" > "$W/$t.txt" 2>&1
+  echo "$t (rc $?): $(tail -2 "$W/$t.txt" | tr '\n' ' ')" >> "$S"
+done
+IFS=';' read -r -a variants <<< "${VARIANTS:-default}"
+# Runs "$@" under variant $1 (its NAME=value words exported in a subshell).
+under() {
+  local v=$1; shift
+  # shellcheck disable=SC2086  # the variant is a list of NAME=value words
+  ( [[ $v == default ]] || export $v; "$@" )
+}
+median() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["median_us"])' "$1" 2>/dev/null || echo failed; }
+
+if [[ -n ${STREAM_SHAPES-8b} ]]; then
+  for v in "${variants[@]}"; do
+    echo "== weight_stream_bench ${STREAM_SHAPES-8b} 1,8 under $v" >> "$S"
+    under "$v" timeout 120 "$D/weight_stream_bench" "${STREAM_SHAPES-8b}" 1,8 >> "$S" 2>&1
+  done
+fi
+python3 tools/fixtures/decode_model.py --config llama8b --form custom --layers 32 > "$W/p32.fxg"
+"$D/fxfuse" compile "$W/p32.fxg" --kv-cache=bf16 --emit=plan -o "$W/p32.plan.pb" -q
+for rep in $(seq "${REPS:-2}"); do
+  for point in ${POINTS:-1x1024 8x1024 1x4096}; do
+    for v in "${variants[@]}"; do
+      under "$v" timeout -k 10 120 "$D/fxfuse" bench "$W/p32.plan.pb" --kv-batch "${point%x*}" --kv-query-len 1 \
+        --kv-context "${point#*x}" --iters 50 --quiet --json "$W/d.json" > /dev/null 2>> "$W/err.txt"
+      echo "decode 8B $point [$v] rep $rep: $(median "$W/d.json") us" >> "$S"
+      rm -f "$W/d.json"
+    done
+  done
+done
+"$D/fxfuse" compile examples/decoder_layer/llama8b_decoder_fp8.fxg --emit=plan -o "$W/layer.plan.pb" -q
+for rep in $(seq "${LAYER_REPS:-2}"); do
+  for t in ${LAYER_TOKENS:-1 8}; do
+    for v in "${variants[@]}"; do
+      under "$v" timeout -k 10 60 "$D/fxfuse" bench "$W/layer.plan.pb" --device=cuda --bind s0="$t" --iters 300 \
+        --quiet --json "$W/l.json" > /dev/null 2>> "$W/err.txt"
+      echo "layer T=$t [$v] rep $rep: $(median "$W/l.json") us" >> "$S"
+      rm -f "$W/l.json"
+    done
+  done
+done
+tail -20 "$W/err.txt" > "$OUT/errors.txt"
+cat "$S"
