@@ -185,7 +185,7 @@ std::string describeGemmAlgorithm(const cublasLtMatmulAlgo_t& algo) {
                      hasSplitKReduction(c) ? fmt::format(" (reduction {})", c.reduction) : "");
 }
 
-std::vector<int> inStepAlternatives(const std::vector<double>& us, int pick) {
+std::vector<int> inStepAlternatives(const std::vector<double>& us, int pick, int heuristic_first) {
   std::vector<int> others;
   if (pick < 0 || pick >= static_cast<int>(us.size()) || us[static_cast<size_t>(pick)] < 0) return others;
   const double limit = kInStepGemmWindow * us[static_cast<size_t>(pick)];
@@ -194,6 +194,10 @@ std::vector<int> inStepAlternatives(const std::vector<double>& us, int pick) {
   std::stable_sort(others.begin(), others.end(),
                    [&](int a, int b) { return us[static_cast<size_t>(a)] < us[static_cast<size_t>(b)]; });
   if (others.size() > static_cast<size_t>(kInStepGemmAlternatives)) others.resize(kInStepGemmAlternatives);
+  const bool first_ran = heuristic_first >= 0 && heuristic_first < static_cast<int>(us.size()) &&
+                         us[static_cast<size_t>(heuristic_first)] >= 0;
+  if (first_ran && heuristic_first != pick && std::find(others.begin(), others.end(), heuristic_first) == others.end())
+    others.push_back(heuristic_first);
   return others;
 }
 
@@ -246,7 +250,7 @@ GemmChoice chooseGemmAlgorithm(const GemmCall& call, const cublasLtMatmulHeurist
                                  describeGemmAlgorithm(results[pick].algo), us[static_cast<size_t>(pick)], first,
                                  t_first < 0 ? std::string("did not run") : fmt::format("{:.1f} us, split-k {}", t_first,
                                                                                     cfg[static_cast<size_t>(first)].split_k));
-    std::vector<int> step = inStepAlternatives(us, pick);
+    std::vector<int> step = inStepAlternatives(us, pick, first);
     step.insert(step.begin(), pick);
     for (int i : step)
       choice.in_step.push_back({results[i].algo, fmt::format("{} ({:.1f} us alone)", describeGemmAlgorithm(results[i].algo),

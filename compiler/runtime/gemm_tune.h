@@ -56,8 +56,10 @@ struct GemmChoice {
 
 // The candidates (alone times `us`, negative: did not run) the step may time instead of `pick`:
 // the fastest others within kInStepGemmWindow of pick's time, fastest first, at most
-// kInStepGemmAlternatives.
-std::vector<int> inStepAlternatives(const std::vector<double>& us, int pick);
+// kInStepGemmAlternatives; then cuBLASLt's own first choice `heuristic_first` wherever it ran and
+// is not among them, so the step never keeps a tuned pick that runs slower there than the
+// untuned plan's algorithm (alone times rank kernels without their neighbours).
+std::vector<int> inStepAlternatives(const std::vector<double>& us, int pick, int heuristic_first = -1);
 
 // `key`: the call's identity for the cache. `tune` false (or a capturing stream): cuBLASLt's
 // `first` heuristic result, the pre-tuning behaviour. Throws FxError naming `where`.

@@ -50,24 +50,19 @@ namespace {
 namespace dev = kernels::device;
 
 constexpr int kWarps = 8;  // warps per block
-// Ring stages per warp: kDefaultStages, or kDeepStages where $FXFUSE_SMALLM_STAGES asks for it
-// (A/B runs). Four for every GEMM made the decode step slower at every point measured
-// (docs/runtime.md).
-constexpr int kDefaultStages = 2;
-constexpr int kDeepStages = 4;
+// Ring stages per warp. Four (more of the weight loaded before the previous step ends) made
+// the decode step slower at every point measured (docs/runtime.md).
+constexpr int kStages = 2;
 constexpr int kRowsPerTile = 16;   // the mma's M: weight rows
 constexpr int kTokensPerTile = 8;  // the mma's N: tokens
 constexpr int kStepBytes = 128;    // K bytes of a row per step
 constexpr int kStageBytes = kRowsPerTile * kStepBytes;
 // Shared memory of a block: the warps' rings, then their partial sums [warp][acc][lane].
-template <int kStages>
-constexpr int ringBytes() {
-  return kWarps * kStages * kStageBytes;
-}
+constexpr int kRingBytes = kWarps * kStages * kStageBytes;
 // The gated-SiLU epilogue's sums of a block's tiles follow: [tile][acc][lane].
-template <int kTiles, bool kGated, int kStages>
+template <int kTiles, bool kGated = false>
 constexpr int smemBytes() {
-  return ringBytes<kStages>() + (kGated ? 2 : 1) * kWarps * kTiles * 4 * 32 * static_cast<int>(sizeof(float));
+  return kRingBytes + (kGated ? 2 : 1) * kWarps * kTiles * 4 * 32 * static_cast<int>(sizeof(float));
 }
 
 struct Launch {
@@ -75,14 +70,13 @@ struct Launch {
   int splits;           // warps per tile: 1, 2, 4 or 8 (gated: at most 4)
   int steps_per_split;  // K steps of one warp (the last split may have fewer)
   int64_t gate_tiles;   // gated: tiles of N / 2 rows (the up tiles follow)
-  int tiles_per_block;  // at most kWarps / splits (gated: even); warps past them stream nothing
 };
 
 // The weight tile of the block's tile `tile_in_block`: consecutive tiles, or (gated) gate tile
 // pair and its up tile gate_tiles + pair, pair = blockIdx.x * (tiles per block / 2) + i.
 template <bool kGated>
 __device__ __forceinline__ int64_t tileOf(const Launch& l, int tile_in_block) {
-  const int per_block = l.tiles_per_block;
+  const int per_block = kWarps / l.splits;
   if (!kGated) return static_cast<int64_t>(blockIdx.x) * per_block + tile_in_block;
   const int half = per_block / 2;
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * half + tile_in_block % half;
@@ -168,7 +162,7 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
     for (int j = 0; j < 4; ++j) partial[(warp * kTiles * 4 + a * 4 + j) * 32 + lane] = acc[a][j];
   __syncthreads();
   const float scale = small_m::scaleProduct(p);
-  const int tiles_per_block = l.tiles_per_block;
+  const int tiles_per_block = kWarps / l.splits;
   float* sums = partial + kWarps * kTileElems;  // gated: [tile_in_block][elem][lane]
   for (int e = threadIdx.x; e < tiles_per_block * kTileElems; e += kWarps * 32) {
     const int tile_in_block = e / kTileElems, elem = e / 32 % (kTiles * 4), el = e % 32;
@@ -197,17 +191,16 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
   }
 }
 
-template <int kTiles, bool kGated, int kL2Prefetch, int kStages>
+template <int kTiles, bool kGated, int kL2Prefetch>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8GemmKernel(const Launch l) {
   extern __shared__ __align__(128) uint8_t smem[];
   const SmallMFp8GemmParams& p = l.p;
   const int warp = threadIdx.x / 32;
-  const bool streams = warp / l.splits < l.tiles_per_block;
   const int64_t tile = tileOf<kGated>(l, warp / l.splits);
   const int64_t first = static_cast<int64_t>(warp % l.splits) * l.steps_per_split;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
-  const int64_t steps = !streams || first >= k_steps ? 0
-                        : (k_steps - first < l.steps_per_split ? k_steps - first : l.steps_per_split);
+  const int64_t steps =
+      first < k_steps ? (k_steps - first < l.steps_per_split ? k_steps - first : l.steps_per_split) : 0;
   const uint8_t* ring = smem + warp * kStages * kStageBytes;
   const uint32_t ring_addr = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
   if (!p.w_read_only) kernels::waitForPrecedingGrid();  // w may come from a step still running
@@ -235,13 +228,13 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   }
   kernels::cpAsyncWait<0>();
   kernels::allowDependentGrids();
-  reduceAndStore<kTiles, kGated>(l, acc, reinterpret_cast<float*>(smem + ringBytes<kStages>()));
+  reduceAndStore<kTiles, kGated>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
 }
 
-template <int kTiles, bool kGated, int kL2Prefetch, int kStages>
+template <int kTiles, bool kGated, int kL2Prefetch>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  constexpr int kBytes = smemBytes<kTiles, kGated, kStages>();
-  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kGated, kL2Prefetch, kStages>;
+  constexpr int kBytes = smemBytes<kTiles, kGated>();
+  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kGated, kL2Prefetch>;
   cudaError_t e = dev::ensureSmemLimit<kernel>(kBytes);
   int device = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&device);
@@ -250,54 +243,28 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
-  const int64_t slots = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  Launch l{p, 1, 0, tiles / 2, 0};
-  l.splits = p.splits > 0 ? p.splits : SmallMFp8GemmSplits(p.N, p.K, slots);
+  Launch l{p, 1, 0, tiles / 2};
+  l.splits =
+      p.splits > 0 ? p.splits : SmallMFp8GemmSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
   if (kGated && l.splits > kWarps / 2) l.splits = kWarps / 2;  // at least one gate/up pair per block
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
-  l.tiles_per_block = p.tiles_per_block > 0      ? p.tiles_per_block
-                      : SmallMFp8BalanceFromEnv() ? SmallMFp8GemmTilesPerBlock(tiles, l.splits, kGated, sms, slots)
-                                                  : kWarps / l.splits;
-  // A count given with the rule's splits: at most what a block of those splits holds.
-  l.tiles_per_block = std::min(l.tiles_per_block, kWarps / l.splits);
-  const int64_t per = l.tiles_per_block;
+  const int64_t per = kWarps / l.splits;
   const dim3 grid(static_cast<unsigned>(kGated ? (l.gate_tiles + per / 2 - 1) / (per / 2) : (tiles + per - 1) / per));
   return kernels::LaunchProgrammatic(kernel, grid, dim3(kWarps * 32), kBytes, stream, l);
 }
 
-template <int kTiles, bool kGated, int kStages>
+template <int kTiles, bool kGated>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   switch (p.l2_prefetch_bytes >= 0 ? p.l2_prefetch_bytes : SmallMFp8DefaultL2PrefetchBytes()) {
     case 256:
-      return launchTiles<kTiles, kGated, 256, kStages>(p, stream);
+      return launchTiles<kTiles, kGated, 256>(p, stream);
     case 128:
-      return launchTiles<kTiles, kGated, 128, kStages>(p, stream);
+      return launchTiles<kTiles, kGated, 128>(p, stream);
     case 64:
-      return launchTiles<kTiles, kGated, 64, kStages>(p, stream);
+      return launchTiles<kTiles, kGated, 64>(p, stream);
     default:
-      return launchTiles<kTiles, kGated, 0, kStages>(p, stream);
+      return launchTiles<kTiles, kGated, 0>(p, stream);
   }
-}
-
-// The deep ring where p.ring_stages or $FXFUSE_SMALLM_STAGES=4 asks for it, for weights of at
-// least $FXFUSE_SMALLM_STAGES_MIN_MB MiB (default 0: all); at most 8 tokens (one token tile).
-bool deepRing(const SmallMFp8GemmParams& p) {
-  if (p.ring_stages != 0) return p.ring_stages == kDeepStages;
-  static const int stages = [] {
-    const char* v = std::getenv("FXFUSE_SMALLM_STAGES");
-    return v ? std::atoi(v) : kDefaultStages;
-  }();
-  static const double min_mib = [] {
-    const char* v = std::getenv("FXFUSE_SMALLM_STAGES_MIN_MB");
-    return v ? std::atof(v) : 0.0;
-  }();
-  return stages == kDeepStages && static_cast<double>(p.N * p.K) >= min_mib * 1024 * 1024;
-}
-
-template <int kTiles, bool kGated>
-cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  if (kTiles == 1 && deepRing(p)) return launchTiles<kTiles, kGated, kDeepStages>(p, stream);
-  return launchTiles<kTiles, kGated, kDefaultStages>(p, stream);
 }
 
 template <int kTiles>
@@ -361,11 +328,6 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
   if (p.l2_prefetch_bytes != -1 && p.l2_prefetch_bytes != 0 && p.l2_prefetch_bytes != 64 &&
       p.l2_prefetch_bytes != 128 && p.l2_prefetch_bytes != 256)
     return "l2_prefetch_bytes must be -1 (default), 0, 64, 128 or 256";
-  if (p.tiles_per_block < 0 || p.tiles_per_block > kWarps / (p.splits > 0 ? p.splits : 1) ||
-      (p.gated_silu.out && p.tiles_per_block % 2 != 0))
-    return "tiles_per_block must be 0 (the kernel's) or 1..8 / splits, even with the gated-SiLU epilogue";
-  if (p.ring_stages != 0 && p.ring_stages != kDefaultStages && p.ring_stages != kDeepStages)
-    return "ring_stages must be 0 (the kernel's), 2 or 4";
   if (p.splits != 0) {
     const std::vector<int> choices = SmallMFp8GemmSplitChoices(p);
     if (std::find(choices.begin(), choices.end(), p.splits) == choices.end())
@@ -378,30 +340,6 @@ cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t strea
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
   if (p.M > kSmallMFp8MmaSyncMaxRows) return LaunchSmallMFp8GemmWgmma(p, stream);
   return p.M <= kTokensPerTile ? launchTiles<1>(p, stream) : launchTiles<2>(p, stream);
-}
-
-int SmallMFp8GemmTilesPerBlock(int64_t tiles, int splits, bool gated, int64_t sms, int64_t block_slots) {
-  const int most = kWarps / (splits > 0 ? splits : 1);
-  if (tiles <= 0 || sms <= 0 || block_slots < sms) return most;
-  const int step = gated ? 2 : 1;  // a gated block holds whole gate/up pairs
-  auto blocks = [&](int t) { return (tiles + t - 1) / t; };
-  if (blocks(most) > block_slots) return most;  // several waves: the rule's tail, not this one's
-  int best = most;
-  int64_t best_load = (blocks(most) + sms - 1) / sms * most;
-  for (int t = most - step; t >= step; t -= step) {
-    if (blocks(t) > block_slots) break;
-    const int64_t load = (blocks(t) + sms - 1) / sms * t;  // tiles of the busiest multiprocessor
-    if (load < best_load) best = t, best_load = load;
-  }
-  return best;
-}
-
-bool SmallMFp8BalanceFromEnv() {
-  static const bool on = [] {
-    const char* v = std::getenv("FXFUSE_SMALLM_BALANCE");
-    return v && std::atoi(v) == 1;
-  }();
-  return on;
 }
 
 int SmallMFp8DefaultL2PrefetchBytes() {

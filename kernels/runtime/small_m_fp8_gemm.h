@@ -78,15 +78,6 @@ struct SmallMFp8GemmParams {
   // default ($FXFUSE_SMALLM_L2_PREFETCH when set, else kSmallMFp8L2PrefetchBytes), or 0, 64,
   // 128 or 256 bytes.
   int l2_prefetch_bytes = -1;
-  // Tiles of 16 weight rows per block of the mma.sync kernel: 0 = the kernel's (8 / splits, or
-  // SmallMFp8GemmTilesPerBlock where SmallMFp8BalanceFromEnv), else 1..8 / splits (gated: even;
-  // with splits 0, at most what a block of the rule's splits holds); a block's warps past them
-  // stream nothing.
-  int tiles_per_block = 0;
-  // Ring stages per warp of the mma.sync kernel at up to 8 rows: 0 = the kernel's (2, or 4 where
-  // $FXFUSE_SMALLM_STAGES=4 asks for it, for weights of at least $FXFUSE_SMALLM_STAGES_MIN_MB
-  // MiB), else 2 or 4. More rows always take 2.
-  int ring_stages = 0;
 };
 
 // The L2 prefetch size of the weight copies where SmallMFp8GemmParams leaves it to the kernel:
@@ -111,17 +102,6 @@ int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots);
 // CTAs form a cluster) when `cta_slots` CTAs fit on the GPU at once: the most of 1, 2 and 4
 // whose CTAs all fit in one wave with at least two 128-byte K steps each, else 1. Host-only.
 int SmallMFp8GemmWgmmaSplits(int64_t N, int64_t K, int64_t cta_slots);
-
-// Tiles of 16 weight rows per block of the mma.sync kernel when the launch balances its wave
-// (SmallMFp8BalanceFromEnv): the count of at most 8 / splits (gated: whole gate/up pairs) whose
-// one wave of ceil(tiles / count) blocks puts the fewest tiles on the busiest of `sms`
-// multiprocessors (ties: more per block), e.g. 7 for Llama-3.1-8B's gate/up at one slice on 132
-// multiprocessors (256 blocks, 14 tiles on the busiest, against 16 with 8 per block); 8 / splits
-// where that count's blocks do not fit in `block_slots` at once. Host-only.
-int SmallMFp8GemmTilesPerBlock(int64_t tiles, int splits, bool gated, int64_t sms, int64_t block_slots);
-// Whether $FXFUSE_SMALLM_BALANCE=1 asks the mma.sync kernel to balance its wave as above (A/B
-// runs; otherwise 8 / splits tiles per block). Host-only.
-bool SmallMFp8BalanceFromEnv();
 
 // The slice counts the kernel that LaunchSmallMFp8Gemm picks for p.M can run, in increasing
 // order: the mma.sync kernel (M <= 16) 1, 2, 4 and 8 warps per tile, at most one per 128-byte K

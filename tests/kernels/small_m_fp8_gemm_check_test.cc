@@ -131,51 +131,6 @@ TEST_CASE("small-M FP8 GEMM: the K splits the runtime may time", "[gemm]") {
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
 }
 
-TEST_CASE("small-M FP8 GEMM: tiles per block that balance the wave", "[gemm]") {
-  // Llama-3.1-8B gate/up (1792 tiles) at one slice on 132 multiprocessors x 3 blocks: 8 tiles per
-  // block put 2 blocks (16 tiles) on 92 of them and 1 on the rest; 7 put 14 on the busiest.
-  CHECK(SmallMFp8GemmTilesPerBlock(1792, 1, false, 132, 396) == 7);
-  // Gated: whole pairs; 6 per block needs 3 blocks on some multiprocessors (18 tiles): keep 8.
-  CHECK(SmallMFp8GemmTilesPerBlock(1792, 1, true, 132, 396) == 8);
-  // One tile per block (8 slices) has nothing to balance.
-  CHECK(SmallMFp8GemmTilesPerBlock(384, 8, false, 132, 396) == 1);
-  // Two slices: 4 tiles per block needs 448 blocks, more than one wave: the rule's count.
-  CHECK(SmallMFp8GemmTilesPerBlock(1792, 2, false, 132, 396) == 4);
-  // A small weight: 20 tiles fit one block per multiprocessor at any count; fewer tiles on the
-  // busiest one wins (1 per block: 20 blocks, 1 tile each).
-  CHECK(SmallMFp8GemmTilesPerBlock(20, 1, false, 132, 396) == 1);
-  CHECK(SmallMFp8GemmTilesPerBlock(20, 1, true, 132, 396) == 2);
-  // Explicit counts: 1..8 / splits, gated even.
-  SmallMFp8GemmParams p = decode(1, 1024, 4096);
-  for (const int t : {0, 1, 7, 8}) {
-    p.tiles_per_block = t;
-    CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
-  }
-  for (const int t : {-1, 9}) {
-    p.tiles_per_block = t;
-    CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  }
-  p.splits = 2, p.tiles_per_block = 5;
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p = gatedSilu(1, 1024, 4096);
-  p.tiles_per_block = 3;
-  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  p.tiles_per_block = 6;
-  CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
-  p = decode(1, 1024, 4096);
-  for (const int stages : {0, 2, 4}) {
-    p.ring_stages = stages;
-    CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
-  }
-  for (const int stages : {1, 3, 8}) {
-    p.ring_stages = stages;
-    CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
-  }
-  // Degenerate sizes keep the rule's count.
-  CHECK(SmallMFp8GemmTilesPerBlock(0, 1, false, 132, 396) == 8);
-  CHECK(SmallMFp8GemmTilesPerBlock(1792, 1, false, 0, 0) == 8);
-}
-
 TEST_CASE("small-M FP8 GEMM splits K to fill one wave of blocks", "[gemm]") {
   const int64_t h200 = 132 * 3;  // multiprocessors x blocks of the kernel per multiprocessor
   // Llama-3.1-8B: qkv, o and down fit one wave with 8 slices; gate/up (1792 tiles) only with 1.

@@ -43,8 +43,6 @@ struct Case {
   bool wgmma = false;  // LaunchSmallMFp8GemmWgmma whatever M is (the launcher picks by M)
   int splits = 0;      // K slices per tile: 0 = the kernel's rule
   int l2_prefetch_bytes = -1;  // the mma.sync kernel's L2 prefetch size: -1 = its default
-  int tiles_per_block = 0;     // the mma.sync kernel's tiles per block: 0 = its own
-  int ring_stages = 0;         // the mma.sync kernel's ring stages: 0 = its own
   // The weight written on the device by a quantization kernel launched just before the GEMM
   // (programmatic launch, the stream of a plan), over a poisoned buffer; w_read_only false then:
   // a GEMM filling its ring before the wait would read the poison of rows not yet written.
@@ -141,8 +139,6 @@ void runCase(const Case& c) {
   p.out = dout.get(), p.out_row_stride = os, p.out_dtype = c.out_dtype;
   p.splits = c.splits;
   p.l2_prefetch_bytes = c.l2_prefetch_bytes;
-  p.tiles_per_block = c.tiles_per_block;
-  p.ring_stages = c.ring_stages;
   p.w_read_only = !c.w_from_quant;
   REQUIRE(SmallMFp8GemmUnsupported(p) == nullptr);
   cudaStream_t stream = nullptr;
@@ -318,45 +314,6 @@ TEST_CASE("small-M FP8 GEMM: every L2 prefetch size of the weight copies", "[gpu
       c.w_from_quant = true;
       runCase(c);
     }
-  }
-}
-
-// Fewer tiles per block than 8 / splits leave warps idle and change the grid, never the sums:
-// every count at one and two slices on a partial last block, and the count that balances the
-// 8B gate/up's wave.
-TEST_CASE("small-M FP8 GEMM: every tile count per block", "[gpu][gemm]") {
-  for (int t = 1; t <= 8; ++t) {
-    Case c{8, 200, 1040};
-    c.splits = 1, c.tiles_per_block = t;
-    runCase(c);
-    if (t > 4) continue;
-    c.splits = 2;
-    runCase(c);
-  }
-  Case c{1, 1792 * 16 / 8, 4096};  // an eighth of the gate/up rows: 7 per block, partial last block
-  c.splits = 1, c.tiles_per_block = 7;
-  runCase(c);
-  c.M = 16;
-  runCase(c);
-}
-
-// The deep ring (4 stages) at one token tile: slices shorter than the ring, a partial tile, each
-// split, the weight written just before (w_read_only false), and with 7 tiles per block.
-TEST_CASE("small-M FP8 GEMM: the deep ring", "[gpu][gemm]") {
-  for (Case c : {Case{1, 200, 1040}, Case{8, 1024, 4096}, Case{3, 4096, 14336}}) {
-    c.ring_stages = 4;
-    SmallMFp8GemmParams p;
-    p.M = c.M, p.N = c.N, p.K = c.K;
-    for (const int s : SmallMFp8GemmSplitChoices(p)) {
-      c.splits = s;
-      runCase(c);
-    }
-    c.splits = 0;
-    c.w_from_quant = true;
-    runCase(c);
-    c.w_from_quant = false;
-    c.splits = 1, c.tiles_per_block = 7;
-    runCase(c);
   }
 }
 

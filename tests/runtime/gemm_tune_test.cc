@@ -34,3 +34,16 @@ TEST_CASE("no runner-ups without a timed pick or others in the window", "[runtim
 TEST_CASE("equal times keep the heuristic's order", "[runtime][gemm]") {
   CHECK(rt::inStepAlternatives({10.0, 11.0, 11.0, 11.0, 11.0}, 0) == std::vector<int>{1, 2, 3});
 }
+
+TEST_CASE("cuBLASLt's first choice is always a candidate in the step", "[runtime][gemm]") {
+  // Outside the window (15 > 1.25 x 10): still timed in the step, after the runner-ups.
+  CHECK(rt::inStepAlternatives({15.0, 10.0, 11.0}, 1, 0) == std::vector<int>{2, 0});
+  // Past kInStepGemmAlternatives: one more.
+  CHECK(rt::inStepAlternatives({12.0, 10.0, 11.0, 11.0, 11.0}, 1, 0) == std::vector<int>{2, 3, 4, 0});
+  // Already a runner-up, or the pick itself: not twice.
+  CHECK(rt::inStepAlternatives({11.0, 10.0}, 1, 0) == std::vector<int>{0});
+  CHECK(rt::inStepAlternatives({10.0, 11.0}, 0, 0) == std::vector<int>{1});
+  // It did not run, or there is no such candidate: nothing added.
+  CHECK(rt::inStepAlternatives({-1.0, 10.0}, 1, 0).empty());
+  CHECK(rt::inStepAlternatives({20.0, 10.0}, 1, 7).empty());
+}
