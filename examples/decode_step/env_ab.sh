@@ -6,8 +6,8 @@
 #   SLIM=1 tests/runtime/stage_device.sh                      # here: builds and packs
 #   device: carry [".device_rt"], run `VARIANTS="default;FXFUSE_X=1" OUT=$OUT examples/decode_step/env_ab.sh`
 #
-# Env: VARIANTS (';'-separated lists of NAME=value words; "default" = none), TESTS (a command run
-# first, e.g. a GPU test of the bundle: "small_m_fp8_gemm_gpu_test"), POINTS (batch x context,
+# Env: VARIANTS (';'-separated lists of NAME=value words; "default" = none), TESTS (binaries of the
+# bundle run first, space-separated, e.g. "small_m_fp8_gemm_gpu_test"), POINTS (batch x context,
 # default "1x1024 8x1024 1x4096"), REPS (default 2), LAYER_TOKENS (default "1 8"), LAYER_REPS (2),
 # STREAM_SHAPES (weight_stream_bench's shapes argument, default 8b; empty: left out).
 # Writes $OUT/env_ab.txt as it goes: one line per run (setting, point, median µs).
