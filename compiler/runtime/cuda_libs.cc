@@ -20,7 +20,8 @@ std::vector<std::string> searchDirs() {
   dirs.push_back("/usr/local/cuda/targets/x86_64-linux/lib");
   for (const char* py : {"/usr/local/lib/python3.12/dist-packages", "/usr/lib/python3/dist-packages",
                          "/opt/torch/.venv/lib/python3.12/site-packages", "/usr/local/lib/python3.12/site-packages"}) {
-    for (const char* sub : {"/nvidia/cu13/lib", "/nvidia/cublas/lib", "/nvidia/cuda_nvrtc/lib", "/nvidia/nccl/lib"})
+    for (const char* sub : {"/nvidia/cu13/lib", "/nvidia/cublas/lib", "/nvidia/cuda_nvrtc/lib", "/nvidia/nccl/lib",
+                            "/nvidia/cuda_cupti/lib"})
       dirs.push_back(std::string(py) + sub);
   }
   return dirs;
@@ -107,6 +108,25 @@ const NcclApi& nccl() {
     FXFUSE_SYM(api, h, ncclCommDestroy, l);
     FXFUSE_SYM(api, h, ncclCommCount, l);
     FXFUSE_SYM(api, h, ncclCommUserRank, l);
+  });
+  return api;
+}
+
+const CuptiApi& cupti() {
+  static CuptiApi api;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* h = openLib({"libcupti.so.13", "libcupti.so"}, "CUPTI");
+    const std::string l = "CUPTI";
+    FXFUSE_SYM(api, h, cuptiGetVersion, l);
+    FXFUSE_SYM(api, h, cuptiGetResultString, l);
+    FXFUSE_SYM(api, h, cuptiGetTimestamp, l);
+    FXFUSE_SYM(api, h, cuptiActivityRegisterCallbacks, l);
+    FXFUSE_SYM(api, h, cuptiActivityEnable, l);
+    FXFUSE_SYM(api, h, cuptiActivityDisable, l);
+    FXFUSE_SYM(api, h, cuptiActivityFlushAll, l);
+    FXFUSE_SYM(api, h, cuptiActivityGetNextRecord, l);
+    FXFUSE_SYM(api, h, cuptiActivityGetNumDroppedRecords, l);
   });
   return api;
 }

@@ -1,11 +1,12 @@
 // CUDA libraries the runtime needs beyond the (static) CUDA runtime, opened with dlopen so
 // that a binary built here starts everywhere and fails with a clear message only when a
 // library is actually needed: cuBLASLt (matmul steps), NVRTC (kernels compiled at plan
-// load), NCCL (collective steps). Search order: FXFUSE_CUDA_LIB_DIR, the loader's default
+// load), NCCL (collective steps), CUPTI (`fxfuse bench --timeline`). Search order: FXFUSE_CUDA_LIB_DIR, the loader's default
 // path, /usr/local/cuda/lib64, then the nvidia-* Python wheels' lib folders.
 #pragma once
 
 #include <cublasLt.h>
+#include <cupti.h>
 #include <nccl.h>
 #include <nvrtc.h>
 
@@ -56,11 +57,24 @@ struct NcclApi {
   FXFUSE_FN(ncclCommUserRank);
 };
 
+struct CuptiApi {
+  FXFUSE_FN(cuptiGetVersion);
+  FXFUSE_FN(cuptiGetResultString);
+  FXFUSE_FN(cuptiGetTimestamp);
+  FXFUSE_FN(cuptiActivityRegisterCallbacks);
+  FXFUSE_FN(cuptiActivityEnable);
+  FXFUSE_FN(cuptiActivityDisable);
+  FXFUSE_FN(cuptiActivityFlushAll);
+  FXFUSE_FN(cuptiActivityGetNextRecord);
+  FXFUSE_FN(cuptiActivityGetNumDroppedRecords);
+};
+
 #undef FXFUSE_FN
 
 // Each throws FxError naming the library and the folders searched when it cannot be opened.
 const CublasLtApi& cublasLt();
 const NvrtcApi& nvrtc();
 const NcclApi& nccl();
+const CuptiApi& cupti();
 
 }  // namespace fxfuse::runtime

@@ -2,7 +2,8 @@
 // lifted scalars baked in, so setInput with other memory, setScalar with another value and
 // bind() drop it and replay() fails naming the call, while setting the same pointer or value
 // keeps it (tests/plans/lifted_eps.fxg: two RMSNorms, one eps a runtime scalar). And the GEMM
-// choices that `fxfuse bench` times in the captured step (tests/plans/decoder_fp8.fxg).
+// choices that `fxfuse bench` times in the captured step (tests/plans/decoder_fp8.fxg), and the
+// kernel recorder of `bench --timeline` on a replay of that plan.
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
@@ -17,6 +18,8 @@
 #include <vector>
 
 #include "compiler/lowering/lowering.h"
+#include "compiler/runtime/cupti_recorder.h"
+#include "compiler/runtime/kernel_timeline.h"
 #include "compiler/runtime/runtime.h"
 #include "ir/io.h"
 #include "ir/status.h"
@@ -216,4 +219,47 @@ TEST_CASE("the cuBLASLt algorithms timed in the step are what the next prepare r
     CHECK(c.own.empty());
     REQUIRE(!c.cublas.empty());
   });
+}
+
+// `fxfuse bench --timeline`'s recorder on a real replay: every replay records the same kernels,
+// at least one per launch the plan counts (a cuBLASLt call may run two), each span well formed,
+// and the holding times add up to the busy time. Needs libcupti (the device bundle carries it).
+TEST_CASE("the kernel recorder sees every kernel of a CUDA graph replay", "[gpu][runtime][timeline]") {
+  const std::string why = rt::deviceProblem();
+  if (!why.empty()) FAIL("no GPU: " << why);
+  const std::unique_ptr<rt::Program> prog = compiledProgram("tests/plans/decoder_fp8.fxg");
+  rt::Session s(*prog);
+  s.bind({{"s0", 8}});
+  const auto inputs = bindRandomInputs(s, prog->plan());
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  s.run(stream);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  constexpr int kReplays = 4;
+  std::vector<std::vector<rt::KernelSpan>> replays;
+  {
+    rt::KernelRecorder recorder;
+    CHECK_THROWS_WITH(rt::KernelRecorder(), Catch::Contains("already live"));
+    s.capture(stream);
+    std::vector<uint64_t> marks;
+    for (int i = 0; i < kReplays; ++i) {
+      marks.push_back(recorder.now());
+      s.replay(stream);
+      REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    }
+    replays = rt::splitReplays(recorder.collect(), marks);
+  }
+  REQUIRE(replays.size() == static_cast<size_t>(kReplays));
+  CHECK(replays[0].size() >= static_cast<size_t>(s.launchesPerRun()));
+  for (const auto& r : replays) {
+    CHECK(r.size() == replays[0].size());
+    for (const rt::KernelSpan& k : r) CHECK(k.end_ns > k.start_ns);
+    const rt::ReplayTimes t = rt::measureReplay(r);
+    double holding = 0;
+    for (double h : t.holding_us) holding += h;
+    CHECK(holding == Approx(t.busy_us).epsilon(1e-6));
+    CHECK(t.busy_us <= t.span_us + 1e-6);
+  }
+  rt::KernelRecorder again;  // the first one's end released the process's recorder
+  cudaStreamDestroy(stream);
 }

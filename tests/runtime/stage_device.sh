@@ -50,6 +50,9 @@ strip "${bins[@]/#/$stage/}" "${tests[@]/#/$stage/}"
 # Non-system shared libraries (glibc, libstdc++ and libgcc come from the image).
 ldd "$bin/fxfuse" | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl\.so|librt\.so' |
   while read -r l; do cp -L "$l" "$stage/lib/"; done
+# CUPTI for `fxfuse bench --timeline` (opened with dlopen, so ldd does not list it): the
+# device's toolkit or torch may lack it or carry an older one.
+cp -L /usr/local/cuda/lib64/libcupti.so.13 "$stage/lib/"
 # What was built: the commit and whether the tree had uncommitted changes (device_final.sh prints it).
 { git log -1 --format='commit %h %s'; git status --short --untracked-files=no | sed 's/^/  modified: /'; } > "$stage/STAGED_FROM"
 rm -rf .device_rt && mkdir -p .device_rt

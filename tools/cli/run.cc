@@ -24,6 +24,7 @@
 #include "tools/cli/progress.h"
 #include "tools/cli/rank_link.h"
 #include "tools/cli/tensor_files.h"
+#include "tools/cli/timeline_report.h"
 #include "tools/cli/multigpu.h"
 #include "tools/interpreter/compare.h"
 #include "tools/interpreter/interpreter.h"
@@ -33,6 +34,7 @@
 #include "kernels/runtime/fill.h"
 #include "compiler/runtime/runtime.h"
 #include "ir/io.h"
+#include "ir/json_text.h"
 #include "ir/output_set.h"
 #include "ir/lifted_scalar.h"
 #include "ir/status.h"
@@ -673,14 +675,6 @@ std::vector<std::string> stepGroups(const pb::Plan& plan) {
   return groups;
 }
 
-// A group name as a JSON string's contents (a plan's kernel name may hold any character).
-std::string jsonQuoted(const std::string& what) {
-  std::string quoted;
-  for (unsigned char ch : what)
-    quoted += ch == '"' || ch == '\\' || ch < 0x20 ? fmt::format("\\u{:04x}", ch) : std::string(1, ch);
-  return quoted;
-}
-
 // `bench --profile`: the steps' median times grouped by what they do (stepGroups), largest
 // first, as a table on stdout; returns the same groups as a JSON array for --json.
 std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& step_us, double replay_us) {
@@ -710,7 +704,7 @@ std::string printStepProfile(const pb::Plan& plan, const std::vector<double>& st
       std::printf("  %9.1f us %5.1f %%  %4d steps  %s\n", g.us, total > 0 ? 100.0 * g.us / total : 0.0, g.steps,
                   what.c_str());
     json += fmt::format("{}{{\"what\": \"{}\", \"steps\": {}, \"us\": {:.3f}}}", json.empty() ? "" : ", ",
-                        jsonQuoted(what), g.steps, g.us);
+                        ir::jsonEscaped(what), g.steps, g.us);
   }
   return "[" + json + "]";
 }
@@ -750,7 +744,7 @@ std::string printAblation(const pb::Plan& plan, rt::Session& s, cudaStream_t str
     std::printf("  %9.1f us without  %+9.1f us %5.1f %%  %4d steps  %s\n", r.without_us, -saved,
                 replay_us > 0 ? 100.0 * saved / replay_us : 0.0, r.steps, r.what.c_str());
     json += fmt::format("{}{{\"what\": \"{}\", \"steps\": {}, \"without_us\": {:.3f}, \"saved_us\": {:.3f}}}",
-                        json.empty() ? "" : ", ", jsonQuoted(r.what), r.steps, r.without_us, saved);
+                        json.empty() ? "" : ", ", ir::jsonEscaped(r.what), r.steps, r.without_us, saved);
   }
   return fmt::format("{{\"before_us\": {:.3f}, \"after_us\": {:.3f}, \"groups\": [{}]}}", before_us, after_us, json);
 }
@@ -759,7 +753,8 @@ void registerBench(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("bench", "Time a launch plan (or a graph) on the GPU: median of CUDA graph replays");
   static std::string input, device = "cuda", json;
   static std::vector<std::string> binds;
-  static int warmup = 20, iters = 200, world_size = kDefaultWorldSize, profile = 0, ablate = 0;
+  static int warmup = 20, iters = 200, world_size = kDefaultWorldSize, profile = 0, ablate = 0, timeline = 0;
+  static std::string trace;
   static bool no_graph = false, no_gemm_tune = false;
   static MultiGpuFlags mg;
   cmd->add_option("input", input, "launch plan (binary or text) or graph; recognized by content")->required();
@@ -777,6 +772,11 @@ void registerBench(CLI::App& app, int& exit_code) {
                   "then, per group of steps, time this many CUDA graph replays without them: what each group costs "
                   "the step as it runs (one GPU; the outputs of those replays are garbage)")
       ->check(CLI::Range(0, 100000));
+  cmd->add_option("--timeline", timeline,
+                  "then record this many CUDA graph replays with CUPTI and print each kernel's share of the step and "
+                  "the gaps where none ran (one GPU; needs libcupti)")
+      ->check(CLI::Range(0, kMaxTimelineReplays));
+  cmd->add_option("--trace", trace, "with --timeline: write its median replay as a Chrome trace (JSON) to this file");
   static std::string kv_cache;
   static int64_t kv_block_size = compiler::CompileOptions::kDefaultKvBlockSize;
   static interp::KvBatchOptions kv_batch;
@@ -788,6 +788,10 @@ void registerBench(CLI::App& app, int& exit_code) {
     if (ablate > 0 && (no_graph || world > 1))
       fail("{}: bench --ablate times CUDA graph replays on one GPU ({})", input,
            no_graph ? "not with --no-graph" : "not with --world-size > 1");
+    if (timeline > 0 && (no_graph || world > 1))
+      fail("{}: bench --timeline records CUDA graph replays on one GPU ({})", input,
+           no_graph ? "not with --no-graph" : "not with --world-size > 1");
+    if (!trace.empty() && timeline == 0) fail("{}: bench --trace needs --timeline N", input);
     if (launchRanks(mg, world, exit_code)) return;
     requireDevice(device);
     std::unique_ptr<rt::Communicator> comm = rankCommunicator(mg, world);  // selects GPU `rank`
@@ -878,6 +882,8 @@ void registerBench(CLI::App& app, int& exit_code) {
     if (mg.rank <= 0) printAttentionPrologues(s);
     std::string profile_json = "[]";
     if (profile > 0) profile_json = printStepProfile(l.plan, s.profileSteps(stream, profile), med * 1000.0);
+    std::string timeline_json = "null";
+    if (timeline > 0) timeline_json = printTimeline(s, stream, timeline, trace, med * 1000.0);
     std::string ablation_json = "null";
     if (ablate > 0) ablation_json = printAblation(l.plan, s, stream, ablate);
     if (!json.empty() && mg.rank <= 0)  // one file: rank 0's numbers
@@ -885,13 +891,13 @@ void registerBench(CLI::App& app, int& exit_code) {
                                             "\"p90_us\": {:.3f}, \"iters\": {}, \"cuda_graph\": {}, \"kernels\": {}, "
                                             "\"arena_bytes\": {}, \"gemm_tune\": {}, \"programmatic_launch\": {}, "
                                             "\"gemm_epilogues\": {}, \"attention_prologues\": {}, \"kv_batch\": \"{}\", \"profile\": {}, "
-                                            "\"ablation\": {}}}\n",
+                                            "\"ablation\": {}, \"timeline\": {}}}\n",
                                             input, binds_s, med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
                                             no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes(),
                                             s.gemmTuning() ? "true" : "false",
                                             rt::Session::programmaticLaunch() ? "true" : "false",
                                             s.gemmEpilogues().size(), s.attentionPrologues().size(), batch ? batch->describe() : "", profile_json,
-                                            ablation_json));
+                                            ablation_json, timeline_json));
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     cudaStreamDestroy(stream);

@@ -13,6 +13,7 @@
 #include "tools/interpreter/numerics.h"
 #include "tools/interpreter/tensor.h"
 #include "ir/io.h"
+#include "ir/json_text.h"
 #include "ir/status.h"
 
 namespace fxfuse::cli {
@@ -23,19 +24,6 @@ std::string shapeText(const interp::Shape& shape) {
   std::string s;
   for (size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
   return "[" + s + "]";
-}
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
 }
 
 void makeDirectory(const std::string& dir) {
@@ -118,7 +106,7 @@ void saveInputs(const std::string& dir, const std::vector<std::string>& input_na
     const std::string file = fmt::format("input_{}.bin", i);
     ir::writeFileAtomic(dir + "/" + file, raw);
     json += fmt::format("{} {{\"index\": {}, \"name\": {}, \"dtype\": {}, \"shape\": {}, \"file\": \"{}\"}}",
-                        first ? "" : ",\n", i, jsonString(input_names[i]), jsonString(std::string(ir::dtypeName(t.dtype))),
+                        first ? "" : ",\n", i, ir::jsonString(input_names[i]), ir::jsonString(std::string(ir::dtypeName(t.dtype))),
                         shapeText(t.shape), file);
     first = false;
   }
@@ -142,7 +130,7 @@ void saveOutputs(const std::string& dir, const std::vector<SavedOutput>& outputs
     ir::writeFileAtomic(dir + "/" + file, raw);
     json += fmt::format("{} {{\"index\": {}, \"name\": {}, \"dtype\": {}, \"shape\": {}, \"file\": \"{}\", "
                         "\"saved_as\": \"float32\"}}",
-                        first ? "" : ",\n", i, jsonString(outputs[i].name), jsonString(std::string(ir::dtypeName(t->dtype))),
+                        first ? "" : ",\n", i, ir::jsonString(outputs[i].name), ir::jsonString(std::string(ir::dtypeName(t->dtype))),
                         shapeText(t->shape), file);
     first = false;
   }
