@@ -179,6 +179,11 @@ bool gemmInStepFromEnv() {
   return !(v && std::string(v) == "0");
 }
 
+bool gemmInStepFreshBaselineFromEnv() {
+  const char* v = std::getenv("FXFUSE_GEMM_IN_STEP_BASELINE");
+  return v && std::string(v) == "each";
+}
+
 std::string describeGemmAlgorithm(const cublasLtMatmulAlgo_t& algo) {
   AlgoConfig c = configOf(algo);
   return fmt::format("id {} tile {} stages {} split-k {}{}", c.id, c.tile, c.stages, c.split_k,

@@ -94,6 +94,10 @@ bool gemmTuningFromEnv();
 // $FXFUSE_GEMM_IN_STEP: "0" leaves the GEMM choices to the alone timing (default: `fxfuse bench`
 // re-times them in the captured step, Session::chooseGemmsInStep).
 bool gemmInStepFromEnv();
+// Whether each in-step trial times the step as it stands again right before the candidate
+// ($FXFUSE_GEMM_IN_STEP_BASELINE=each), instead of against the best time so far (the default):
+// for A/B runs of whether the GPU's clocks drift over a long choice.
+bool gemmInStepFreshBaselineFromEnv();
 
 // One line describing an algorithm's configuration (id, tile, stages, split-K, reduction).
 std::string describeGemmAlgorithm(const cublasLtMatmulAlgo_t& algo);

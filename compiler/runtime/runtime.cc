@@ -1549,6 +1549,13 @@ std::vector<std::string> Session::chooseGemmsInStep(cudaStream_t stream, int rep
   return lines;
 }
 
+// What an in-step trial's candidate must beat (by kInStepMargin): the best time so far, or, with
+// gemmInStepFreshBaselineFromEnv, the step as it stands timed again just before the candidate
+// (a baseline taken once compares later candidates with a GPU whose clocks may have moved).
+double Session::inStepBaselineUs(cudaStream_t stream, int replays, double best_us) {
+  return gemmInStepFreshBaselineFromEnv() ? medianReplayUs(stream, replays) : best_us;
+}
+
 // Per GEMM shape where both kernels may run: the other kernel than the one the alone timing
 // chose, timed in the step (the alone timing cannot see programmatic overlap).
 std::vector<std::string> Session::chooseOwnGemmsInStep(cudaStream_t stream, int replays, double* best_us) {
@@ -1556,12 +1563,13 @@ std::vector<std::string> Session::chooseOwnGemmsInStep(cudaStream_t stream, int 
   if (dirty_) prepare(stream);
   const std::map<std::string, OwnGemmSite> sites = own_gemm_sites_;  // prepare() refills it
   for (const auto& [key, site] : sites) {
+    const double base = inStepBaselineUs(stream, replays, *best_us);
     own_gemm_in_step_[key] = !site.own;
     dirty_ = true;
     const double t = medianReplayUs(stream, replays);
-    const bool keep = t < *best_us * (1.0 - kInStepMargin);
+    const bool keep = t < base * (1.0 - kInStepMargin);
     lines.push_back(fmt::format("{}: {} {:.1f} us per step, {} {:.1f} us: {}", site.what,
-                                site.own ? "own kernel" : "cuBLASLt", *best_us, site.own ? "cuBLASLt" : "own kernel", t,
+                                site.own ? "own kernel" : "cuBLASLt", base, site.own ? "cuBLASLt" : "own kernel", t,
                                 keep ? "switched" : "kept"));
     if (keep) *best_us = t;
     else own_gemm_in_step_[key] = site.own;
@@ -1584,12 +1592,13 @@ std::vector<std::string> Session::chooseOwnGemmPrefetchInStep(cudaStream_t strea
     const auto chosen = own_gemm_prefetch_in_step_.find(key);
     const int current = chosen != own_gemm_prefetch_in_step_.end() ? chosen->second : SmallMFp8DefaultL2PrefetchBytes();
     const int other = current == 0 ? kSmallMFp8L2PrefetchBytes : 0;
+    const double base = inStepBaselineUs(stream, replays, *best_us);
     own_gemm_prefetch_in_step_[key] = other;
     dirty_ = true;
     const double t = medianReplayUs(stream, replays);
-    const bool keep = t < *best_us * (1.0 - kInStepMargin);
+    const bool keep = t < base * (1.0 - kInStepMargin);
     lines.push_back(fmt::format("{}: own kernel, L2 prefetch {} bytes {:.1f} us per step, {} bytes {:.1f} us: {}",
-                                site.what, current, *best_us, other, t, keep ? "switched" : "kept"));
+                                site.what, current, base, other, t, keep ? "switched" : "kept"));
     if (keep) *best_us = t;
     else own_gemm_prefetch_in_step_[key] = current;
   }
@@ -1610,12 +1619,13 @@ std::vector<std::string> Session::chooseCublasAlgorithmsInStep(cudaStream_t stre
     int current = site.chosen;
     for (int other = 0; other < static_cast<int>(site.candidates.size()); ++other) {
       if (other == current) continue;
+      const double base = inStepBaselineUs(stream, replays, *best_us);
       cublas_algo_in_step_[key] = other;
       dirty_ = true;
       const double t = medianReplayUs(stream, replays);
-      const bool keep = t < *best_us * (1.0 - kInStepMargin);
+      const bool keep = t < base * (1.0 - kInStepMargin);
       lines.push_back(fmt::format("{}: cuBLASLt {} {:.1f} us per step, {} {:.1f} us: {}", site.what,
-                                  site.candidates[static_cast<size_t>(current)], *best_us,
+                                  site.candidates[static_cast<size_t>(current)], base,
                                   site.candidates[static_cast<size_t>(other)], t, keep ? "switched" : "kept"));
       if (keep) {
         *best_us = t;

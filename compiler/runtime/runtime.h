@@ -282,6 +282,7 @@ class Session {
   std::vector<std::string> chooseOwnGemmPrefetchInStep(cudaStream_t stream, int replays, double* best_us);
   std::vector<std::string> chooseCublasAlgorithmsInStep(cudaStream_t stream, int replays, double* best_us);
   double medianReplayUs(cudaStream_t stream, int replays);
+  double inStepBaselineUs(cudaStream_t stream, int replays, double best_us);
   std::vector<std::string> prefetch_lines_;
   std::vector<std::string> epilogue_lines_;
   std::vector<std::string> prologue_lines_;
