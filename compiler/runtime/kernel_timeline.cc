@@ -166,7 +166,64 @@ std::vector<TimelineGap> largestGaps(const std::vector<KernelSpan>& replay, cons
   return gaps;
 }
 
+std::vector<std::string> labelsOf(const std::vector<KernelSpan>& replay) {
+  std::vector<std::string> labels;
+  for (const KernelSpan& k : replay) labels.push_back(kernelLabel(k));
+  return labels;
+}
+
+// The latest end among kernels 0..i of a replay, for every i.
+std::vector<double> frontierUs(const std::vector<KernelSpan>& replay) {
+  std::vector<double> f;
+  uint64_t latest = 0;
+  for (const KernelSpan& k : replay) f.push_back(us(latest = std::max(latest, k.end_ns)));
+  return f;
+}
+
+// Fills unit.kernels and unit.unit_us from the replays that ran `labels`.
+void measureUnit(RepeatedUnit& unit, const std::vector<std::vector<KernelSpan>>& replays,
+                 const std::vector<ReplayTimes>& times, const std::vector<std::string>& labels) {
+  std::vector<std::vector<double>> ends_after(unit.period), durations(unit.period);
+  std::vector<double> unit_times;
+  for (size_t r = 0; r < replays.size(); ++r) {
+    if (replays[r].size() != labels.size() || labelsOf(replays[r]) != labels) continue;
+    const std::vector<double> frontier = frontierUs(replays[r]);
+    for (size_t k = 0; k < unit.repeats; ++k) {
+      const size_t base = unit.first + k * unit.period;
+      for (size_t j = 0; j < unit.period; ++j) {
+        const KernelSpan& span = replays[r][base + j];
+        const double duration = us(span.end_ns) - us(span.start_ns);
+        durations[j].push_back(duration);
+        ends_after[j].push_back(base + j == 0 ? duration : times[r].gap_before_us[base + j] + duration);
+      }
+      if (k > 0) unit_times.push_back(frontier[base + unit.period - 1] - frontier[base - 1]);
+    }
+  }
+  for (size_t j = 0; j < unit.period; ++j)
+    unit.kernels.push_back({labels[unit.first + j], median(ends_after[j]), median(durations[j])});
+  unit.unit_us = median(unit_times);
+}
+
 }  // namespace
+
+RepeatedUnit findRepeatedUnit(const std::vector<std::string>& labels) {
+  RepeatedUnit best;
+  const size_t n = labels.size();
+  for (size_t p = 2; p * kMinUnitRepeats <= n; ++p) {
+    size_t run = 0;  // matches labels[i - run .. i) == labels[i - run + p .. i + p)
+    for (size_t i = 0; i + p <= n; ++i) {
+      const bool match = i + p < n && labels[i] == labels[i + p];
+      if (match) {
+        ++run;
+        continue;
+      }
+      const size_t repeats = run / p + 1;
+      if (repeats >= kMinUnitRepeats && repeats * p > best.repeats * best.period) best = {i - run, p, repeats, 0, {}};
+      run = 0;
+    }
+  }
+  return best;
+}
 
 TimelineSummary summarizeTimeline(const std::vector<std::vector<KernelSpan>>& replays) {
   TimelineSummary s;
@@ -194,6 +251,9 @@ TimelineSummary summarizeTimeline(const std::vector<std::vector<KernelSpan>>& re
   s.idle_us = median(idle);
   s.by_name = medianNameTotals(sums);
   s.largest_gaps = largestGaps(replays[s.median_replay], times[s.median_replay]);
+  const std::vector<std::string> labels = labelsOf(replays[s.median_replay]);
+  s.unit = findRepeatedUnit(labels);
+  if (s.unit.period > 0) measureUnit(s.unit, replays, times, labels);
   return s;
 }
 

@@ -66,6 +66,27 @@ struct TimelineGap {
   std::string after, before;  // the kernel that ended last before it, the one that started after it
 };
 
+// The step's repeating unit (a model's layer): the kernels of one period of the median
+// replay's label sequence, each with the medians over every repeat of every replay that ran the
+// same labels of how long after the latest end before it the kernel ends (what it adds to the
+// step; negative: it ends inside an earlier kernel) and of its duration.
+struct UnitKernel {
+  std::string label;
+  double ends_after_us = 0;
+  double duration_us = 0;
+};
+struct RepeatedUnit {
+  size_t first = 0;    // index of the unit's first kernel in the median replay
+  size_t period = 0;   // kernels per unit; 0: no unit repeats kMinUnitRepeats times
+  size_t repeats = 0;  // units back to back
+  double unit_us = 0;  // median time from one unit's last end to the next's
+  std::vector<UnitKernel> kernels;
+};
+constexpr size_t kMinUnitRepeats = 3;
+// The period p >= 2 whose back-to-back repeats cover the most kernels of `labels` (at least
+// kMinUnitRepeats repeats; ties: the shorter period), and where they start.
+RepeatedUnit findRepeatedUnit(const std::vector<std::string>& labels);
+
 struct TimelineSummary {
   int replays = 0;
   size_t kernels_per_replay = 0;  // of the median replay
@@ -74,6 +95,7 @@ struct TimelineSummary {
   std::vector<KernelNameTotals> by_name;         // most holding first
   std::vector<TimelineGap> largest_gaps;         // of the median replay, largest first
   size_t median_replay = 0;                      // index of the replay with the median span
+  RepeatedUnit unit;                             // period 0 where nothing repeats
 };
 constexpr size_t kTimelineGapsKept = 12;
 TimelineSummary summarizeTimeline(const std::vector<std::vector<KernelSpan>>& replays);

@@ -121,3 +121,37 @@ TEST_CASE("one kernel run at two grids is two rows", "[runtime][timeline]") {
   CHECK(s.by_name[0].name == "gemm [grid 256x1x1]");
   CHECK(s.by_name[0].holding_us == Approx(20));
 }
+
+TEST_CASE("the repeating unit is the period that covers the most kernels", "[runtime][timeline]") {
+  // embed, then 4 layers of (norm, gemm, attn), then the head: period 3 from kernel 1.
+  const std::vector<std::string> step = {"embed", "norm", "gemm", "attn", "norm", "gemm", "attn",
+                                         "norm", "gemm", "attn", "norm", "gemm", "attn", "head"};
+  const rt::RepeatedUnit u = rt::findRepeatedUnit(step);
+  CHECK(u.first == 1);
+  CHECK(u.period == 3);
+  CHECK(u.repeats == 4);
+  // Period 2 repeats "a b" 3 times; the 6-kernel unit "a b a b a c" would cover no more.
+  CHECK(rt::findRepeatedUnit({"a", "b", "a", "b", "a", "b", "c"}).period == 2);
+  // Fewer than kMinUnitRepeats repeats: no unit.
+  CHECK(rt::findRepeatedUnit({"x", "y", "x", "y", "z"}).period == 0);
+  CHECK(rt::findRepeatedUnit({}).period == 0);
+}
+
+TEST_CASE("the unit's kernels carry medians over repeats of what each adds to the step", "[runtime][timeline]") {
+  // Three layers of (gemm 10 us, norm starting 1 us before the gemm ends, ending 2 us after it).
+  std::vector<rt::KernelSpan> replay;
+  for (int layer = 0; layer < 3; ++layer) {
+    const double t0 = 12.0 * layer;
+    replay.push_back(span("gemm", t0, t0 + 10));
+    replay.push_back(span("norm", t0 + 9, t0 + 12));
+  }
+  const rt::TimelineSummary s = rt::summarizeTimeline({replay, replay});
+  REQUIRE(s.unit.period == 2);
+  CHECK(s.unit.repeats == 3);
+  REQUIRE(s.unit.kernels.size() == 2);
+  CHECK(s.unit.kernels[0].label == "gemm");
+  CHECK(s.unit.kernels[0].ends_after_us == Approx(10));  // starts when the norm before it ends
+  CHECK(s.unit.kernels[1].ends_after_us == Approx(2));
+  CHECK(s.unit.kernels[1].duration_us == Approx(3));
+  CHECK(s.unit.unit_us == Approx(12));
+}

@@ -75,13 +75,21 @@ void printSummary(const rt::TimelineSummary& t, const Recorded& r, double untrac
   }
   if (t.by_name.size() > kTimelineNamesShown)
     std::printf("  ... %zu more kernel names (all of them in --json)\n", t.by_name.size() - kTimelineNamesShown);
+  if (t.unit.period > 0) {
+    std::printf("  repeating unit: %zu kernels x %zu (kernels %zu to %zu of the median replay), %.1f us each:\n",
+                t.unit.period, t.unit.repeats, t.unit.first, t.unit.first + t.unit.period * t.unit.repeats - 1,
+                t.unit.unit_us);
+    std::printf("  %10s %10s  kernel (ends after: its end minus the latest end before it)\n", "ends after", "duration");
+    for (const rt::UnitKernel& k : t.unit.kernels)
+      std::printf("  %7.2f us %7.2f us  %s\n", k.ends_after_us, k.duration_us, k.label.c_str());
+  }
   if (!t.largest_gaps.empty()) std::printf("  largest gaps of the median replay (none running):\n");
   for (const rt::TimelineGap& g : t.largest_gaps)
     std::printf("  %6.2f us at %8.1f us: after %s, before %s\n", g.idle_us, g.at_us, g.after.c_str(), g.before.c_str());
 }
 
 std::string summaryJson(const rt::TimelineSummary& t, const Recorded& r) {
-  std::string names, gaps;
+  std::string names, gaps, unit;
   for (const rt::KernelNameTotals& n : t.by_name)
     names += fmt::format("{}{{\"kernel\": {}, \"count\": {}, \"duration_us\": {:.3f}, \"holding_us\": {:.3f}, "
                          "\"idle_before_us\": {:.3f}}}", names.empty() ? "" : ", ", ir::jsonString(n.name), n.count,
@@ -89,10 +97,14 @@ std::string summaryJson(const rt::TimelineSummary& t, const Recorded& r) {
   for (const rt::TimelineGap& g : t.largest_gaps)
     gaps += fmt::format("{}{{\"at_us\": {:.3f}, \"idle_us\": {:.3f}, \"after\": {}, \"before\": {}}}",
                         gaps.empty() ? "" : ", ", g.at_us, g.idle_us, ir::jsonString(g.after), ir::jsonString(g.before));
+  for (const rt::UnitKernel& k : t.unit.kernels)
+    unit += fmt::format("{}{{\"kernel\": {}, \"ends_after_us\": {:.3f}, \"duration_us\": {:.3f}}}",
+                        unit.empty() ? "" : ", ", ir::jsonString(k.label), k.ends_after_us, k.duration_us);
   return fmt::format("{{\"replays\": {}, \"traced_median_us\": {:.3f}, \"kernels_per_replay\": {}, \"same_kernels\": {}, "
-                     "\"span_us\": {:.3f}, \"busy_us\": {:.3f}, \"idle_us\": {:.3f}, \"kernels\": [{}], \"gaps\": [{}]}}",
+                     "\"span_us\": {:.3f}, \"busy_us\": {:.3f}, \"idle_us\": {:.3f}, \"kernels\": [{}], \"gaps\": [{}], "
+                     "\"unit\": {{\"first\": {}, \"period\": {}, \"repeats\": {}, \"unit_us\": {:.3f}, \"kernels\": [{}]}}}}",
                      t.replays, r.traced_median_us, t.kernels_per_replay, t.same_kernels ? "true" : "false", t.span_us,
-                     t.busy_us, t.idle_us, names, gaps);
+                     t.busy_us, t.idle_us, names, gaps, t.unit.first, t.unit.period, t.unit.repeats, t.unit.unit_us, unit);
 }
 
 }  // namespace
