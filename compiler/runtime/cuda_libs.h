@@ -1,8 +1,9 @@
 // CUDA libraries the runtime needs beyond the (static) CUDA runtime, opened with dlopen so
 // that a binary built here starts everywhere and fails with a clear message only when a
 // library is actually needed: cuBLASLt (matmul steps), NVRTC (kernels compiled at plan
-// load), NCCL (collective steps), CUPTI (`fxfuse bench --timeline`). Search order: FXFUSE_CUDA_LIB_DIR, the loader's default
-// path, /usr/local/cuda/lib64, then the nvidia-* Python wheels' lib folders.
+// load), NCCL (collective steps), CUPTI (`fxfuse bench --timeline`). Search order:
+// FXFUSE_CUDA_LIB_DIR, the loader's default path, /usr/local/cuda/lib64, then the nvidia-*
+// Python wheels' lib folders.
 #pragma once
 
 #include <cublasLt.h>

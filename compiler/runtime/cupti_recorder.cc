@@ -85,8 +85,14 @@ KernelRecorder::KernelRecorder() {
     s.dropped = 0;
     s.error.clear();
   }
-  check(api.cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted), "registering activity buffers");
-  check(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enabling concurrent kernel records");
+  try {
+    check(api.cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted), "registering activity buffers");
+    check(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enabling concurrent kernel records");
+  } catch (...) {  // no destructor runs for a constructor that throws: release the process's recorder here
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().live = false;
+    throw;
+  }
 }
 
 KernelRecorder::~KernelRecorder() {

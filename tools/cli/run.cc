@@ -892,11 +892,13 @@ void registerBench(CLI::App& app, int& exit_code) {
                                             "\"arena_bytes\": {}, \"gemm_tune\": {}, \"programmatic_launch\": {}, "
                                             "\"gemm_epilogues\": {}, \"attention_prologues\": {}, \"kv_batch\": \"{}\", \"profile\": {}, "
                                             "\"ablation\": {}, \"timeline\": {}}}\n",
-                                            input, binds_s, med * 1000.0, p10 * 1000.0, p90 * 1000.0, iters,
+                                            ir::jsonEscaped(input), ir::jsonEscaped(binds_s), med * 1000.0, p10 * 1000.0,
+                                            p90 * 1000.0, iters,
                                             no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes(),
                                             s.gemmTuning() ? "true" : "false",
                                             rt::Session::programmaticLaunch() ? "true" : "false",
-                                            s.gemmEpilogues().size(), s.attentionPrologues().size(), batch ? batch->describe() : "", profile_json,
+                                            s.gemmEpilogues().size(), s.attentionPrologues().size(),
+                                            ir::jsonEscaped(batch ? batch->describe() : ""), profile_json,
                                             ablation_json, timeline_json));
     cudaEventDestroy(a);
     cudaEventDestroy(b);
