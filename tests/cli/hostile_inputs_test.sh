@@ -361,6 +361,13 @@ run_case bench_ablate_no_graph 2 -- bench "$T/small.fxg" --ablate 3 --no-graph
 expect_msg bench_ablate_no_graph "bench --ablate times CUDA graph replays on one GPU (not with --no-graph)"
 run_case bench_ablate_world 2 -- bench "$T/small.fxg" --ablate 3 --world-size 2
 expect_msg bench_ablate_world "not with --world-size > 1"
+run_case bench_timeline_no_graph 2 -- bench "$T/small.fxg" --timeline 3 --no-graph
+expect_msg bench_timeline_no_graph "bench --timeline records CUDA graph replays on one GPU (not with --no-graph)"
+run_case bench_timeline_world 2 -- bench "$T/small.fxg" --timeline 3 --world-size 2
+expect_msg bench_timeline_world "not with --world-size > 1"
+run_case bench_trace_alone 2 -- bench "$T/small.fxg" --trace "$T/trace.json"
+expect_msg bench_trace_alone "bench --trace needs --timeline N"
+run_case bench_timeline_range 2 -- bench "$T/small.fxg" --timeline 1001
 
 # 7. Accepted silently before: unbalanced dims, zero divisors, empty ranges, bad CRCs.
 run_case unbalanced_dims 2 -- convert "$T/bracket.fxg" -o "$T/out.fxg"; expect_msg unbalanced_dims "unbalanced"
