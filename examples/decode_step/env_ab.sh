@@ -9,7 +9,9 @@
 # Env: VARIANTS (';'-separated lists of NAME=value words; "default" = none), TESTS (binaries of the
 # bundle run first, space-separated, e.g. "small_m_fp8_gemm_gpu_test"), POINTS (batch x context,
 # default "1x1024 8x1024 1x4096"), REPS (default 2), LAYER_TOKENS (default "1 8"), LAYER_REPS (2),
-# STREAM_SHAPES (weight_stream_bench's shapes argument, default 8b; empty: left out).
+# STREAM_SHAPES (weight_stream_bench's shapes argument, default 8b; empty: left out), TIMELINE
+# (N: every step and layer bench also records N replays with `--timeline N` and its summary, with
+# the repeating unit's table, follows the run's line; default none).
 # Writes $OUT/env_ab.txt as it goes: one line per run (setting, point, median µs).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -34,10 +36,14 @@ IFS=';' read -r -a variants <<< "${VARIANTS:-default}"
 # Runs "$@" under variant $1 (its NAME=value words exported in a subshell).
 under() {
   local v=$1; shift
-  # shellcheck disable=SC2086  # the variant is a list of NAME=value words
+  # shellcheck disable=SC2086,SC2163  # the variant is a list of NAME=value words
   ( [[ $v == default ]] || export $v; "$@" )
 }
 median() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["median_us"])' "$1" 2>/dev/null || echo failed; }
+timeline=()
+[[ -n ${TIMELINE:-} ]] && timeline=(--timeline "$TIMELINE")
+# The timeline summary of the last bench (its stdout in $W/out.txt), when TIMELINE is set.
+timeline_of_last() { [[ -z ${TIMELINE:-} ]] || sed -n '/^timeline (/,$p' "$W/out.txt" >> "$S"; }
 
 if [[ -n ${STREAM_SHAPES-8b} ]]; then
   for v in "${variants[@]}"; do
@@ -51,8 +57,9 @@ for rep in $(seq "${REPS:-2}"); do
   for point in ${POINTS:-1x1024 8x1024 1x4096}; do
     for v in "${variants[@]}"; do
       under "$v" timeout -k 10 120 "$D/fxfuse" bench "$W/p32.plan.pb" --kv-batch "${point%x*}" --kv-query-len 1 \
-        --kv-context "${point#*x}" --iters 50 --quiet --json "$W/d.json" > /dev/null 2>> "$W/err.txt"
+        --kv-context "${point#*x}" --iters 50 --quiet --json "$W/d.json" "${timeline[@]}" > "$W/out.txt" 2>> "$W/err.txt"
       echo "decode 8B $point [$v] rep $rep: $(median "$W/d.json") us" >> "$S"
+      timeline_of_last
       rm -f "$W/d.json"
     done
   done
@@ -62,8 +69,9 @@ for rep in $(seq "${LAYER_REPS:-2}"); do
   for t in ${LAYER_TOKENS:-1 8}; do
     for v in "${variants[@]}"; do
       under "$v" timeout -k 10 60 "$D/fxfuse" bench "$W/layer.plan.pb" --device=cuda --bind s0="$t" --iters 300 \
-        --quiet --json "$W/l.json" > /dev/null 2>> "$W/err.txt"
+        --quiet --json "$W/l.json" "${timeline[@]}" > "$W/out.txt" 2>> "$W/err.txt"
       echo "layer T=$t [$v] rep $rep: $(median "$W/l.json") us" >> "$S"
+      timeline_of_last
       rm -f "$W/l.json"
     done
   done
