@@ -8,7 +8,8 @@
 #
 # Env: VARIANTS (';'-separated lists of NAME=value words; "default" = none), TESTS (binaries of the
 # bundle run first, space-separated, e.g. "small_m_fp8_gemm_gpu_test"), POINTS (batch x context,
-# default "1x1024 8x1024 1x4096"), REPS (default 2), LAYER_TOKENS (default "1 8"), LAYER_REPS (2),
+# default "1x1024 8x1024 1x4096"; empty: no step runs), REPS (default 2), LAYER_TOKENS (default
+# "1 8"; empty: no layer runs), LAYER_REPS (2),
 # STREAM_SHAPES (weight_stream_bench's shapes argument, default 8b; empty: left out), TIMELINE
 # (N: every step and layer bench also records N replays with `--timeline N` and its summary, with
 # the repeating unit's table, follows the run's line; default none).
@@ -54,7 +55,7 @@ fi
 python3 tools/fixtures/decode_model.py --config llama8b --form custom --layers 32 > "$W/p32.fxg"
 "$D/fxfuse" compile "$W/p32.fxg" --kv-cache=bf16 --emit=plan -o "$W/p32.plan.pb" -q
 for rep in $(seq "${REPS:-2}"); do
-  for point in ${POINTS:-1x1024 8x1024 1x4096}; do
+  for point in ${POINTS-1x1024 8x1024 1x4096}; do
     for v in "${variants[@]}"; do
       under "$v" timeout -k 10 120 "$D/fxfuse" bench "$W/p32.plan.pb" --kv-batch "${point%x*}" --kv-query-len 1 \
         --kv-context "${point#*x}" --iters 50 --quiet --json "$W/d.json" "${timeline[@]}" > "$W/out.txt" 2>> "$W/err.txt"
@@ -66,7 +67,7 @@ for rep in $(seq "${REPS:-2}"); do
 done
 "$D/fxfuse" compile examples/decoder_layer/llama8b_decoder_fp8.fxg --emit=plan -o "$W/layer.plan.pb" -q
 for rep in $(seq "${LAYER_REPS:-2}"); do
-  for t in ${LAYER_TOKENS:-1 8}; do
+  for t in ${LAYER_TOKENS-1 8}; do
     for v in "${variants[@]}"; do
       under "$v" timeout -k 10 60 "$D/fxfuse" bench "$W/layer.plan.pb" --device=cuda --bind s0="$t" --iters 300 \
         --quiet --json "$W/l.json" "${timeline[@]}" > "$W/out.txt" 2>> "$W/err.txt"
