@@ -23,6 +23,7 @@ struct RecorderState {
   bool live = false;
   std::vector<KernelSpan> spans;
   size_t dropped = 0;
+  size_t invalid = 0;  // kernel records without a start or ending before it
   std::string error;  // the first failure inside a callback (reported by collect)
 };
 RecorderState& state() {
@@ -59,6 +60,10 @@ void CUPTIAPI bufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* bu
     }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+    if (k->start == 0 || k->end < k->start) {
+      ++s.invalid;
+      continue;
+    }
     s.spans.push_back({k->name ? k->name : "?", k->start, k->end, k->streamId,
                        {static_cast<uint32_t>(k->gridX), static_cast<uint32_t>(k->gridY), static_cast<uint32_t>(k->gridZ)}});
   }
@@ -83,6 +88,7 @@ KernelRecorder::KernelRecorder() {
     s.live = true;
     s.spans.clear();
     s.dropped = 0;
+    s.invalid = 0;
     s.error.clear();
   }
   try {
@@ -116,6 +122,7 @@ std::vector<KernelSpan> KernelRecorder::collect() {
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.error.empty()) fail("CUPTI: {}", s.error);
   if (s.dropped > 0) fail("CUPTI dropped {} kernel records: record fewer replays", s.dropped);
+  if (s.invalid > 0) fail("CUPTI gave {} kernel records without valid start and end times", s.invalid);
   return std::exchange(s.spans, {});
 }
 

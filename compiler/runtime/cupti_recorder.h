@@ -23,7 +23,8 @@ class KernelRecorder {
   // CUPTI's clock, the one the spans are on (ns).
   uint64_t now() const;
   // Waits for the recorded kernels' records and returns all spans since the start. Throws when
-  // CUPTI dropped records (a timeline with holes would be wrong, not just short).
+  // CUPTI dropped records or gave some without valid times (a timeline with holes would be
+  // wrong, not just short).
   std::vector<KernelSpan> collect();
 };
 
