@@ -35,7 +35,7 @@ std::string shortKernelName(const std::string& name);
 std::string kernelLabel(const KernelSpan& k);
 
 // The spans of each replay: replay r holds the spans starting at or after replay_starts_ns[r]
-// and before replay_starts_ns[r + 1] (the host's clock reading before each replay's launch,
+// and before replay_starts_ns[r + 1] (the recorder's clock read before each replay's launch,
 // replays synchronized one after another), each replay sorted by start. Spans before the
 // first mark are dropped.
 std::vector<std::vector<KernelSpan>> splitReplays(std::vector<KernelSpan> spans,
