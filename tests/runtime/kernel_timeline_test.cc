@@ -1,5 +1,5 @@
 // The kernel timeline's arithmetic without a GPU (compiler/runtime/kernel_timeline.h): replays
-// split by the host's marks, idle gaps, overlaps under programmatic launch, holding times that
+// split by the recorder's marks, idle gaps, overlaps under programmatic launch, holding times that
 // add up to the span, per-name medians, and the Chrome trace's JSON.
 #include <catch2/catch.hpp>
 
@@ -44,7 +44,7 @@ TEST_CASE("holding times and idle time add up to the span", "[runtime][timeline]
   CHECK(t.gap_before_us[2] == Approx(-5));              // A still running until 20
 }
 
-TEST_CASE("replays are split by the host's marks and sorted by start", "[runtime][timeline]") {
+TEST_CASE("replays are split by the recorder's marks and sorted by start", "[runtime][timeline]") {
   // Records arrive in any order; one before the first mark (the warm-up replay) is dropped.
   const auto replays = rt::splitReplays({span("y", 105, 110), span("warm", 1, 2), span("x", 100, 104),
                                          span("z", 205, 209), span("x", 201, 204)},
