@@ -8,7 +8,6 @@
 
 #include "compiler/runtime/cupti_recorder.h"
 #include "compiler/runtime/kernel_timeline.h"
-#include "ir/io.h"
 #include "ir/json_text.h"
 #include "ir/output_set.h"
 #include "ir/status.h"
