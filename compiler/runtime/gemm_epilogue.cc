@@ -1,5 +1,5 @@
-// The gated-SiLU steps a small-M gate/up GEMM can take in as its epilogue (gemm_epilogue.h),
-// and the session's pass that fuses them once every step is prepared.
+// The gated-SiLU and rotary cache-write steps a small-M GEMM can take in as its epilogue
+// (gemm_epilogue.h), and the session's pass that fuses them once every step is prepared.
 #include "compiler/runtime/gemm_epilogue.h"
 
 #include <cuda_runtime_api.h>
@@ -33,39 +33,67 @@ std::optional<GatedSiluStep> GatedSiluOf(const k::SiluAndMulParams& q, int input
   return s;
 }
 
-bool GemmEpilogueFromEnv() {
+GemmEpilogues GemmEpiloguesFromEnv() {
   const char* v = std::getenv("FXFUSE_GEMM_EPILOGUE");
-  return !(v && std::string(v) == "0");
+  const std::string only = v ? v : "";
+  if (only == "0") return {false, false};
+  if (only == "silu") return {true, false};
+  if (only == "rotary") return {false, true};
+  return {};
+}
+
+namespace {
+
+// The launch of a GEMM step that now does its epilogue too.
+std::function<void(cudaStream_t)> fusedGemmRun(const SmallMFp8GemmParams& p, const std::string& where) {
+  return [p, where](cudaStream_t s) {
+    if (const cudaError_t e = LaunchSmallMFp8Gemm(p, s); e != cudaSuccess)
+      fail("CUDA error in {}: {} ({})", where, cudaGetErrorString(e), cudaGetErrorName(e));
+  };
+}
+
+}  // namespace
+
+// The gated-SiLU form of step si + 1 as the epilogue of GEMM step si, or nullopt.
+std::optional<SmallMFp8GemmParams> Session::gatedSiluEpilogue(size_t si) const {
+  const Prepared& gemm = *steps_[si];
+  const Prepared& silu = *steps_[si + 1];
+  if (!gemm.own_gemm || !silu.gated_silu) return std::nullopt;
+  const GatedSiluStep& g = *silu.gated_silu;
+  SmallMFp8GemmParams p = *gemm.own_gemm;
+  const pb::Step& st = plan_.steps(static_cast<int>(si));
+  if (g.input != p.out || g.input_row_stride != p.out_row_stride || g.num_tokens != p.M || 2 * g.d != p.N ||
+      g.dtype != p.out_dtype || g.input_tensor != st.matmul().d() ||
+      !lowering::onlyNextStepReads(plan_, static_cast<int>(si), g.input_tensor, g.output_tensor))
+    return std::nullopt;
+  p.gated_silu = g.epilogue;
+  // A block of the gated kernel holds gate/up pairs, so it takes fewer K slices: a count timed
+  // for the plain GEMM that it cannot take falls back to the kernel's rule.
+  const std::vector<int> splits = SmallMFp8GemmSplitChoices(p);
+  if (std::find(splits.begin(), splits.end(), p.splits) == splits.end()) p.splits = 0;
+  if (SmallMFp8GemmUnsupported(p)) return std::nullopt;
+  return p;
 }
 
 void Session::fuseGemmEpilogues() {
   epilogue_lines_.clear();
-  if (!GemmEpilogueFromEnv()) return;
+  const GemmEpilogues enabled = GemmEpiloguesFromEnv();
   for (size_t si = 0; si + 1 < steps_.size(); ++si) {
     Prepared& gemm = *steps_[si];
-    Prepared& silu = *steps_[si + 1];
-    if (!gemm.own_gemm || !silu.gated_silu) continue;
-    const GatedSiluStep& g = *silu.gated_silu;
-    SmallMFp8GemmParams p = *gemm.own_gemm;
-    const pb::Step& st = plan_.steps(static_cast<int>(si));
-    if (g.input != p.out || g.input_row_stride != p.out_row_stride || g.num_tokens != p.M || 2 * g.d != p.N ||
-        g.dtype != p.out_dtype || g.input_tensor != st.matmul().d() ||
-        !lowering::onlyNextStepReads(plan_, static_cast<int>(si), g.input_tensor, g.output_tensor))
-      continue;
-    p.gated_silu = g.epilogue;
-    // A block of the gated kernel holds gate/up pairs, so it takes fewer K slices: a count timed
-    // for the plain GEMM that it cannot take falls back to the kernel's rule.
-    const std::vector<int> splits = SmallMFp8GemmSplitChoices(p);
-    if (std::find(splits.begin(), splits.end(), p.splits) == splits.end()) p.splits = 0;
-    if (SmallMFp8GemmUnsupported(p)) continue;
-    gemm.own_gemm = p;  // what the step launches now
-    gemm.run = [p, where = gemm.where](cudaStream_t s) {
-      if (const cudaError_t e = LaunchSmallMFp8Gemm(p, s); e != cudaSuccess)
-        fail("CUDA error in {}: {} ({})", where, cudaGetErrorString(e), cudaGetErrorName(e));
-    };
-    silu.run = [](cudaStream_t) {};
+    Prepared& next = *steps_[si + 1];
+    std::optional<SmallMFp8GemmParams> fused;
+    FusedEpilogue line{FusedEpilogue::kGatedSilu, fmt::format("{} into {}", next.where, gemm.where)};
+    if (enabled.gated_silu) fused = gatedSiluEpilogue(si);
+    if (!fused && enabled.rotary_cache && gemm.own_gemm && next.rotary_cache_write) {
+      fused = SmallMFp8GemmWithRotaryCache(*gemm.own_gemm, *next.rotary_cache_write);
+      line.kind = FusedEpilogue::kRotaryCache;
+    }
+    if (!fused) continue;
+    gemm.own_gemm = fused;  // what the step launches now
+    gemm.run = fusedGemmRun(*fused, gemm.where);
+    next.run = [](cudaStream_t) {};
     launches_--;
-    epilogue_lines_.push_back(fmt::format("{} into {}", silu.where, gemm.where));
+    epilogue_lines_.push_back(std::move(line));
   }
 }
 

@@ -1,5 +1,6 @@
-// Fusing the step after a gate/up projection into the GEMM (the small-M FP8 kernel's
-// gated-SiLU epilogue, kernels/runtime/small_m_fp8_gemm.h). The runtime does it when it
+// Fusing the step after a gate/up projection, or after a q/k/v projection, into the GEMM (the
+// small-M FP8 kernel's gated-SiLU and rotary + KV-cache epilogues,
+// kernels/runtime/small_m_fp8_gemm.h). The runtime does it when it
 // prepares a plan, after each matmul step has chosen its kernel: it applies only where the
 // GEMM runs fxfuse's own kernel with at most 16 rows, which depends on the bound batch and on
 // measurement, so it is not the lowering's to decide.
@@ -7,6 +8,13 @@
 //   step i:   gate/up matmul (own small-M kernel) ─► y [M, 2d] BF16/F16, read by step i+1 only
 //   step i+1: lib.silu_and_mul, FP8 output        ─► x [M, d] FP8
 //   becomes   step i: the GEMM writing x itself;  step i+1: nothing
+//
+//   step i:   q/k/v matmul (own small-M kernel) ─► qkv [M, (Hq + 2 Hk) E]
+//   step i+1: rt.reshape_and_cache with rotary   ─► q rotated, key_cache, value_cache
+//   becomes   step i: the GEMM doing both;       step i+1: nothing
+//
+// The rotary form leaves every byte as the two steps do (SmallMFp8GemmWithRotaryCache says
+// when it applies), so it needs no condition on who else reads qkv.
 //
 // x is the chain's bytes wherever the fused GEMM splits K as the plain one would (it takes at
 // most 4 slices so a block holds a gate/up pair; where the plain one takes 8, e.g. Llama-3.1-70B
@@ -18,6 +26,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "kernels/runtime/small_m_fp8_gemm.h"
 #include "kernels/silu_and_mul.h"
@@ -37,7 +46,18 @@ struct GatedSiluStep {
 // The step's epilogue form, or nullopt when it has none (a D16 output).
 std::optional<GatedSiluStep> GatedSiluOf(const kernels::SiluAndMulParams& q, int input_tensor, int output_tensor);
 
-// Whether sessions fuse epilogues (unless $FXFUSE_GEMM_EPILOGUE=0).
-bool GemmEpilogueFromEnv();
+// A step a session fused into the GEMM before it: which epilogue, and "step i+1 (node) into
+// step i (node)".
+struct FusedEpilogue {
+  enum Kind { kGatedSilu, kRotaryCache } kind = kGatedSilu;
+  std::string steps;
+};
+
+// Which epilogues sessions fuse: both, unless $FXFUSE_GEMM_EPILOGUE is 0 (none), "silu" or
+// "rotary" (that one only; for A/B runs).
+struct GemmEpilogues {
+  bool gated_silu = true, rotary_cache = true;
+};
+GemmEpilogues GemmEpiloguesFromEnv();
 
 }  // namespace fxfuse::runtime

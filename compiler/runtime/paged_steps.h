@@ -23,11 +23,12 @@ using PagedOperands = std::map<std::string, DeviceTensor>;
 // place); slot_mapping i64 [T]; FP8 cache: k_scale, v_scale f32 [1]. With rotary operands
 // (query [T, Hq, E], positions i64 [T], cos_sin_cache [P, rot]; `neox` the pairing) the step
 // rotates the query in place and the keys on their way into the cache; with the rotary
-// operands alone it only rotates the query. `rotation_only`, when given, receives the kernel's
-// params where the step is a rotation into query_out (a dense plan's rotary: the attention after
-// it may take it in, attention_prologue.h).
+// operands alone it only rotates the query. `launched`, when given, receives the params the
+// step launches with (a rotation into query_out, a dense plan's rotary, the attention after it
+// may take in: attention_prologue.h; a rotary cache write, the q/k/v GEMM before it:
+// gemm_epilogue.h).
 std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, bool neox, const std::string& where,
-                                                             ReshapeAndCacheParams* rotation_only = nullptr);
+                                                             ReshapeAndCacheParams* launched = nullptr);
 
 // Device scratch of a session's paged-attention steps (their split-KV partial results). The
 // steps run one after another on one stream, so they share it: each step reserves what it

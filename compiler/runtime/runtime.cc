@@ -822,9 +822,11 @@ std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string&
   for (const auto& [arg, a] : args.args)
     if (a->v_case() == pb::KernelArg::kTensor) t[arg] = args.tensor(arg);
   if (name == "rt.reshape_and_cache") {
-    ReshapeAndCacheParams rotation;
-    auto run = prepareReshapeAndCacheStep(t, args.flag("is_neox"), args.where, &rotation);
-    if (rotation.query_out) step->rotation = RotationStep{rotation, args.args.at("query_out")->tensor()};
+    ReshapeAndCacheParams launched;
+    auto run = prepareReshapeAndCacheStep(t, args.flag("is_neox"), args.where, &launched);
+    if (launched.heads_kv == 0 && launched.query_out)
+      step->rotation = RotationStep{launched, args.args.at("query_out")->tensor()};
+    if (launched.heads_kv > 0 && launched.positions) step->rotary_cache_write = launched;
     return run;
   }
   std::optional<double> scale;

@@ -161,8 +161,9 @@ class Session {
   // Kernel launches one run() enqueues (kernels, matmuls, collectives; copies excluded).
   int launchesPerRun() const { return launches_; }
   // Per step the last prepare fused into the small-M GEMM before it as its epilogue
-  // (compiler/runtime/gemm_epilogue.h): "step 8 (silu_and_mul_quant) into step 7 (_scaled_mm_2)".
-  const std::vector<std::string>& gemmEpilogues() const { return epilogue_lines_; }
+  // (compiler/runtime/gemm_epilogue.h): its kind and "step 8 (silu_and_mul_quant) into step 7
+  // (_scaled_mm_2)".
+  const std::vector<FusedEpilogue>& gemmEpilogues() const { return epilogue_lines_; }
   // Per rotary step the last prepare fused into the attention after it
   // (compiler/runtime/attention_prologue.h): "step 2 (rotary) into step 3 (attn)".
   const std::vector<std::string>& attentionPrologues() const { return prologue_lines_; }
@@ -180,6 +181,7 @@ class Session {
     std::optional<GatedSiluStep> gated_silu;      // a SiLU step a gate/up GEMM may take in
     std::optional<SmallMFp8GemmParams> own_gemm;  // the matmul runs fxfuse's small-M kernel
     std::optional<RotationStep> rotation;         // a rotary step an attention may take in
+    std::optional<ReshapeAndCacheParams> rotary_cache_write;  // one a q/k/v GEMM may take in
     std::optional<AttentionStep> attention;       // an attention on the sm90 kernels
     Prepared() = default;
     Prepared(const Prepared&) = delete;
@@ -193,8 +195,10 @@ class Session {
   // Destroys the captured graph (if any); `why` ("input 2 ('x') was set to other memory after
   // it") is what replay() then says.
   void dropGraph(const std::string& why);
-  // Fuses gated-SiLU steps into the small-M GEMMs before them (gemm_epilogue.h), in steps_.
+  // Fuses gated-SiLU and rotary cache-write steps into the small-M GEMMs before them
+  // (gemm_epilogue.h), in steps_.
   void fuseGemmEpilogues();
+  std::optional<SmallMFp8GemmParams> gatedSiluEpilogue(size_t si) const;  // of step si + 1 into step si
   // Fuses rotary steps into the short attentions after them (attention_prologue.h), in steps_.
   void fuseAttentionPrologues();
   void prepareCollectives();
@@ -284,7 +288,7 @@ class Session {
   double medianReplayUs(cudaStream_t stream, int replays);
   double inStepBaselineUs(cudaStream_t stream, int replays, double best_us);
   std::vector<std::string> prefetch_lines_;
-  std::vector<std::string> epilogue_lines_;
+  std::vector<FusedEpilogue> epilogue_lines_;
   std::vector<std::string> prologue_lines_;
   cudaStream_t prefetch_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;

@@ -23,6 +23,7 @@
 
 #include "kernels/device/numeric.cuh"
 #include "kernels/device/pdl.cuh"
+#include "kernels/runtime/kv_cache_store.cuh"
 #include "kernels/runtime/paged_attention.h"
 #include "kernels/runtime/rotary.cuh"
 
@@ -32,16 +33,6 @@ namespace {
 using kernels::device::D16;
 
 constexpr int kCacheThreads = 256;
-
-// A value of T (exactly representable: read from T or rounded to it) into its cache slot: the
-// 16-bit value itself, or fp8_e4m3(satfinite(f32(x) / scale)) as vLLM's reshape_and_cache_flash.
-template <typename T>
-__device__ __forceinline__ void storeCache(void* cache, int64_t i, float x, DType cache_dtype, const float* scale) {
-  if (cache_dtype == DType::F8E4M3FN)
-    reinterpret_cast<__nv_fp8_storage_t*>(cache)[i] = __nv_cvt_float_to_fp8(x / *scale, __NV_SATFINITE, __NV_E4M3);
-  else
-    reinterpret_cast<T*>(cache)[i] = D16<T>::FromFloat(x);
-}
 
 template <typename T>
 __device__ __forceinline__ float load(const void* p, int64_t i) {

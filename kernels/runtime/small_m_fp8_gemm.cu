@@ -31,7 +31,9 @@
 // The epilogue rounds as fxfuse's interpreter does (small_m_fp8_epilogue.cuh). With the
 // gated-SiLU epilogue a block's tiles are pairs: its first half are gate tiles (weight rows
 // < N/2), its second half the matching up tiles, so each gate/up pair of outputs meets in the
-// block's shared memory and becomes one FP8 value of silu_and_mul_quant.
+// block's shared memory and becomes one FP8 value of silu_and_mul_quant. With the rotary +
+// KV-cache epilogue a tile's 16 rows are 8 rows of a head and their rotary partners half a head
+// on (weightRow), so accumulators j and j + 2 of a lane are the two elements of a rotary pair.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -59,6 +61,9 @@ constexpr int kStepBytes = 128;    // K bytes of a row per step
 constexpr int kStageBytes = kRowsPerTile * kStepBytes;
 // Shared memory of a block: the warps' rings, then their partial sums [warp][acc][lane].
 constexpr int kRingBytes = kWarps * kStages * kStageBytes;
+// What the kernel does with its sums (SmallMFp8GemmParams: plain output, gated_silu, rotary).
+enum class Epilogue { kPlain, kGatedSilu, kRotaryCache };
+
 // The gated-SiLU epilogue's sums of a block's tiles follow: [tile][acc][lane].
 template <int kTiles, bool kGated = false>
 constexpr int smemBytes() {
@@ -74,13 +79,29 @@ struct Launch {
 
 // The weight tile of the block's tile `tile_in_block`: consecutive tiles, or (gated) gate tile
 // pair and its up tile gate_tiles + pair, pair = blockIdx.x * (tiles per block / 2) + i.
-template <bool kGated>
+template <Epilogue kEpi>
 __device__ __forceinline__ int64_t tileOf(const Launch& l, int tile_in_block) {
+  constexpr bool kGated = kEpi == Epilogue::kGatedSilu;
   const int per_block = kWarps / l.splits;
   if (!kGated) return static_cast<int64_t>(blockIdx.x) * per_block + tile_in_block;
   const int half = per_block / 2;
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * half + tile_in_block % half;
   return tile_in_block < half ? pair : l.gate_tiles + pair;
+}
+
+// The weight row (output column) of row `row` of tile `tile`: tile * 16 + row, or with the
+// rotary epilogue rows 8j .. 8j + 7 of head h (rows 0..7) and their partners E/2 on (rows
+// 8..15), for the tile's head h = tile / (E / 16) and j = tile % (E / 16).
+template <Epilogue kEpi>
+__device__ __forceinline__ int64_t weightRow(const SmallMFp8GemmParams& p, int64_t tile, int row) {
+  if constexpr (kEpi != Epilogue::kRotaryCache) {
+    return tile * kRowsPerTile + row;
+  } else {
+    const int64_t head_size = p.rotary.cache.head_size, tiles_per_head = head_size / kRowsPerTile;
+    const int64_t head = tile / tiles_per_head, j = tile % tiles_per_head;
+    const int in_pair_half = row & 7;
+    return head * head_size + (row < 8 ? 0 : head_size / 2) + 8 * j + in_pair_half;
+  }
 }
 
 // 16 bytes through L1 (activations), zero when !valid.
@@ -97,7 +118,7 @@ __device__ __forceinline__ int stageOffset(int row, int byte_in_step) {
 // K step `step` of `tile` into the ring stage at shared address `stage`: lane l copies the
 // 16-byte chunks l, l + 32, l + 64, l + 96 (row c / 8, column c % 8: eight lanes per row, so
 // one warp instruction reads four whole 128-byte lines). Chunks past N, K or the split are zero.
-template <int kL2Prefetch>
+template <int kL2Prefetch, Epilogue kEpi>
 __device__ __forceinline__ void copyStep(const SmallMFp8GemmParams& p, uint32_t stage, int64_t tile, int64_t step,
                                          bool step_in_split) {
   const int lane = threadIdx.x & 31;
@@ -105,7 +126,7 @@ __device__ __forceinline__ void copyStep(const SmallMFp8GemmParams& p, uint32_t 
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int chunk = lane + 32 * i, row = chunk / 8, col = chunk % 8;
-    const int64_t n = tile * kRowsPerTile + row, k = step * kStepBytes + col * 16;
+    const int64_t n = weightRow<kEpi>(p, tile, row), k = step * kStepBytes + col * 16;
     const bool valid = step_in_split && n < p.N && k < p.K;
     kernels::cpAsync16Prefetch<kL2Prefetch>(stage + static_cast<uint32_t>(stageOffset(row, col * 16)),
                                             valid ? w + n * p.w_row_stride + k : w, valid);
@@ -149,10 +170,39 @@ __device__ __forceinline__ void computeStep(const uint8_t* stage, const uint4 (&
 __device__ __forceinline__ int64_t tokenOf(int a, int j, int el) { return a * kTokensPerTile + (el % 4) * 2 + (j & 1); }
 __device__ __forceinline__ int rowOf(int j, int el) { return el / 4 + (j >= 2 ? 8 : 0); }
 
+// The sum of one accumulator over a tile's splits, in split order: element `elem` (token tile
+// a's accumulator j, elem = 4a + j) of lane `el` of the block's tile `tile_in_block`.
+template <int kTiles>
+__device__ __forceinline__ float splitSum(const float* partial, int splits, int tile_in_block, int elem, int el) {
+  float sum = 0.f;
+  for (int s = 0; s < splits; ++s) sum += partial[((tile_in_block * splits + s) * kTiles * 4 + elem) * 32 + el];
+  return sum;
+}
+
+// The rotary epilogue's half of the block's outputs: each thread takes pairs of accumulators
+// j, j + 2 (rows r and r + 8 of a tile: a rotary pair, weightRow) of one token.
+template <int kTiles>
+__device__ void storeRotaryPairs(const Launch& l, const float* partial, float scale) {
+  const SmallMFp8GemmParams& p = l.p;
+  constexpr int kTilePairs = kTiles * 2 * 32;  // (token tile, j < 2, lane) per tile
+  const int tiles_per_block = kWarps / l.splits;
+  for (int e = threadIdx.x; e < tiles_per_block * kTilePairs; e += kWarps * 32) {
+    const int tile_in_block = e / kTilePairs, a = e / 64 % kTiles, j = e / 32 % 2, el = e % 32;
+    const int64_t token = tokenOf(a, j, el);
+    const int64_t n = weightRow<Epilogue::kRotaryCache>(p, tileOf<Epilogue::kRotaryCache>(l, tile_in_block), el / 4);
+    if (token >= p.M || n >= p.N) continue;
+    const float first = splitSum<kTiles>(partial, l.splits, tile_in_block, 4 * a + j, el);
+    const float second = splitSum<kTiles>(partial, l.splits, tile_in_block, 4 * a + j + 2, el);
+    small_m::storeRotaryPair(p, token, n, first, second, scale);
+  }
+}
+
 // The block's tiles: the splits' partial sums added in split order, scaled, biased, rounded;
-// gated, each gate/up pair of sums becomes one FP8 output (gatedSiluOutput) instead.
-template <int kTiles, bool kGated>
+// gated, each gate/up pair of sums becomes one FP8 output (gatedSiluOutput) instead; rotary,
+// each rotary pair is rotated and goes to its cache slot as well (storeRotaryPairs).
+template <int kTiles, Epilogue kEpi>
 __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], float* partial) {
+  constexpr bool kGated = kEpi == Epilogue::kGatedSilu;
   const SmallMFp8GemmParams& p = l.p;
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   constexpr int kTileElems = kTiles * 4 * 32;
@@ -162,18 +212,21 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
     for (int j = 0; j < 4; ++j) partial[(warp * kTiles * 4 + a * 4 + j) * 32 + lane] = acc[a][j];
   __syncthreads();
   const float scale = small_m::scaleProduct(p);
+  if constexpr (kEpi == Epilogue::kRotaryCache) {
+    storeRotaryPairs<kTiles>(l, partial, scale);
+    return;
+  }
   const int tiles_per_block = kWarps / l.splits;
   float* sums = partial + kWarps * kTileElems;  // gated: [tile_in_block][elem][lane]
   for (int e = threadIdx.x; e < tiles_per_block * kTileElems; e += kWarps * 32) {
     const int tile_in_block = e / kTileElems, elem = e / 32 % (kTiles * 4), el = e % 32;
-    float sum = 0.f;
-    for (int s = 0; s < l.splits; ++s) sum += partial[((tile_in_block * l.splits + s) * kTiles * 4 + elem) * 32 + el];
+    const float sum = splitSum<kTiles>(partial, l.splits, tile_in_block, elem, el);
     if (kGated) {
       sums[e] = sum;
       continue;
     }
     const int64_t token = tokenOf(elem / 4, elem % 4, el);
-    const int64_t n = tileOf<false>(l, tile_in_block) * kRowsPerTile + rowOf(elem % 4, el);
+    const int64_t n = tileOf<kEpi>(l, tile_in_block) * kRowsPerTile + rowOf(elem % 4, el);
     if (token >= p.M || n >= p.N) continue;
     small_m::storeOutput(p, token, n, sum, scale);
   }
@@ -184,19 +237,19 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
   for (int e = threadIdx.x; e < half * kTileElems; e += kWarps * 32) {
     const int tile_in_block = e / kTileElems, elem = e / 32 % (kTiles * 4), el = e % 32;
     const int64_t token = tokenOf(elem / 4, elem % 4, el);
-    const int64_t n = tileOf<true>(l, tile_in_block) * kRowsPerTile + rowOf(elem % 4, el);
+    const int64_t n = tileOf<kEpi>(l, tile_in_block) * kRowsPerTile + rowOf(elem % 4, el);
     if (token >= p.M || n >= p.N / 2) continue;
     out[token * p.gated_silu.out_row_stride + n] =
         small_m::gatedSiluOutput(p, n, sums[e], sums[e + half * kTileElems], scale);
   }
 }
 
-template <int kTiles, bool kGated, int kL2Prefetch>
+template <int kTiles, Epilogue kEpi, int kL2Prefetch>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8GemmKernel(const Launch l) {
   extern __shared__ __align__(128) uint8_t smem[];
   const SmallMFp8GemmParams& p = l.p;
   const int warp = threadIdx.x / 32;
-  const int64_t tile = tileOf<kGated>(l, warp / l.splits);
+  const int64_t tile = tileOf<kEpi>(l, warp / l.splits);
   const int64_t first = static_cast<int64_t>(warp % l.splits) * l.steps_per_split;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
   const int64_t steps =
@@ -206,7 +259,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   if (!p.w_read_only) kernels::waitForPrecedingGrid();  // w may come from a step still running
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {  // weights only
-    copyStep<kL2Prefetch>(p, ring_addr + s * kStageBytes, tile, first + s, s < steps);
+    copyStep<kL2Prefetch, kEpi>(p, ring_addr + s * kStageBytes, tile, first + s, s < steps);
     kernels::cpAsyncCommit();
   }
   if (p.w_read_only) kernels::waitForPrecedingGrid();
@@ -223,18 +276,19 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
     const int s = static_cast<int>(i % kStages);
     computeStep<kTiles>(ring + s * kStageBytes, x, acc);
     __syncwarp();  // every lane has read the stage before it is refilled
-    copyStep<kL2Prefetch>(p, ring_addr + s * kStageBytes, tile, first + i + kStages, i + kStages < steps);
+    copyStep<kL2Prefetch, kEpi>(p, ring_addr + s * kStageBytes, tile, first + i + kStages, i + kStages < steps);
     kernels::cpAsyncCommit();
   }
   kernels::cpAsyncWait<0>();
   kernels::allowDependentGrids();
-  reduceAndStore<kTiles, kGated>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
+  reduceAndStore<kTiles, kEpi>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
 }
 
-template <int kTiles, bool kGated, int kL2Prefetch>
+template <int kTiles, Epilogue kEpi, int kL2Prefetch>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
+  constexpr bool kGated = kEpi == Epilogue::kGatedSilu;
   constexpr int kBytes = smemBytes<kTiles, kGated>();
-  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kGated, kL2Prefetch>;
+  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kEpi, kL2Prefetch>;
   cudaError_t e = dev::ensureSmemLimit<kernel>(kBytes);
   int device = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&device);
@@ -253,27 +307,53 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   return kernels::LaunchProgrammatic(kernel, grid, dim3(kWarps * 32), kBytes, stream, l);
 }
 
-template <int kTiles, bool kGated>
+template <int kTiles, Epilogue kEpi>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   switch (p.l2_prefetch_bytes >= 0 ? p.l2_prefetch_bytes : SmallMFp8DefaultL2PrefetchBytes()) {
     case 256:
-      return launchTiles<kTiles, kGated, 256>(p, stream);
+      return launchTiles<kTiles, kEpi, 256>(p, stream);
     case 128:
-      return launchTiles<kTiles, kGated, 128>(p, stream);
+      return launchTiles<kTiles, kEpi, 128>(p, stream);
     case 64:
-      return launchTiles<kTiles, kGated, 64>(p, stream);
+      return launchTiles<kTiles, kEpi, 64>(p, stream);
     default:
-      return launchTiles<kTiles, kGated, 0>(p, stream);
+      return launchTiles<kTiles, kEpi, 0>(p, stream);
   }
 }
 
 template <int kTiles>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  return p.gated_silu.out ? launchTiles<kTiles, true>(p, stream) : launchTiles<kTiles, false>(p, stream);
+  if (p.gated_silu.out) return launchTiles<kTiles, Epilogue::kGatedSilu>(p, stream);
+  if (p.rotary.cache.positions) return launchTiles<kTiles, Epilogue::kRotaryCache>(p, stream);
+  return launchTiles<kTiles, Epilogue::kPlain>(p, stream);
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 bool floatOutput(DType t) { return t == DType::BF16 || t == DType::F16 || t == DType::F32; }
+
+// Why the rotary + KV-cache epilogue cannot take `p` (small_m_fp8_gemm.h), or nullptr.
+const char* rotaryUnsupported(const SmallMFp8GemmParams& p) {
+  const ReshapeAndCacheParams& c = p.rotary.cache;
+  if (p.gated_silu.out) return "the rotary epilogue does not go with the gated-SiLU one";
+  if (p.M > kSmallMFp8MmaSyncMaxRows) return "the rotary epilogue takes at most 16 rows";
+  if (p.out_dtype != DType::BF16 && p.out_dtype != DType::F16) return "the rotary epilogue rounds to BF16 or F16";
+  if (c.dtype != p.out_dtype || (c.cache_dtype != c.dtype && c.cache_dtype != DType::F8E4M3FN))
+    return "the rotary epilogue's cache must be the output dtype or F8E4M3FN";
+  if (c.cache_dtype == DType::F8E4M3FN && (!c.k_scale || !c.v_scale)) return "an FP8 cache needs k_scale and v_scale";
+  if (c.heads_q < 1 || c.heads_kv < 1 || c.head_size < kRowsPerTile || c.head_size % kRowsPerTile != 0)
+    return "the rotary epilogue needs query and KV heads of a multiple of 16 elements";
+  if (!c.neox || c.rotary_dim != c.head_size) return "the rotary epilogue takes neox pairs over the whole head";
+  if (p.N != (c.heads_q + 2 * c.heads_kv) * c.head_size) return "N must be the q, k and v heads";
+  if (c.num_tokens != p.M) return "the cache write's tokens must be the GEMM's rows";
+  if (!c.slot_mapping || !c.key_cache || !c.value_cache || !c.cos_sin_cache || c.num_blocks < 0 || c.block_size < 1)
+    return "the rotary epilogue needs slot_mapping, both caches and the cos | sin table";
+  if (c.cos_sin_dtype != DType::F32 && c.cos_sin_dtype != DType::BF16 && c.cos_sin_dtype != DType::F16)
+    return "the cos | sin table must be F32, BF16 or F16";
+  if (c.cos_sin_rows < 0 || c.cos_sin_stride < c.rotary_dim) return "the cos | sin table rows must hold rotary_dim";
+  if (c.query_out && (c.query_out_stride[1] < c.head_size || c.query_out_stride[0] < c.heads_q * c.query_out_stride[1]))
+    return "query_out's rows must hold the query heads";
+  return nullptr;
+}
 
 }  // namespace
 
@@ -325,6 +405,8 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
     if (p.out_dtype == DType::F32 || p.bias) return "the gated-SiLU epilogue rounds to BF16 or F16, without bias";
     if (!g.scale || g.out_row_stride < p.N / 2) return "the gated-SiLU epilogue needs its scale and rows covering N/2";
   }
+  if (p.rotary.cache.positions)
+    if (const char* why = rotaryUnsupported(p)) return why;
   if (p.l2_prefetch_bytes != -1 && p.l2_prefetch_bytes != 0 && p.l2_prefetch_bytes != 64 &&
       p.l2_prefetch_bytes != 128 && p.l2_prefetch_bytes != 256)
     return "l2_prefetch_bytes must be -1 (default), 0, 64, 128 or 256";
@@ -334,6 +416,24 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
       return "splits must be 0 (the kernel's rule) or one of SmallMFp8GemmSplitChoices";
   }
   return nullptr;
+}
+
+std::optional<SmallMFp8GemmParams> SmallMFp8GemmWithRotaryCache(const SmallMFp8GemmParams& p,
+                                                                const ReshapeAndCacheParams& write) {
+  if (!write.positions || write.heads_kv < 1 || !p.out || (p.out_dtype != DType::BF16 && p.out_dtype != DType::F16))
+    return std::nullopt;
+  const uint8_t* out = static_cast<const uint8_t*>(p.out);
+  const int64_t head_size = write.head_size, elem_bytes = 2;
+  auto columnsOf = [&](const void* view, int64_t first_head, const int64_t (&stride)[2]) {
+    return view == out + first_head * head_size * elem_bytes && stride[0] == p.out_row_stride && stride[1] == head_size;
+  };
+  if (!columnsOf(write.query, 0, write.query_stride) || !columnsOf(write.key, write.heads_q, write.key_stride) ||
+      !columnsOf(write.value, write.heads_q + write.heads_kv, write.value_stride))
+    return std::nullopt;
+  SmallMFp8GemmParams fused = p;
+  fused.rotary.cache = write;
+  if (SmallMFp8GemmUnsupported(fused)) return std::nullopt;
+  return fused;
 }
 
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream) {

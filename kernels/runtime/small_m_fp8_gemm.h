@@ -15,8 +15,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "kernels/runtime/paged_attention.h"
 #include "proto/dtype.h"
 
 namespace fxfuse::runtime {
@@ -49,6 +51,23 @@ struct SmallMFp8GatedSilu {
   bool divide = false;           // fp8(h / scale) instead of fp8(h * (1 / scale))
 };
 
+// The rotary + KV-cache epilogue of the mma.sync kernel (at most 16 rows): the step after a
+// q/k/v projection, rt.reshape_and_cache with vLLM's neox rotary (cache_write.cu, the same
+// rounding), done by the GEMM on its own rows. `cache` is that step's operands: its query, key
+// and value are the q, k and v column blocks of `out` (heads_q, heads_kv, heads_kv heads of E;
+// N = (heads_q + 2 heads_kv) E, rotary_dim = E). The GEMM leaves `out` as the two steps would
+// (q rotated in place, or raw with the rotated q in query_out; k and v raw) and writes the
+// rotated k and the v rows into their cache slots:
+//
+//   x ─► GEMM ─► out [M, N] ─► rotary + cache write ─► q (rotated), key_cache, value_cache
+//   becomes  x ─► GEMM + epilogue ─► out, q (rotated), key_cache, value_cache
+//
+// A tile then takes rows 8j .. 8j + 7 of a head and their rotary partners E/2 + 8j .., so the
+// lane that holds an output element holds its partner too. Unset: cache.positions == nullptr.
+struct SmallMFp8RotaryCache {
+  ReshapeAndCacheParams cache;
+};
+
 struct SmallMFp8GemmParams {
   int64_t M = 0, N = 0, K = 0;
   const void* x = nullptr;  // F8E4M3FN [M, K], row stride x_row_stride elements (bytes)
@@ -69,6 +88,7 @@ struct SmallMFp8GemmParams {
   int64_t out_row_stride = 0;
   DType out_dtype = DType::BF16;   // BF16, F16 or F32
   SmallMFp8GatedSilu gated_silu;   // set: the epilogue above (out_dtype BF16 or F16, no bias)
+  SmallMFp8RotaryCache rotary;     // set: the rotary + KV-cache epilogue above (not with gated_silu)
   // Slices of K per weight tile: 0 = the kernel's rule for this GPU (SmallMFp8GemmSplits,
   // SmallMFp8GemmWgmmaSplits), else one of SmallMFp8GemmSplitChoices(*this). The rules model
   // waves of equal CTAs; the runtime times every choice on the step's operands instead and
@@ -87,10 +107,20 @@ int SmallMFp8DefaultL2PrefetchBytes();
 
 // Why the kernel cannot take `p` (sizes, dtypes, alignment: K, the row strides and the x/w
 // pointers must be multiples of 16 bytes; the gated-SiLU epilogue takes at most 16 rows, an N
-// of two halves of whole 16-row tiles, a D16 output and no bias; splits 0 or one of
+// of two halves of whole 16-row tiles, a D16 output and no bias; the rotary epilogue at most 16
+// rows, neox pairs over whole heads of a multiple of 16, N the q, k and v heads, a D16 output and
+// cache operands as LaunchReshapeAndCache takes them; splits 0 or one of
 // SmallMFp8GemmSplitChoices(p)), or nullptr when it can.
 // Host-only; no GPU needed.
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p);
+
+// `p` with the rotary cache write `write` (rt.reshape_and_cache with positions and caches) as its
+// rotary epilogue, where write's query, key and value are the q, k and v column blocks of p's
+// output rows (query at column 0, key heads_q heads on, value heads_kv more; row strides
+// out_row_stride, heads E apart) and the kernel takes the pair (SmallMFp8GemmUnsupported);
+// nullopt otherwise. Host-only.
+std::optional<SmallMFp8GemmParams> SmallMFp8GemmWithRotaryCache(const SmallMFp8GemmParams& p,
+                                                                const ReshapeAndCacheParams& write);
 
 // Warps per tile of 16 weight rows (each takes one slice of K) for an N x K weight when
 // `block_slots` blocks fit on the GPU at once: the most of 1, 2, 4 and 8 (at most one per

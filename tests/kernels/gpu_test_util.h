@@ -110,6 +110,18 @@ inline uint64_t NextRandom(uint64_t& state) {
   return state * 0x2545F4914F6CDD1DULL;
 }
 
+// n random e4m3 bytes whose exponent field is at most max_exponent_field (moderate
+// magnitudes for GEMM operands), never NaN.
+inline std::vector<uint8_t> RandomFp8Bytes(size_t n, std::mt19937_64& rng, int max_exponent_field) {
+  std::vector<uint8_t> v(n);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : v) {
+    do b = static_cast<uint8_t>(byte(rng));
+    while ((b & 0x7f) == 0x7f || ((b >> 3) & 0xf) > max_exponent_field);
+  }
+  return v;
+}
+
 // D16 bits of normal(0, stddev) samples, rounded to `dtype`.
 inline std::vector<uint16_t> RandomD16(size_t count, DType dtype, float stddev, std::mt19937_64& rng) {
   const std::vector<float>& table = NormalTable();

@@ -27,6 +27,7 @@ namespace {
 
 using kernels::testing::DeviceBuffer;
 using kernels::testing::NextSeed;
+using kernels::testing::RandomFp8Bytes;
 
 struct Case {
   int64_t M, d, K;
@@ -35,17 +36,6 @@ struct Case {
   int64_t out_pad = 0;      // extra bytes per FP8 output row
   bool exact = true;        // false: K slices may differ (one FP8 step allowed in <= 1 % of elements)
 };
-
-// Random e4m3 bytes of moderate magnitude, never NaN.
-std::vector<uint8_t> randomFp8(size_t n, std::mt19937_64& rng, int max_exponent_bits) {
-  std::vector<uint8_t> v(n);
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (auto& b : v) {
-    do b = static_cast<uint8_t>(byte(rng));
-    while ((b & 0x7f) == 0x7f || ((b >> 3) & 0xf) > max_exponent_bits);
-  }
-  return v;
-}
 
 // Distance of two e4m3 bytes in representable steps (same sign assumed when both nonzero).
 int fp8Steps(uint8_t a, uint8_t b) {
@@ -62,8 +52,8 @@ void runCase(const Case& c) {
   DeviceBuffer dx(static_cast<size_t>(c.M * c.K)), dw(static_cast<size_t>(N * c.K)), dsx(4), dsw(4), dsq(4);
   DeviceBuffer dgemm(static_cast<size_t>(c.M * N * 2)), dchain(static_cast<size_t>(c.M * out_stride)),
       dfused(static_cast<size_t>(c.M * out_stride));
-  dx.Upload(randomFp8(static_cast<size_t>(c.M * c.K), rng, 9));
-  dw.Upload(randomFp8(static_cast<size_t>(N * c.K), rng, 7));
+  dx.Upload(RandomFp8Bytes(static_cast<size_t>(c.M * c.K), rng, 9));
+  dw.Upload(RandomFp8Bytes(static_cast<size_t>(N * c.K), rng, 7));
   // Scales that put the GEMM's outputs around 1..8 (silu's interesting range) and spread h
   // over the e4m3 range.
   dsx.Upload(std::vector<float>{2.0f / std::sqrt(static_cast<float>(c.K))});

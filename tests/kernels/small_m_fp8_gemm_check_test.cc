@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/runtime/small_m_fp8_gemm.h"
@@ -166,6 +167,87 @@ TEST_CASE("small-M FP8 GEMM (wgmma) splits K across a cluster to fill one wave",
   CHECK(SmallMFp8GemmWgmmaSplits(64, 512, h200) == 2);
   CHECK(SmallMFp8GemmWgmmaSplits(64, 1 << 20, h200) == 4);
   CHECK(SmallMFp8GemmWgmmaSplits(64, 4096, 0) == 1);
+}
+
+}  // namespace
+}  // namespace fxfuse::runtime
+
+namespace fxfuse::runtime {
+namespace {
+
+// The Llama-3.1-8B q/k/v GEMM at M tokens and the rotary cache write on views of its output.
+struct QkvPair {
+  std::vector<uint8_t> out = std::vector<uint8_t>(16 * 6144 * 2);
+  alignas(16) int64_t positions[16] = {}, slots[16] = {};
+  alignas(16) uint8_t table[64] = {}, cache[64] = {};
+  SmallMFp8GemmParams gemm;
+  ReshapeAndCacheParams write;
+  explicit QkvPair(int64_t M) {
+    gemm = decode(M, 6144, 4096);
+    gemm.out = out.data();
+    uint8_t* o = out.data();
+    write.query = o, write.key = o + 32 * 128 * 2, write.value = o + 40 * 128 * 2;
+    for (int64_t* s : {write.query_stride, write.key_stride, write.value_stride}) s[0] = 6144, s[1] = 128;
+    write.key_cache = cache, write.value_cache = cache;
+    write.slot_mapping = slots, write.positions = positions;
+    write.num_tokens = M, write.heads_q = 32, write.heads_kv = 8, write.head_size = 128;
+    write.num_blocks = 4, write.block_size = 16;
+    write.cos_sin_cache = table, write.cos_sin_rows = 1, write.cos_sin_stride = 128, write.rotary_dim = 128;
+  }
+  bool fuses() const { return SmallMFp8GemmWithRotaryCache(gemm, write).has_value(); }
+};
+
+TEST_CASE("small-M FP8 GEMM: the rotary cache write on its q, k and v columns becomes its epilogue", "[gemm]") {
+  for (int64_t M : {1, 8, 16}) CHECK(QkvPair(M).fuses());
+  QkvPair f16(4);
+  f16.gemm.out_dtype = f16.write.dtype = f16.write.cache_dtype = DType::F16;
+  CHECK(f16.fuses());
+  QkvPair fp8(4);
+  fp8.write.cache_dtype = DType::F8E4M3FN;
+  CHECK(!fp8.fuses());  // no scales
+  fp8.write.k_scale = fp8.write.v_scale = &scale;
+  CHECK(fp8.fuses());
+  const QkvPair two(2);
+  const std::optional<SmallMFp8GemmParams> fused = SmallMFp8GemmWithRotaryCache(two.gemm, two.write);
+  REQUIRE(fused.has_value());
+  CHECK(fused->rotary.cache.positions == two.positions);
+  CHECK(fused->out == two.gemm.out);  // the GEMM still writes its rows
+}
+
+TEST_CASE("small-M FP8 GEMM: the rotary epilogue refuses other layouts and what the kernel cannot do", "[gemm]") {
+  auto refuses = [](auto&& change) {
+    QkvPair q(4);
+    change(q);
+    return !q.fuses();
+  };
+  CHECK(refuses([](QkvPair& q) { q.write.key = q.out.data() + 33 * 128 * 2; }));  // k not after the q heads
+  CHECK(refuses([](QkvPair& q) { q.write.value = q.out.data() + 41 * 128 * 2; }));
+  CHECK(refuses([](QkvPair& q) { q.write.query = q.out.data() + 2; }));
+  CHECK(refuses([](QkvPair& q) { q.write.key_stride[0] = 6400; }));  // rows of another tensor
+  CHECK(refuses([](QkvPair& q) { q.write.query_stride[1] = 64; }));
+  CHECK(refuses([](QkvPair& q) { q.write.positions = nullptr; }));    // a plain cache write
+  CHECK(refuses([](QkvPair& q) { q.write.heads_kv = 0; }));           // a rotation without a cache
+  CHECK(refuses([](QkvPair& q) { q.write.neox = false; }));           // GPT-J pairs sit in other lanes
+  CHECK(refuses([](QkvPair& q) { q.write.rotary_dim = 64; }));        // partial rotary
+  CHECK(refuses([](QkvPair& q) { q.write.heads_q = 31; }));           // N is not the q, k and v heads
+  CHECK(refuses([](QkvPair& q) { q.write.num_tokens = 3; }));
+  CHECK(refuses([](QkvPair& q) { q.write.slot_mapping = nullptr; }));
+  CHECK(refuses([](QkvPair& q) { q.write.cos_sin_stride = 64; }));
+  CHECK(refuses([](QkvPair& q) { q.write.dtype = DType::F16; }));     // the cache's dtype is not the output's
+  CHECK(refuses([](QkvPair& q) { q.gemm.out_dtype = q.write.dtype = DType::F32; }));
+  CHECK(refuses([](QkvPair& q) { q.gemm.M = q.write.num_tokens = 17; }));  // the wgmma kernel's rows
+  CHECK(refuses([](QkvPair& q) {
+    q.gemm.gated_silu.out = storage, q.gemm.gated_silu.scale = &scale;
+  }));
+  // Heads of a size that is not a multiple of 16 (a tile would straddle a rotary pair).
+  QkvPair odd(2);
+  odd.gemm.N = (4 + 2 * 2) * 40;
+  odd.gemm.out_row_stride = odd.gemm.N;
+  odd.write.heads_q = 4, odd.write.heads_kv = 2, odd.write.head_size = 40, odd.write.rotary_dim = 40;
+  odd.write.cos_sin_stride = 40;
+  odd.write.key = odd.out.data() + 4 * 40 * 2, odd.write.value = odd.out.data() + 6 * 40 * 2;
+  for (int64_t* s : {odd.write.query_stride, odd.write.key_stride, odd.write.value_stride}) s[0] = odd.gemm.N, s[1] = 40;
+  CHECK(!odd.fuses());
 }
 
 }  // namespace

@@ -71,12 +71,16 @@ for form in custom native; do
       "$FXFUSE" run "$g" --kv-cache="$cache" --compare-cpu --kv-batch 4 --kv-query-len 1 --kv-context 300
   done
   check "run tiny model ($form) bf16 default batch" "$FXFUSE" run "$g" --kv-cache=bf16 --compare-cpu
-  # The own small-M GEMMs everywhere, so the gate/up GEMMs take their SiLU steps as epilogues
-  # (docs/runtime.md "GEMM epilogues"): the run must say it fused them and still agree.
-  check "run tiny model ($form) bf16 decode 4x300 with GEMM epilogues" bash -c \
-    'out=$(FXFUSE_OWN_GEMM=always "$0" run "$1" --kv-cache=bf16 --compare-cpu --kv-batch 4 --kv-query-len 1 \
-       --kv-context 300 2>&1); rc=$?; echo "$out"; [[ $rc -eq 0 ]] && grep -q "^GEMM epilogues .*: 2 SiLU" <<< "$out"' \
-    "$FXFUSE" "$g"
+  # The own small-M GEMMs everywhere, so the gate/up GEMMs take their SiLU steps and the q/k/v
+  # GEMMs their rotary cache writes as epilogues (docs/runtime.md "GEMM epilogues"): the run
+  # must say it fused them and still agree, with both caches.
+  for cache in bf16 fp8; do
+    check "run tiny model ($form) $cache decode 4x300 with GEMM epilogues" bash -c \
+      'out=$(FXFUSE_OWN_GEMM=always "$0" run "$1" --kv-cache="$2" --compare-cpu --kv-batch 4 --kv-query-len 1 \
+         --kv-context 300 2>&1); rc=$?; echo "$out"; [[ $rc -eq 0 ]] &&
+       grep -q "^GEMM epilogues .*: 2 SiLU.*, 2 rotary cache writes" <<< "$out"' \
+      "$FXFUSE" "$g" "$cache"
+  done
   check "bench tiny model ($form) decode 8x1000" \
     "$FXFUSE" bench "$g" --kv-cache=bf16 --kv-batch 8 --kv-query-len 1 --kv-context 1000 --warmup 2 --iters 20
   # What-if timing: every step in exactly one left-out group, each replay without a group timed.

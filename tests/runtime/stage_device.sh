@@ -1,6 +1,6 @@
 #!/bin/bash
 # Builds fxfuse, the build-time example and the GPU tests of the runtime's kernels (paged
-# attention, rotary cache write, small-M GEMM and its gated-SiLU epilogue, SiLU-and-mul, RMSNorm
+# attention, rotary cache write, small-M GEMM and its gated-SiLU and rotary epilogues, SiLU-and-mul, RMSNorm
 # with and without FP8 quant, single-key and short attention, attention) and of
 # Session::replay (session_replay_gpu_test) for sm_90a here and
 # packs them, with the shared libraries they need that a bare CUDA image may lack (OpenBLAS,
@@ -17,6 +17,7 @@ cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.device_rt/' .git/info/exclude 2>/dev/null || echo '/.device_rt/' >> .git/info/exclude
 bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:paged_attention_gpu_test \
   //tests/kernels:small_m_fp8_gemm_gpu_test //tests/kernels:small_m_fp8_gated_silu_gpu_test \
+  //tests/kernels:small_m_fp8_rotary_cache_gpu_test \
   //tests/kernels:rotary_cache_write_gpu_test //tests/kernels:silu_and_mul_gpu_test \
   //tests/kernels:rms_norm_gpu_test //tests/kernels:rms_norm_quant_fp8_gpu_test \
   //tests/kernels:single_key_attention_gpu_test //tests/kernels:short_attention_gpu_test //tests/kernels/attention:attention_gpu_test //examples/decode_step:paged_read_bench \
@@ -25,13 +26,15 @@ bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:pag
 bin=$(bazel info bazel-bin)
 stage=$(mktemp -d)
 mkdir -p "$stage/lib"
-tests=(paged_attention_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_gated_silu_gpu_test rotary_cache_write_gpu_test
+tests=(paged_attention_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_gated_silu_gpu_test small_m_fp8_rotary_cache_gpu_test
+  rotary_cache_write_gpu_test
   silu_and_mul_gpu_test rms_norm_gpu_test rms_norm_quant_fp8_gpu_test single_key_attention_gpu_test
   short_attention_gpu_test attention/attention_gpu_test)
 bins=(fxfuse)
 if [[ -n ${AB_BASELINE:-} ]]; then
   SLIM=1
-  tests=(paged_attention_gpu_test rotary_cache_write_gpu_test small_m_fp8_gemm_gpu_test silu_and_mul_gpu_test
+  tests=(paged_attention_gpu_test rotary_cache_write_gpu_test small_m_fp8_gemm_gpu_test small_m_fp8_rotary_cache_gpu_test
+    silu_and_mul_gpu_test
     rms_norm_gpu_test rms_norm_quant_fp8_gpu_test)
   cp -f "$AB_BASELINE" "$stage/fxfuse_old"
   bins+=(fxfuse_old)

@@ -273,9 +273,15 @@ void printWeightPrefetches(const rt::Session& s) {
 void printGemmEpilogues(const rt::Session& s) {
   const auto& lines = s.gemmEpilogues();
   if (lines.empty()) return;
-  std::printf("GEMM epilogues (FXFUSE_GEMM_EPILOGUE=0: off): %zu SiLU-and-mul + quant steps done by the gate/up GEMM "
-              "before them (first: %s)\n",
-              lines.size(), lines.front().c_str());
+  std::string kinds;
+  for (const auto& [kind, what] : {std::pair{rt::FusedEpilogue::kGatedSilu, "SiLU-and-mul + quant steps done by the gate/up GEMM"},
+                                   std::pair{rt::FusedEpilogue::kRotaryCache, "rotary cache writes done by the q/k/v GEMM"}}) {
+    const auto first = std::find_if(lines.begin(), lines.end(), [k = kind](const auto& l) { return l.kind == k; });
+    if (first == lines.end()) continue;
+    const auto count = std::count_if(lines.begin(), lines.end(), [k = kind](const auto& l) { return l.kind == k; });
+    kinds += fmt::format("{}{} {} before them (first: {})", kinds.empty() ? "" : ", ", count, what, first->steps);
+  }
+  std::printf("GEMM epilogues (FXFUSE_GEMM_EPILOGUE=0: off, silu or rotary: that one only): %s\n", kinds.c_str());
 }
 
 // One line on the rotary steps the last prepare took into the attention after them
