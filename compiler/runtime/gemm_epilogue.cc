@@ -37,9 +37,9 @@ GemmEpilogues GemmEpiloguesFromEnv() {
   const char* v = std::getenv("FXFUSE_GEMM_EPILOGUE");
   const std::string only = v ? v : "";
   if (only == "0") return {false, false};
-  if (only == "silu") return {true, false};
+  if (only == "all") return {true, true};
   if (only == "rotary") return {false, true};
-  return {};
+  return {};  // unset, "1" or "silu"
 }
 
 namespace {

@@ -76,7 +76,7 @@ for form in custom native; do
   # must say it fused them and still agree, with both caches.
   for cache in bf16 fp8; do
     check "run tiny model ($form) $cache decode 4x300 with GEMM epilogues" bash -c \
-      'out=$(FXFUSE_OWN_GEMM=always "$0" run "$1" --kv-cache="$2" --compare-cpu --kv-batch 4 --kv-query-len 1 \
+      'out=$(FXFUSE_OWN_GEMM=always FXFUSE_GEMM_EPILOGUE=all "$0" run "$1" --kv-cache="$2" --compare-cpu --kv-batch 4 --kv-query-len 1 \
          --kv-context 300 2>&1); rc=$?; echo "$out"; [[ $rc -eq 0 ]] &&
        grep -q "^GEMM epilogues .*: 2 SiLU.*, 2 rotary cache writes" <<< "$out"' \
       "$FXFUSE" "$g" "$cache"

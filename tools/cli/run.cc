@@ -281,7 +281,7 @@ void printGemmEpilogues(const rt::Session& s) {
     const auto count = std::count_if(lines.begin(), lines.end(), [k = kind](const auto& l) { return l.kind == k; });
     kinds += fmt::format("{}{} {} before them (first: {})", kinds.empty() ? "" : ", ", count, what, first->steps);
   }
-  std::printf("GEMM epilogues (FXFUSE_GEMM_EPILOGUE=0: off, silu or rotary: that one only): %s\n", kinds.c_str());
+  std::printf("GEMM epilogues (FXFUSE_GEMM_EPILOGUE=0: off, all: the rotary one too): %s\n", kinds.c_str());
 }
 
 // One line on the rotary steps the last prepare took into the attention after them
