@@ -90,17 +90,13 @@ __device__ __forceinline__ int64_t tileOf(const Launch& l, int tile_in_block) {
 }
 
 // The weight row (output column) of row `row` of tile `tile`: tile * 16 + row, or with the
-// rotary epilogue rows 8j .. 8j + 7 of head h (rows 0..7) and their partners E/2 on (rows
-// 8..15), for the tile's head h = tile / (E / 16) and j = tile % (E / 16).
+// rotary epilogue SmallMFp8RotaryWeightRow (a tile's rows r and r + 8 are a rotary pair).
 template <Epilogue kEpi>
 __device__ __forceinline__ int64_t weightRow(const SmallMFp8GemmParams& p, int64_t tile, int row) {
   if constexpr (kEpi != Epilogue::kRotaryCache) {
     return tile * kRowsPerTile + row;
   } else {
-    const int64_t head_size = p.rotary.cache.head_size, tiles_per_head = head_size / kRowsPerTile;
-    const int64_t head = tile / tiles_per_head, j = tile % tiles_per_head;
-    const int in_pair_half = row & 7;
-    return head * head_size + (row < 8 ? 0 : head_size / 2) + 8 * j + in_pair_half;
+    return SmallMFp8RotaryWeightRow(p.rotary.cache.head_size, tile, row);
   }
 }
 

@@ -68,6 +68,21 @@ struct SmallMFp8RotaryCache {
   ReshapeAndCacheParams cache;
 };
 
+#ifdef __CUDACC__
+#define FXFUSE_SMALL_M_HOST_DEVICE __host__ __device__
+#else
+#define FXFUSE_SMALL_M_HOST_DEVICE
+#endif
+
+// The weight row (output column) that row `row` (0..15) of 16-row tile `tile` computes under the
+// rotary epilogue: rows 8j .. 8j + 7 of head h for rows 0..7 and their neox partners E/2 on for
+// rows 8..15 (h = tile / (E / 16), j = tile % (E / 16)), so rows r and r + 8 of a tile are a
+// rotary pair. Host and device (the CPU test checks it is a permutation of the heads' rows).
+FXFUSE_SMALL_M_HOST_DEVICE inline int64_t SmallMFp8RotaryWeightRow(int64_t head_size, int64_t tile, int row) {
+  const int64_t tiles_per_head = head_size / 16, head = tile / tiles_per_head, j = tile % tiles_per_head;
+  return head * head_size + (row < 8 ? 0 : head_size / 2) + 8 * j + (row & 7);
+}
+
 struct SmallMFp8GemmParams {
   int64_t M = 0, N = 0, K = 0;
   const void* x = nullptr;  // F8E4M3FN [M, K], row stride x_row_stride elements (bytes)

@@ -2,6 +2,7 @@
 // what the kernel takes and what it refuses (before any CUDA call, so no GPU is needed).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -212,6 +213,27 @@ TEST_CASE("small-M FP8 GEMM: the rotary cache write on its q, k and v columns be
   REQUIRE(fused.has_value());
   CHECK(fused->rotary.cache.positions == two.positions);
   CHECK(fused->out == two.gemm.out);  // the GEMM still writes its rows
+}
+
+// The rotary epilogue's tile rows: every row of the heads exactly once, and rows r, r + 8 of a
+// tile the two elements of one neox pair (same head, first half and E/2 on).
+TEST_CASE("small-M FP8 GEMM: the rotary epilogue's tiles hold whole rotary pairs", "[gemm]") {
+  for (const int64_t head_size : {16, 64, 128, 256}) {
+    const int64_t heads = 5, rows = heads * head_size;
+    std::vector<int> seen(static_cast<size_t>(rows), 0);
+    for (int64_t tile = 0; tile < rows / 16; ++tile)
+      for (int r = 0; r < 16; ++r) {
+        const int64_t n = SmallMFp8RotaryWeightRow(head_size, tile, r);
+        REQUIRE(n >= 0);
+        REQUIRE(n < rows);
+        ++seen[static_cast<size_t>(n)];
+        if (r >= 8) continue;
+        const int64_t partner = SmallMFp8RotaryWeightRow(head_size, tile, r + 8);
+        CHECK(n % head_size < head_size / 2);
+        CHECK(partner == n + head_size / 2);
+      }
+    CHECK(std::count(seen.begin(), seen.end(), 1) == rows);
+  }
 }
 
 TEST_CASE("small-M FP8 GEMM: the rotary epilogue refuses other layouts and what the kernel cannot do", "[gemm]") {
