@@ -84,9 +84,14 @@ void Session::fuseGemmEpilogues() {
     std::optional<SmallMFp8GemmParams> fused;
     FusedEpilogue line{FusedEpilogue::kGatedSilu, fmt::format("{} into {}", next.where, gemm.where)};
     if (enabled.gated_silu) fused = gatedSiluEpilogue(si);
-    if (!fused && enabled.rotary_cache && gemm.own_gemm && next.rotary_cache_write) {
+    if (!fused && gemm.own_gemm && next.rotary_cache_write) {
       fused = SmallMFp8GemmWithRotaryCache(*gemm.own_gemm, *next.rotary_cache_write);
       line.kind = FusedEpilogue::kRotaryCache;
+      if (fused && !enabled.rotary_cache) {  // said, not done: the user can ask for it
+        line.fused = false;
+        epilogue_lines_.push_back(std::move(line));
+        continue;
+      }
     }
     if (!fused) continue;
     gemm.own_gemm = fused;  // what the step launches now

@@ -51,6 +51,7 @@ std::optional<GatedSiluStep> GatedSiluOf(const kernels::SiluAndMulParams& q, int
 struct FusedEpilogue {
   enum Kind { kGatedSilu, kRotaryCache } kind = kGatedSilu;
   std::string steps;
+  bool fused = true;  // false: the GEMM could take the step, but that epilogue is switched off
 };
 
 // Which epilogues sessions fuse: the gated-SiLU one; $FXFUSE_GEMM_EPILOGUE=all adds the rotary

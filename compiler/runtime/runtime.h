@@ -161,8 +161,8 @@ class Session {
   // Kernel launches one run() enqueues (kernels, matmuls, collectives; copies excluded).
   int launchesPerRun() const { return launches_; }
   // Per step the last prepare fused into the small-M GEMM before it as its epilogue
-  // (compiler/runtime/gemm_epilogue.h): its kind and "step 8 (silu_and_mul_quant) into step 7
-  // (_scaled_mm_2)".
+  // (compiler/runtime/gemm_epilogue.h), or could have where that epilogue is switched off
+  // (`fused` false): its kind and "step 8 (silu_and_mul_quant) into step 7 (_scaled_mm_2)".
   const std::vector<FusedEpilogue>& gemmEpilogues() const { return epilogue_lines_; }
   // Per rotary step the last prepare fused into the attention after it
   // (compiler/runtime/attention_prologue.h): "step 2 (rotary) into step 3 (attn)".

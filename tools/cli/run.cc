@@ -268,20 +268,34 @@ void printWeightPrefetches(const rt::Session& s) {
               lines.front().c_str());
 }
 
-// One line on the steps the last prepare fused into the small-M GEMMs before them (docs/runtime.md
-// "GEMM epilogues").
+// A line on the steps the last prepare fused into the small-M GEMMs before them, and one on those
+// it could have fused with an epilogue that is switched off (docs/runtime.md "GEMM epilogues").
+// Steps the last prepare fused into the GEMM before them (bench --json's gemm_epilogues).
+size_t fusedGemmEpilogues(const rt::Session& s) {
+  const auto& lines = s.gemmEpilogues();
+  return static_cast<size_t>(std::count_if(lines.begin(), lines.end(), [](const auto& l) { return l.fused; }));
+}
+
 void printGemmEpilogues(const rt::Session& s) {
   const auto& lines = s.gemmEpilogues();
   if (lines.empty()) return;
-  std::string kinds;
+  std::string done, possible;
   for (const auto& [kind, what] : {std::pair{rt::FusedEpilogue::kGatedSilu, "SiLU-and-mul + quant steps done by the gate/up GEMM"},
                                    std::pair{rt::FusedEpilogue::kRotaryCache, "rotary cache writes done by the q/k/v GEMM"}}) {
-    const auto first = std::find_if(lines.begin(), lines.end(), [k = kind](const auto& l) { return l.kind == k; });
-    if (first == lines.end()) continue;
-    const auto count = std::count_if(lines.begin(), lines.end(), [k = kind](const auto& l) { return l.kind == k; });
-    kinds += fmt::format("{}{} {} before them (first: {})", kinds.empty() ? "" : ", ", count, what, first->steps);
+    for (const bool fused : {true, false}) {
+      auto matches = [k = kind, fused](const rt::FusedEpilogue& l) { return l.kind == k && l.fused == fused; };
+      const auto first = std::find_if(lines.begin(), lines.end(), matches);
+      if (first == lines.end()) continue;
+      std::string& text = fused ? done : possible;
+      text += fmt::format("{}{} {} before them (first: {})", text.empty() ? "" : ", ",
+                          std::count_if(lines.begin(), lines.end(), matches), what, first->steps);
+    }
   }
-  std::printf("GEMM epilogues (FXFUSE_GEMM_EPILOGUE=0: off, all: the rotary one too): %s\n", kinds.c_str());
+  if (!done.empty())
+    std::printf("GEMM epilogues (FXFUSE_GEMM_EPILOGUE=0: off, all: the rotary one too): %s\n", done.c_str());
+  if (!possible.empty())
+    std::printf("GEMM epilogues switched off (FXFUSE_GEMM_EPILOGUE=all turns them on): %s could be\n",
+                possible.c_str());
 }
 
 // One line on the rotary steps the last prepare took into the attention after them
@@ -903,7 +917,7 @@ void registerBench(CLI::App& app, int& exit_code) {
                                             no_graph ? "false" : "true", s.launchesPerRun(), s.arenaBytes(),
                                             s.gemmTuning() ? "true" : "false",
                                             rt::Session::programmaticLaunch() ? "true" : "false",
-                                            s.gemmEpilogues().size(), s.attentionPrologues().size(),
+                                            fusedGemmEpilogues(s), s.attentionPrologues().size(),
                                             ir::jsonEscaped(batch ? batch->describe() : ""), profile_json,
                                             ablation_json, timeline_json));
     cudaEventDestroy(a);
