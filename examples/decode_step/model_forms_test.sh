@@ -7,7 +7,8 @@
 #     kernel's rounded bf16 sum, forward_native's fp32 sum);
 #  3. the Llama-3.1-8B (32 layers) and 70B (80 layers) shapes compile, both forms, into plans
 #     with one paged attention, four FP8 GEMMs and no generated kernel per layer (the rotary
-#     runs in the cache write) and every norm/activation fused with its quant.
+#     runs in the cache write, on the q/k/v columns of the matmul before it: qkv_views_check.py)
+#     and every norm/activation fused with its quant.
 #
 #   examples/decode_step/model_forms_test.sh PATH/fxfuse
 set -euo pipefail
@@ -72,6 +73,10 @@ for config in tiny llama8b llama70b; do
   [[ $generated == 1 ]] || fail "$config: $generated generated kernels, want 1 (the embedding)"
   folded=$(grep -c 'rotary + reshape_and_cache' "$tmp/${config}_custom.plan.txt" || true)
   [[ $folded == "$want" ]] || fail "$config: $folded cache writes with the rotary folded in, want one per layer ($want)"
+  # ... and each of them on the q, k and v columns of the matmul right before it, as the q/k/v
+  # GEMM's rotary epilogue needs (docs/runtime.md "GEMM epilogues")
+  python3 examples/decode_step/qkv_views_check.py "$tmp/${config}_custom.plan.txt" "$want" > "$tmp/views.txt" \
+    || fail "$(cat "$tmp/views.txt")"
   ! grep -qE 'quant_fp8 |static_scaled_fp8_quant' <<< "$(grep -v 'lib\.' <<< "$desc")" \
     || fail "$config: an unfused FP8 quant step is left"
   echo "ok: $config: both forms, one plan ($want layers, $fp8_gemms FP8 GEMMs, $(grep -c '^step' <<< "$desc") steps)"
