@@ -81,24 +81,27 @@ void Session::fuseGemmEpilogues() {
   for (size_t si = 0; si + 1 < steps_.size(); ++si) {
     Prepared& gemm = *steps_[si];
     Prepared& next = *steps_[si + 1];
-    std::optional<SmallMFp8GemmParams> fused;
-    FusedEpilogue line{FusedEpilogue::kGatedSilu, fmt::format("{} into {}", next.where, gemm.where)};
-    if (enabled.gated_silu) fused = gatedSiluEpilogue(si);
-    if (!fused && gemm.own_gemm && next.rotary_cache_write) {
-      fused = SmallMFp8GemmWithRotaryCache(*gemm.own_gemm, *next.rotary_cache_write);
-      line.kind = FusedEpilogue::kRotaryCache;
-      if (fused && !enabled.rotary_cache) {  // said, not done: the user can ask for it
-        line.fused = false;
-        epilogue_lines_.push_back(std::move(line));
+    if (!gemm.own_gemm) continue;
+    auto fuse = [&](const SmallMFp8GemmParams& p, FusedEpilogue::Kind kind) {
+      gemm.own_gemm = p;  // what the step launches now
+      gemm.run = fusedGemmRun(p, gemm.where);
+      next.run = [](cudaStream_t) {};
+      launches_--;
+      epilogue_lines_.push_back({kind, fmt::format("{} into {}", next.where, gemm.where), true});
+    };
+    if (enabled.gated_silu) {
+      if (const std::optional<SmallMFp8GemmParams> p = gatedSiluEpilogue(si)) {
+        fuse(*p, FusedEpilogue::kGatedSilu);
         continue;
       }
     }
-    if (!fused) continue;
-    gemm.own_gemm = fused;  // what the step launches now
-    gemm.run = fusedGemmRun(*fused, gemm.where);
-    next.run = [](cudaStream_t) {};
-    launches_--;
-    epilogue_lines_.push_back(std::move(line));
+    if (!next.rotary_cache_write) continue;
+    const std::optional<SmallMFp8GemmParams> p = SmallMFp8GemmWithRotaryCache(*gemm.own_gemm, *next.rotary_cache_write);
+    if (!p) continue;
+    if (enabled.rotary_cache)
+      fuse(*p, FusedEpilogue::kRotaryCache);
+    else  // said, not done: the user can ask for it
+      epilogue_lines_.push_back({FusedEpilogue::kRotaryCache, fmt::format("{} into {}", next.where, gemm.where), false});
   }
 }
 
