@@ -13,8 +13,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
+#include "kernels/device/mbarrier.cuh"
 #include "kernels/device/numeric.cuh"
 #include "kernels/device/pdl.cuh"
 #include "kernels/device/reduce.cuh"
@@ -57,7 +59,30 @@ struct RowKernelArgs {
   float min_abs = 0.0f;    // dynamic scale s = max(max(a, min_abs) / 448, min_scale)
   float min_scale = 0.0f;
   int stages = 0;          // vectorized path: 0 = one row per CTA; else rows staged in shared memory
+  bool l2_prefetch = false;  // vectorized path: operands asked of L2 before the grid wait (RowL2Prefetch)
 };
+
+// Whether the 16-byte row kernel asks L2 for its first row's residual, the weight and the
+// static scale before it waits for the preceding grid ($FXFUSE_ROW_L2_PREFETCH=1; off by
+// default until measured in the step; read per launch). In a decode step the residual was
+// written a layer's weight stream ago and is back in DRAM, so its load after the wait is a
+// DRAM round trip under the next GEMM's ring fill; asked for while the previous GEMM drains,
+// it is an L2 hit. A prefetch is only a hint to L2, the point of coherence, so it cannot read
+// stale data whichever kernel still writes those bytes.
+inline bool RowL2Prefetch() {
+  const char* v = std::getenv("FXFUSE_ROW_L2_PREFETCH");
+  return v && v[0] == '1';
+}
+
+// The L2 prefetch of RowL2Prefetch for `row`, by one thread (16-byte path: rows and the weight
+// are 16-byte aligned multiples of 16 bytes).
+template <typename T, bool kResidual, bool kNorm, RowOutput kOut>
+__device__ __forceinline__ void PrefetchRowOperandsToL2(const RowKernelArgs& a, int64_t row) {
+  const uint32_t row_bytes = static_cast<uint32_t>(a.hidden) * sizeof(T);
+  if constexpr (kResidual) bulkPrefetchToL2(static_cast<const T*>(a.residual) + row * a.residual_stride, row_bytes);
+  if (kNorm && a.weight != nullptr) bulkPrefetchToL2(a.weight, row_bytes);
+  if constexpr (kOut == RowOutput::kFp8Static) asm volatile("prefetch.global.L2 [%0];" ::"l"(a.scale));
+}
 
 // Dynamic per-tensor, pass 1: raise *scale (zeroed before) to this row's dynamic scale. Scales
 // are >= 0, so their bit patterns order like the values; reading first skips most atomics.
@@ -112,6 +137,8 @@ __global__ void __launch_bounds__(internal::MaxThreadsForVecsPerThread(kVecs))
     RowKernelVectorized(const RowKernelArgs a) {
   static_assert(kNorm || !kResidual, "a residual add is only fused with a normalization");
   allowDependentGrids();
+  if (a.l2_prefetch && threadIdx.x == 0 && blockIdx.x < a.num_rows)
+    PrefetchRowOperandsToL2<T, kResidual, kNorm, kOut>(a, blockIdx.x);
   waitForPrecedingGrid();
   extern __shared__ uint4 row_stages[];
   constexpr int kArrays = kResidual ? 2 : 1;
@@ -509,6 +536,7 @@ Status LaunchRowKernelVectorized(RowKernelArgs args, int threads, int requested_
   static std::atomic<int> occupancy_cache[33] = {};
   static std::atomic<bool> attributes_set{false};
   const auto kernel = RowKernelVectorized<T, kVecs, kResidual, kNorm, kOut>;
+  args.l2_prefetch = RowL2Prefetch();
   if (requested_stages == 0) {  // one row per CTA
     args.stages = 0;
     return LaunchStatus(LaunchProgrammatic(kernel, dim3(static_cast<unsigned int>(args.num_rows)), dim3(threads), 0,
