@@ -126,8 +126,8 @@ void fillRotary(const PagedOperands& t, bool neox, int64_t num_tokens, int64_t h
 
 }  // namespace
 
-std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, bool neox, const std::string& where,
-                                                             ReshapeAndCacheParams* launched) {
+std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, bool neox, bool metadata_read_only,
+                                                             const std::string& where, ReshapeAndCacheParams* launched) {
   if (!t.count("key") && t.count("query")) {  // rotation only: in place, or into query_out (a dense plan)
     const DeviceTensor& query = operand(t, "query", where);
     requireRank(query, "query", 3, where);
@@ -138,6 +138,7 @@ std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands
     p.head_size = query.shape[2];
     p.block_size = 1;
     fillRotary(t, neox, p.num_tokens, p.head_size, query.dtype, p, where);
+    p.metadata_read_only = metadata_read_only;
     if (launched) *launched = p;
     return [p, where](cudaStream_t s) { check(LaunchReshapeAndCache(p, s), where); };
   }
@@ -180,6 +181,7 @@ std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands
     p.v_scale = scaleOperand(t, "v_scale", where);
   }
   if (t.count("query")) fillRotary(t, neox, p.num_tokens, p.head_size, key.dtype, p, where);
+  p.metadata_read_only = metadata_read_only;
   if (launched) *launched = p;
   return [p, where](cudaStream_t s) { check(LaunchReshapeAndCache(p, s), where); };
 }

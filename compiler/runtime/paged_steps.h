@@ -26,8 +26,10 @@ using PagedOperands = std::map<std::string, DeviceTensor>;
 // operands alone it only rotates the query. `launched`, when given, receives the params the
 // step launches with (a rotation into query_out, a dense plan's rotary, the attention after it
 // may take in: attention_prologue.h; a rotary cache write, the q/k/v GEMM before it:
-// gemm_epilogue.h).
-std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, bool neox, const std::string& where,
+// gemm_epilogue.h). `metadata_read_only`: no step writes positions, slot_mapping or the table
+// (ReshapeAndCacheParams::metadata_read_only).
+std::function<void(cudaStream_t)> prepareReshapeAndCacheStep(const PagedOperands& t, bool neox, bool metadata_read_only,
+                                                             const std::string& where,
                                                              ReshapeAndCacheParams* launched = nullptr);
 
 // Device scratch of a session's paged-attention steps (their split-KV partial results). The

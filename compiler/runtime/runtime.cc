@@ -821,9 +821,25 @@ std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string&
   PagedOperands t;
   for (const auto& [arg, a] : args.args)
     if (a->v_case() == pb::KernelArg::kTensor) t[arg] = args.tensor(arg);
+  // Whether every operand named is present and a tensor no step of the plan writes: the
+  // metadata a kernel may then read before it waits for the preceding step (a graph that
+  // computes seq_lens or positions, say, has a step that writes them).
+  auto readOnly = [&](std::initializer_list<const char*> names) {
+    return std::all_of(names.begin(), names.end(), [&](const char* operand_name) {
+      const auto a = args.args.find(operand_name);
+      return a != args.args.end() && a->second->v_case() == pb::KernelArg::kTensor &&
+             lowering::readOnlyInPlan(plan_, a->second->tensor());
+    });
+  };
   if (name == "rt.reshape_and_cache") {
+    // $FXFUSE_ROTARY_EARLY_METADATA=0 keeps every read after the wait (A/B runs).
+    const char* early_env = std::getenv("FXFUSE_ROTARY_EARLY_METADATA");
+    const bool metadata_read_only =
+        !(early_env && early_env[0] == '0') && (args.has("slot_mapping")
+                                                    ? readOnly({"positions", "slot_mapping", "cos_sin_cache"})
+                                                    : readOnly({"positions", "cos_sin_cache"}));
     ReshapeAndCacheParams launched;
-    auto run = prepareReshapeAndCacheStep(t, args.flag("is_neox"), args.where, &launched);
+    auto run = prepareReshapeAndCacheStep(t, args.flag("is_neox"), metadata_read_only, args.where, &launched);
     if (launched.heads_kv == 0 && launched.query_out)
       step->rotation = RotationStep{launched, args.args.at("query_out")->tensor()};
     if (launched.heads_kv > 0 && launched.positions) step->rotary_cache_write = launched;
@@ -831,14 +847,7 @@ std::function<void(cudaStream_t)> Session::preparePagedKernel(const std::string&
   }
   std::optional<double> scale;
   if (args.has("scale")) scale = args.real("scale", 0.0);
-  // The metadata may be read before the kernel waits for the preceding step only where no step
-  // writes it (a graph that computes seq_lens, say, has a step that does).
-  bool metadata_read_only = true;
-  for (const char* operand_name : {"block_table", "seq_lens", "query_start_loc"}) {
-    const auto a = args.args.find(operand_name);
-    metadata_read_only = metadata_read_only && a != args.args.end() && a->second->v_case() == pb::KernelArg::kTensor &&
-                         lowering::readOnlyInPlan(plan_, a->second->tensor());
-  }
+  const bool metadata_read_only = readOnly({"block_table", "seq_lens", "query_start_loc"});
   int kernels = 1;
   auto run = preparePagedAttentionStep(t, scale, metadata_read_only, *paged_scratch_, kernels, args.where);
   launches_ += kernels - 1;  // prepareKernel counted one

@@ -156,6 +156,19 @@ __device__ __forceinline__ void rotateQueryItem8(const ReshapeAndCacheParams& p,
 template <typename T, int kQueryWidth>
 __global__ void __launch_bounds__(kCacheThreads) rotaryCacheWriteKernel(ReshapeAndCacheParams p) {
   kernels::allowDependentGrids();
+  // Where no step writes them, the block's first token's position and slot are read, and its
+  // table row asked of L2, while the preceding kernel drains: after the wait the kernel's chain
+  // is then the q/k/v loads alone, not position -> table row -> store.
+  const int64_t first = blockIdx.y;
+  const bool early = p.metadata_read_only && first < p.num_tokens;
+  int64_t first_pos = 0, first_slot = -1;
+  if (early) {
+    first_pos = p.positions[first];
+    first_slot = p.heads_kv > 0 ? p.slot_mapping[first] : -1;
+    if (threadIdx.x == 0)
+      rotary::prefetchTableRow(p.cos_sin_cache, p.cos_sin_dtype, p.cos_sin_rows, p.cos_sin_stride, p.rotary_dim,
+                               first_pos);
+  }
   kernels::waitForPrecedingGrid();
   const int E = static_cast<int>(p.head_size), half = static_cast<int>(p.rotary_dim / 2);
   const int key_items_per_head = E - half;  // half pairs + (E - rotary_dim) unrotated elements
@@ -165,8 +178,8 @@ __global__ void __launch_bounds__(kCacheThreads) rotaryCacheWriteKernel(ReshapeA
   const int items = query_items + key_items + static_cast<int>(p.heads_kv) * E;
   const int64_t capacity = p.num_blocks * p.block_size;
   for (int64_t t = blockIdx.y; t < p.num_tokens; t += gridDim.y) {
-    const int64_t pos = p.positions[t];
-    const int64_t slot = p.heads_kv > 0 ? p.slot_mapping[t] : -1;
+    const int64_t pos = early && t == first ? first_pos : p.positions[t];
+    const int64_t slot = early && t == first ? first_slot : p.heads_kv > 0 ? p.slot_mapping[t] : -1;
     const bool cached = slot >= 0 && slot < capacity;
     const int64_t dst_row = slot * p.heads_kv * E;
     for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < items;

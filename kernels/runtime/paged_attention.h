@@ -71,6 +71,9 @@ struct ReshapeAndCacheParams {
   DType cos_sin_dtype = DType::BF16;      // BF16, F16 or F32
   int64_t cos_sin_rows = 0, cos_sin_stride = 0, rotary_dim = 0;  // rotary_dim even, <= head_size
   bool neox = true;                       // pairs are the two halves (true) or adjacent elements
+  // No step of the plan writes positions, slot_mapping or the table: the rotary kernel reads its
+  // first token's entries before it waits for the preceding kernel.
+  bool metadata_read_only = false;
 };
 
 // Returns cudaErrorInvalidValue for bad params (dtypes, sizes, missing pointers or scales),

@@ -65,8 +65,8 @@ __device__ __forceinline__ uint8_t gatedSiluOutput(const SmallMFp8GemmParams& p,
 // copied into value_cache, k and v staying raw in `out`; a token without a slot (-1, or outside
 // the cache) is left out of the caches.
 template <typename T>
-__device__ __forceinline__ void storeRotaryPairAs(const SmallMFp8GemmParams& p, int64_t token, int64_t n, float first,
-                                                  float second, float scale) {
+__device__ __forceinline__ void storeRotaryPairAs(const SmallMFp8GemmParams& p, int64_t token, int64_t position,
+                                                  int64_t slot, int64_t n, float first, float second, float scale) {
   using kernels::device::D16;
   using kernels::device::Round16;
   const ReshapeAndCacheParams& c = p.rotary.cache;
@@ -78,7 +78,7 @@ __device__ __forceinline__ void storeRotaryPairAs(const SmallMFp8GemmParams& p, 
   float2 y = make_float2(x1, x2);
   if (rotated) {
     const float2 cs = rotary::cosSin<T>(c.cos_sin_cache, c.cos_sin_dtype, c.cos_sin_rows, c.cos_sin_stride,
-                                        c.rotary_dim, c.positions[token], pair);
+                                        c.rotary_dim, position, pair);
     y = rotary::rotatePair<T>(x1, x2, cs);
   }
   T* row = reinterpret_cast<T*>(p.out) + token * p.out_row_stride;
@@ -93,7 +93,6 @@ __device__ __forceinline__ void storeRotaryPairAs(const SmallMFp8GemmParams& p, 
     }
     return;
   }
-  const int64_t slot = c.slot_mapping[token];
   if (slot < 0 || slot >= c.num_blocks * c.block_size) return;
   const bool key = rotated;
   const int64_t kv_head = head - c.heads_q - (key ? 0 : c.heads_kv);
@@ -102,10 +101,10 @@ __device__ __forceinline__ void storeRotaryPairAs(const SmallMFp8GemmParams& p, 
   storeCache<T>(key ? c.key_cache : c.value_cache, at + half, y.y, c.cache_dtype, key ? c.k_scale : c.v_scale);
 }
 
-__device__ __forceinline__ void storeRotaryPair(const SmallMFp8GemmParams& p, int64_t token, int64_t n, float first,
-                                                float second, float scale) {
-  if (p.out_dtype == DType::BF16) storeRotaryPairAs<__nv_bfloat16>(p, token, n, first, second, scale);
-  else storeRotaryPairAs<__half>(p, token, n, first, second, scale);
+__device__ __forceinline__ void storeRotaryPair(const SmallMFp8GemmParams& p, int64_t token, int64_t position,
+                                                int64_t slot, int64_t n, float first, float second, float scale) {
+  if (p.out_dtype == DType::BF16) storeRotaryPairAs<__nv_bfloat16>(p, token, position, slot, n, first, second, scale);
+  else storeRotaryPairAs<__half>(p, token, position, slot, n, first, second, scale);
 }
 
 }  // namespace fxfuse::runtime::small_m

@@ -65,10 +65,19 @@ constexpr int kRingBytes = kWarps * kStages * kStageBytes;
 // What the kernel does with its sums (SmallMFp8GemmParams: plain output, gated_silu, rotary).
 enum class Epilogue { kPlain, kGatedSilu, kRotaryCache };
 
-// The gated-SiLU epilogue's sums of a block's tiles follow: [tile][acc][lane].
-template <int kTiles, bool kGated = false>
+// The gated-SiLU epilogue's sums of a block's tiles follow: [tile][acc][lane]; the rotary
+// epilogue's RotaryTokens follow the partial sums.
+struct RotaryTokens {
+  int64_t position[kSmallMFp8MmaSyncMaxRows];
+  int64_t slot[kSmallMFp8MmaSyncMaxRows];
+};
+template <int kTiles>
+constexpr int kPartialBytes = kWarps * kTiles * 4 * 32 * static_cast<int>(sizeof(float));
+template <int kTiles, Epilogue kEpi>
 constexpr int smemBytes() {
-  return kRingBytes + (kGated ? 2 : 1) * kWarps * kTiles * 4 * 32 * static_cast<int>(sizeof(float));
+  if constexpr (kEpi == Epilogue::kGatedSilu) return kRingBytes + 2 * kPartialBytes<kTiles>;
+  if constexpr (kEpi == Epilogue::kRotaryCache) return kRingBytes + kPartialBytes<kTiles> + int{sizeof(RotaryTokens)};
+  return kRingBytes + kPartialBytes<kTiles>;
 }
 
 struct Launch {
@@ -177,10 +186,24 @@ __device__ __forceinline__ float splitSum(const float* partial, int splits, int 
   return sum;
 }
 
+// The rotary epilogue's token metadata, loaded at the K loop's start so that the epilogue does
+// not wait on two dependent round trips (position, then its table row) after the K loop: each
+// token's position and slot into shared memory, and its cos | sin row asked of L2. The epilogue
+// reads them after its barrier.
+__device__ __forceinline__ void loadRotaryTokens(const SmallMFp8GemmParams& p, RotaryTokens* tokens) {
+  const ReshapeAndCacheParams& c = p.rotary.cache;
+  const int t = static_cast<int>(threadIdx.x);
+  if (t >= p.M) return;
+  const int64_t position = c.positions[t];
+  tokens->position[t] = position;
+  tokens->slot[t] = c.slot_mapping[t];
+  rotary::prefetchTableRow(c.cos_sin_cache, c.cos_sin_dtype, c.cos_sin_rows, c.cos_sin_stride, c.rotary_dim, position);
+}
+
 // The rotary epilogue's half of the block's outputs: each thread takes pairs of accumulators
 // j, j + 2 (rows r and r + 8 of a tile: a rotary pair, weightRow) of one token.
 template <int kTiles>
-__device__ void storeRotaryPairs(const Launch& l, const float* partial, float scale) {
+__device__ void storeRotaryPairs(const Launch& l, const float* partial, const RotaryTokens& tokens, float scale) {
   const SmallMFp8GemmParams& p = l.p;
   constexpr int kTilePairs = kTiles * 2 * 32;  // (token tile, j < 2, lane) per tile
   const int tiles_per_block = kWarps / l.splits;
@@ -191,7 +214,7 @@ __device__ void storeRotaryPairs(const Launch& l, const float* partial, float sc
     if (token >= p.M || n >= p.N) continue;
     const float first = splitSum<kTiles>(partial, l.splits, tile_in_block, 4 * a + j, el);
     const float second = splitSum<kTiles>(partial, l.splits, tile_in_block, 4 * a + j + 2, el);
-    small_m::storeRotaryPair(p, token, n, first, second, scale);
+    small_m::storeRotaryPair(p, token, tokens.position[token], tokens.slot[token], n, first, second, scale);
   }
 }
 
@@ -211,7 +234,7 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
   __syncthreads();
   const float scale = small_m::scaleProduct(p);
   if constexpr (kEpi == Epilogue::kRotaryCache) {
-    storeRotaryPairs<kTiles>(l, partial, scale);
+    storeRotaryPairs<kTiles>(l, partial, *reinterpret_cast<const RotaryTokens*>(partial + kWarps * kTileElems), scale);
     return;
   }
   const int tiles_per_block = kWarps / l.splits;
@@ -262,6 +285,8 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
     kernels::cpAsyncCommit();
   }
   if (p.w_read_only) kernels::waitForPrecedingGrid();
+  if constexpr (kEpi == Epilogue::kRotaryCache)
+    loadRotaryTokens(p, reinterpret_cast<RotaryTokens*>(smem + kRingBytes + kPartialBytes<kTiles>));
   float acc[kTiles][4] = {};
   uint4 next[kTiles][2];
   if (steps > 0) loadStepActivations<kTiles>(p, first, next);
@@ -298,7 +323,7 @@ bool earlyTrigger(Epilogue epi) {
 template <int kTiles, Epilogue kEpi, int kL2Prefetch>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   constexpr bool kGated = kEpi == Epilogue::kGatedSilu;
-  constexpr int kBytes = smemBytes<kTiles, kGated>();
+  constexpr int kBytes = smemBytes<kTiles, kEpi>();
   constexpr auto kernel = smallMFp8GemmKernel<kTiles, kEpi, kL2Prefetch>;
   cudaError_t e = dev::ensureSmemLimit<kernel>(kBytes);
   int device = 0, sms = 0, per_sm = 0;

@@ -75,9 +75,12 @@ void writeCacheRow(const RotaryCase& c, const std::vector<uint16_t>& qkv, int64_
   }
 }
 
+// Each case runs with the metadata read after the kernel's grid wait and, as where no step of
+// the plan writes it, before (ReshapeAndCacheParams::metadata_read_only): the same bytes.
 void runRotaryCase(const RotaryCase& c) {
+  const bool metadata_read_only = GENERATE(false, true);
   const uint64_t seed = NextSeed();
-  INFO("case " << c.name << ", seed " << seed);
+  INFO("case " << c.name << ", seed " << seed << ", metadata read before the wait: " << metadata_read_only);
   std::mt19937_64 rng(seed);
   const int64_t T = c.tokens, E = c.head_size, Q = c.heads_q * E, K = c.heads_kv * E, W = Q + 2 * K + c.row_pad;
   const int64_t out_row = Q + 8;  // query_out's row stride (out of place)
@@ -156,6 +159,7 @@ void runRotaryCase(const RotaryCase& c) {
     p.query_out_stride[0] = out_row;
     p.query_out_stride[1] = E;
   }
+  p.metadata_read_only = metadata_read_only;
   REQUIRE(RotaryQueryWidth(p) == c.expect_width);
   FXFUSE_CUDA_REQUIRE(LaunchReshapeAndCache(p, nullptr));
   FXFUSE_CUDA_REQUIRE(cudaDeviceSynchronize());
