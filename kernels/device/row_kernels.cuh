@@ -63,15 +63,16 @@ struct RowKernelArgs {
 };
 
 // Whether the 16-byte row kernel asks L2 for its first row's residual, the weight and the
-// static scale before it waits for the preceding grid ($FXFUSE_ROW_L2_PREFETCH=1; off by
-// default until measured in the step; read per launch). In a decode step the residual was
-// written a layer's weight stream ago and is back in DRAM, so its load after the wait is a
-// DRAM round trip under the next GEMM's ring fill; asked for while the previous GEMM drains,
-// it is an L2 hit. A prefetch is only a hint to L2, the point of coherence, so it cannot read
-// stale data whichever kernel still writes those bytes.
+// static scale before it waits for the preceding grid (on unless $FXFUSE_ROW_L2_PREFETCH=0;
+// read per launch). In a decode step the residual was written a layer's weight stream ago and
+// is back in DRAM, so its load after the wait is a DRAM round trip under the next GEMM's ring
+// fill; asked for while the previous GEMM drains, it is an L2 hit (the 8B step 1.0-1.1 %
+// faster at batch 1 and 8 on an H100: docs/benchmarks/decode_step.md, thirty-seventh session).
+// A prefetch is only a hint to L2, the point of coherence, so it cannot read stale data
+// whichever kernel still writes those bytes.
 inline bool RowL2Prefetch() {
   const char* v = std::getenv("FXFUSE_ROW_L2_PREFETCH");
-  return v && v[0] == '1';
+  return !(v && v[0] == '0');
 }
 
 // The L2 prefetch of RowL2Prefetch for `row`, by one thread (16-byte path: rows and the weight
