@@ -656,23 +656,6 @@ struct KeyWindows {
   }
 };
 
-// Asks L2 for the K and V rows of the warp's first two key windows (its first 64 keys), one
-// bulk prefetch per row and cache, so that the ring's first copies after the grid wait read L2
-// rather than DRAM (prefetchKeys). A hint only: L2 is the point of coherence, so a row the
-// preceding kernel still writes (this step's own key) is read correctly after the wait anyway.
-template <int E, CacheFormat F>
-__device__ void prefetchFirstKeysToL2(const PagedAttentionParams& p, const KeyWindows& windows) {
-  constexpr uint32_t kRowBytes = E * (F == CacheFormat::kFp8 ? 1 : 2);
-  const int32_t rows[2] = {windows.rowOf(windows.first_block_id, windows.offset),
-                           windows.rowOf(windows.next_block, windows.next_offset)};
-  for (const int32_t row : rows) {
-    if (row < 0) continue;
-    const int64_t at = static_cast<int64_t>(row) * kRowBytes;
-    kernels::device::bulkPrefetchToL2(static_cast<const uint8_t*>(p.key_cache) + at, kRowBytes);
-    kernels::device::bulkPrefetchToL2(static_cast<const uint8_t*>(p.value_cache) + at, kRowBytes);
-  }
-}
-
 // The keys of `windows` through the warp's ring (`smem`, MmaRing::kBytes) 16 at a time into
 // consume(stages, valid): the copies of the next 16 keys are in flight while 16 are computed.
 // A key with row -1 is zero-filled and its valid bit clear.
@@ -1126,7 +1109,7 @@ __global__ void __launch_bounds__(kWarps * 32, minBlocks(kPath, HPW * NE)) paged
 // (docs/runtime.md "Programmatic dependent launch").
 template <int E, int HPW, CacheFormat F>
 __global__ void __launch_bounds__(kMmaMaxWarps * 32, 1)
-    pagedAttentionMmaKernel(PagedAttentionParams p, bool clustered, bool early_dependents, bool prefetch_keys) {
+    pagedAttentionMmaKernel(PagedAttentionParams p, bool clustered, bool early_dependents) {
   using Ring = MmaRing<E, F>;
   static_assert((MergedState<E, HPW>::kFloats + kMergeWeightFloats<HPW, kMmaMaxWarps>) * 4 <= Ring::kBytes,
                 "a warp's state and the merge weights fit a ring");
@@ -1152,7 +1135,6 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32, 1)
   const uint32_t hk = h0 / static_cast<uint32_t>(p.heads_q / p.heads_kv);
   KeyWindows windows(p, r.seq < 0 ? p.block_table : p.block_table + r.seq * p.block_table_stride,
                      static_cast<int32_t>(hk), lo, hi, lane);
-  if (p.metadata_read_only && prefetch_keys && r.seq >= 0) prefetchFirstKeysToL2<E, F>(p, windows);
   if (p.metadata_read_only) kernels::waitForPrecedingGrid();
   // Where the combine kernel follows, it reads no chunk past the context (a cluster's CTAs all
   // take part in its barriers).
@@ -1312,16 +1294,6 @@ bool earlyDependents() {
   return !(v && v[0] == '0');
 }
 
-// Whether the tensor-core attention asks L2 for each warp's first 64 keys before its grid wait
-// where the metadata may be read then (prefetchFirstKeysToL2; $FXFUSE_PAGED_L2_PREFETCH=1, off
-// by default until measured in the step). At batch 1-8 the attention is a latency chain behind
-// the rotary cache write, which it launches at the start of: the cache rows of the context,
-// written by earlier steps, can be on their way while that kernel runs. Read per call.
-bool prefetchKeys() {
-  const char* v = std::getenv("FXFUSE_PAGED_L2_PREFETCH");
-  return v && v[0] == '1';
-}
-
 int64_t targetWarpsPerSm() {
   const char* v = std::getenv("FXFUSE_PAGED_WARPS_PER_SM");
   const long n = v ? std::strtol(v, nullptr, 10) : 0;
@@ -1364,8 +1336,7 @@ cudaError_t launchMmaAttention(const PagedAttentionParams& p, int64_t chunks_per
   const dim3 grid(static_cast<unsigned>(p.num_tokens * (p.heads_q / HPW) * ctas_per_row));
   return kernels::LaunchProgrammaticInClusters(kernel, grid, dim3(static_cast<unsigned>(32 * chunks_per_cta)),
                                                static_cast<size_t>(MmaSmemBytes<E, HPW, F>(chunks_per_cta, cluster)),
-                                               static_cast<int>(cluster), stream, p, clustered, earlyDependents(),
-                                               prefetchKeys());
+                                               static_cast<int>(cluster), stream, p, clustered, earlyDependents());
 }
 
 // How the attention reads the caches (valid params).

@@ -37,7 +37,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <string>
 #include <vector>
 
 #include "kernels/device/cp_async.cuh"
@@ -85,7 +84,6 @@ struct Launch {
   int splits;           // warps per tile: 1, 2, 4 or 8 (gated: at most 4)
   int steps_per_split;  // K steps of one warp (the last split may have fewer)
   int64_t gate_tiles;   // gated: tiles of N / 2 rows (the up tiles follow)
-  bool early_trigger;   // the next kernel may launch at this one's start (earlyTrigger)
 };
 
 // The weight tile of the block's tile `tile_in_block`: consecutive tiles, or (gated) gate tile
@@ -277,7 +275,6 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
       first < k_steps ? (k_steps - first < l.steps_per_split ? k_steps - first : l.steps_per_split) : 0;
   const uint8_t* ring = smem + warp * kStages * kStageBytes;
   const uint32_t ring_addr = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
-  if (l.early_trigger) kernels::allowDependentGrids();  // the trigger after the K loop then changes nothing
   if (!p.w_read_only) kernels::waitForPrecedingGrid();  // w may come from a step still running
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {  // weights only
@@ -308,18 +305,6 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   reduceAndStore<kTiles, kEpi>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
 }
 
-// Whether a GEMM with epilogue `epi` lets the next kernel launch at its start rather than after
-// its K loop ($FXFUSE_SMALLM_EARLY_TRIGGER: "rotary" for the rotary + KV-cache epilogue, "all",
-// else none; read per call, for A/B runs). After a rotary cache write folded into the q/k/v
-// GEMM the attention follows, whose pre-wait part is its metadata: launched early it and the
-// o-projection after it start while the GEMM drains, as they did behind the separate rotary
-// kernel, instead of when the GEMM's K loops end.
-bool earlyTrigger(Epilogue epi) {
-  const char* v = std::getenv("FXFUSE_SMALLM_EARLY_TRIGGER");
-  const std::string which = v ? v : "";
-  return which == "all" || (which == "rotary" && epi == Epilogue::kRotaryCache);
-}
-
 template <int kTiles, Epilogue kEpi, int kL2Prefetch>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   constexpr bool kGated = kEpi == Epilogue::kGatedSilu;
@@ -333,7 +318,7 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   const int64_t tiles = (p.N + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
-  Launch l{p, 1, 0, tiles / 2, earlyTrigger(kEpi)};
+  Launch l{p, 1, 0, tiles / 2};
   l.splits =
       p.splits > 0 ? p.splits : SmallMFp8GemmSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
   if (kGated && l.splits > kWarps / 2) l.splits = kWarps / 2;  // at least one gate/up pair per block
