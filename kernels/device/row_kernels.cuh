@@ -66,7 +66,7 @@ struct RowKernelArgs {
 // static scale before it waits for the preceding grid (on unless $FXFUSE_ROW_L2_PREFETCH=0;
 // read per launch). In a decode step the residual was written a layer's weight stream ago and
 // is back in DRAM, so its load after the wait is a DRAM round trip under the next GEMM's ring
-// fill; asked for while the previous GEMM drains, it is an L2 hit (the 8B step 1.0-1.1 %
+// fill; asked for while the previous GEMM drains, it is an L2 hit (the 8B step 0.7-1.1 %
 // faster at batch 1 and 8 on an H100: docs/benchmarks/decode_step.md, thirty-seventh session).
 // A prefetch is only a hint to L2, the point of coherence, so it cannot read stale data
 // whichever kernel still writes those bytes.
