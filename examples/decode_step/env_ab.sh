@@ -13,7 +13,8 @@
 # STREAM_SHAPES (weight_stream_bench's shapes argument, default 8b; empty: left out), TIMELINE
 # (N: every step and layer bench also records N replays with `--timeline N` and its summary, with
 # the repeating unit's table, follows the run's line; default none).
-# Writes $OUT/env_ab.txt as it goes: one line per run (setting, point, median µs).
+# Writes $OUT/env_ab.txt as it goes: one line per run (setting, point, median µs), and at the end
+# the A/B table of env_ab_summary.py (each setting's mean and its difference from the first).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-/tmp/env_ab_out}
@@ -78,4 +79,5 @@ for rep in $(seq "${LAYER_REPS:-2}"); do
   done
 done
 tail -20 "$W/err.txt" > "$OUT/errors.txt"
+{ echo; echo "## A/B table (examples/decode_step/env_ab_summary.py)"; python3 examples/decode_step/env_ab_summary.py "$S"; } >> "$S" 2>&1
 cat "$S"
