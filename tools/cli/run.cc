@@ -268,14 +268,14 @@ void printWeightPrefetches(const rt::Session& s) {
               lines.front().c_str());
 }
 
-// A line on the steps the last prepare fused into the small-M GEMMs before them, and one on those
-// it could have fused with an epilogue that is switched off (docs/runtime.md "GEMM epilogues").
 // Steps the last prepare fused into the GEMM before them (bench --json's gemm_epilogues).
 size_t fusedGemmEpilogues(const rt::Session& s) {
   const auto& lines = s.gemmEpilogues();
   return static_cast<size_t>(std::count_if(lines.begin(), lines.end(), [](const auto& l) { return l.fused; }));
 }
 
+// A line on the steps the last prepare fused into the small-M GEMMs before them, and one on those
+// it could have fused with an epilogue that is switched off (docs/runtime.md "GEMM epilogues").
 void printGemmEpilogues(const rt::Session& s) {
   const auto& lines = s.gemmEpilogues();
   if (lines.empty()) return;
@@ -294,7 +294,8 @@ void printGemmEpilogues(const rt::Session& s) {
   if (!done.empty())
     std::printf("GEMM epilogues (FXFUSE_GEMM_EPILOGUE=0: off, all: the rotary one too): %s\n", done.c_str());
   if (!possible.empty())
-    std::printf("GEMM epilogues switched off (FXFUSE_GEMM_EPILOGUE=all turns them on): %s could be\n",
+    std::printf("GEMM epilogues switched off (FXFUSE_GEMM_EPILOGUE=all turns them on; measured no faster: "
+                "docs/runtime.md): %s could be\n",
                 possible.c_str());
 }
 
