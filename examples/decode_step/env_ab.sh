@@ -6,20 +6,23 @@
 #   SLIM=1 tests/runtime/stage_device.sh                      # here: builds and packs
 #   device: carry [".device_rt"], run `VARIANTS="default;FXFUSE_X=1" OUT=$OUT examples/decode_step/env_ab.sh`
 #
-# Env: VARIANTS (';'-separated lists of NAME=value words; "default" = none), TESTS (binaries of the
+# Env: VARIANTS (';'-separated lists of NAME=value words; "default" = none; "build=NAME" = the
+# bundle's binary NAME instead of fxfuse, e.g. build=fxfuse_old packed by `AB_BASELINE=...
+# tests/runtime/stage_device.sh`, on plans it compiles itself: two builds interleaved), TESTS (binaries of the
 # bundle run first, space-separated, e.g. "small_m_fp8_gemm_gpu_test"), POINTS (batch x context,
 # default "1x1024 8x1024 1x4096"; empty: no step runs), REPS (default 2), LAYER_TOKENS (default
 # "1 8"; empty: no layer runs), LAYER_REPS (2),
 # STREAM_SHAPES (weight_stream_bench's shapes argument, default 8b; empty: left out), TIMELINE
 # (N: every step and layer bench also records N replays with `--timeline N` and its summary, with
-# the repeating unit's table, follows the run's line; default none).
+# the repeating unit's table, follows the run's line; default none), BUNDLE_DIR (where the
+# bundle unpacks, default /tmp/fxrt).
 # Writes $OUT/env_ab.txt as it goes: one line per run (setting, point, median µs), and at the end
 # the A/B table of env_ab_summary.py (each setting's mean and its difference from the first).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-/tmp/env_ab_out}
 mkdir -p "$OUT"
-D=/tmp/fxrt
+D=${BUNDLE_DIR:-/tmp/fxrt}  # where the bundle unpacks
 # shellcheck source=tests/runtime/device_bundle.sh
 source tests/runtime/device_bundle.sh
 unpack_bundle "$D" || { echo "no bundle: run tests/runtime/stage_device.sh" | tee "$OUT/env_ab.txt"; exit 2; }
@@ -35,11 +38,21 @@ for t in ${TESTS:-}; do
   echo "$t (rc $?): $(tail -2 "$W/$t.txt" | tr '\n' ' ')" >> "$S"
 done
 IFS=';' read -r -a variants <<< "${VARIANTS:-default}"
-# Runs "$@" under variant $1 (its NAME=value words exported in a subshell).
+# Runs "$@" under variant $1 (its NAME=value words exported in a subshell; none for a build).
 under() {
   local v=$1; shift
   # shellcheck disable=SC2086,SC2163  # the variant is a list of NAME=value words
-  ( [[ $v == default ]] || export $v; "$@" )
+  ( [[ $v == default || $v == build=* ]] || export $v; "$@" )
+}
+# The fxfuse binary variant $1 runs: the bundle's fxfuse, or NAME for "build=NAME".
+bin_of() { if [[ $1 == build=* ]]; then echo "$D/${1#build=}"; else echo "$D/fxfuse"; fi; }
+# The plan of graph $2 (a name under $W) that variant $1's binary compiled (once per binary),
+# with compile flags $3...: prints its path.
+plan_of() {
+  local bin graph=$2 plan; bin=$(bin_of "$1"); shift 2
+  plan="$W/${graph%.*}_$(basename "$bin").plan.pb"
+  [[ -s $plan ]] || "$bin" compile "$W/$graph" "$@" --emit=plan -o "$plan" -q
+  echo "$plan"
 }
 median() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["median_us"])' "$1" 2>/dev/null || echo failed; }
 timeline=()
@@ -49,16 +62,17 @@ timeline_of_last() { [[ -z ${TIMELINE:-} ]] || sed -n '/^timeline (/,$p' "$W/out
 
 if [[ -n ${STREAM_SHAPES-8b} ]]; then
   for v in "${variants[@]}"; do
+    [[ $v == build=* ]] && continue  # one stream benchmark in the bundle
     echo "== weight_stream_bench ${STREAM_SHAPES-8b} 1,8 under $v" >> "$S"
     under "$v" timeout 120 "$D/weight_stream_bench" "${STREAM_SHAPES-8b}" 1,8 >> "$S" 2>&1
   done
 fi
 python3 tools/fixtures/decode_model.py --config llama8b --form custom --layers 32 > "$W/p32.fxg"
-"$D/fxfuse" compile "$W/p32.fxg" --kv-cache=bf16 --emit=plan -o "$W/p32.plan.pb" -q
+cp examples/decoder_layer/llama8b_decoder_fp8.fxg "$W/layer.fxg"
 for rep in $(seq "${REPS:-2}"); do
   for point in ${POINTS-1x1024 8x1024 1x4096}; do
     for v in "${variants[@]}"; do
-      under "$v" timeout -k 10 120 "$D/fxfuse" bench "$W/p32.plan.pb" --kv-batch "${point%x*}" --kv-query-len 1 \
+      under "$v" timeout -k 10 120 "$(bin_of "$v")" bench "$(plan_of "$v" p32.fxg --kv-cache=bf16)" --kv-batch "${point%x*}" --kv-query-len 1 \
         --kv-context "${point#*x}" --iters 50 --quiet --json "$W/d.json" "${timeline[@]}" > "$W/out.txt" 2>> "$W/err.txt"
       echo "decode 8B $point [$v] rep $rep: $(median "$W/d.json") us" >> "$S"
       timeline_of_last
@@ -66,11 +80,10 @@ for rep in $(seq "${REPS:-2}"); do
     done
   done
 done
-"$D/fxfuse" compile examples/decoder_layer/llama8b_decoder_fp8.fxg --emit=plan -o "$W/layer.plan.pb" -q
 for rep in $(seq "${LAYER_REPS:-2}"); do
   for t in ${LAYER_TOKENS-1 8}; do
     for v in "${variants[@]}"; do
-      under "$v" timeout -k 10 60 "$D/fxfuse" bench "$W/layer.plan.pb" --device=cuda --bind s0="$t" --iters 300 \
+      under "$v" timeout -k 10 60 "$(bin_of "$v")" bench "$(plan_of "$v" layer.fxg)" --device=cuda --bind s0="$t" --iters 300 \
         --quiet --json "$W/l.json" "${timeline[@]}" > "$W/out.txt" 2>> "$W/err.txt"
       echo "layer T=$t [$v] rep $rep: $(median "$W/l.json") us" >> "$S"
       timeline_of_last
