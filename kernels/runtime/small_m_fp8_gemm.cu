@@ -52,14 +52,18 @@ namespace {
 namespace dev = kernels::device;
 
 constexpr int kWarps = 8;  // warps per block
-// Ring stages per warp. Four (more of the weight loaded before the previous step ends) made
-// the decode step slower at every point measured (docs/runtime.md).
-constexpr int kStages = 2;
+// Ring stages per warp: kSmallMFp8RingStages, or kSmallMFp8DeepRingStages where the params or
+// $FXFUSE_SMALLM_STAGES ask for it (one token tile only). At most kPreWaitStages of them are
+// filled before the grid wait: four filled there (more of the weight loaded while the previous
+// step drains) made the decode step slower at every point measured (docs/runtime.md), so a
+// deeper ring adds bytes in flight only once this kernel runs alone.
+constexpr int kPreWaitStages = kSmallMFp8RingStages;
 constexpr int kRowsPerTile = 16;   // the mma's M: weight rows
 constexpr int kTokensPerTile = 8;  // the mma's N: tokens
 constexpr int kStepBytes = 128;    // K bytes of a row per step
 constexpr int kStageBytes = kRowsPerTile * kStepBytes;
 // Shared memory of a block: the warps' rings, then their partial sums [warp][acc][lane].
+template <int kStages>
 constexpr int kRingBytes = kWarps * kStages * kStageBytes;
 // What the kernel does with its sums (SmallMFp8GemmParams: plain output, gated_silu, rotary).
 enum class Epilogue { kPlain, kGatedSilu, kRotaryCache };
@@ -72,11 +76,12 @@ struct RotaryTokens {
 };
 template <int kTiles>
 constexpr int kPartialBytes = kWarps * kTiles * 4 * 32 * static_cast<int>(sizeof(float));
-template <int kTiles, Epilogue kEpi>
+template <int kTiles, Epilogue kEpi, int kStages>
 constexpr int smemBytes() {
-  if constexpr (kEpi == Epilogue::kGatedSilu) return kRingBytes + 2 * kPartialBytes<kTiles>;
-  if constexpr (kEpi == Epilogue::kRotaryCache) return kRingBytes + kPartialBytes<kTiles> + int{sizeof(RotaryTokens)};
-  return kRingBytes + kPartialBytes<kTiles>;
+  constexpr int kRing = kRingBytes<kStages>;
+  if constexpr (kEpi == Epilogue::kGatedSilu) return kRing + 2 * kPartialBytes<kTiles>;
+  if constexpr (kEpi == Epilogue::kRotaryCache) return kRing + kPartialBytes<kTiles> + int{sizeof(RotaryTokens)};
+  return kRing + kPartialBytes<kTiles>;
 }
 
 struct Launch {
@@ -263,7 +268,7 @@ __device__ void reduceAndStore(const Launch& l, const float (&acc)[kTiles][4], f
   }
 }
 
-template <int kTiles, Epilogue kEpi, int kL2Prefetch>
+template <int kTiles, Epilogue kEpi, int kL2Prefetch, int kStages>
 __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8GemmKernel(const Launch l) {
   extern __shared__ __align__(128) uint8_t smem[];
   const SmallMFp8GemmParams& p = l.p;
@@ -276,14 +281,19 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   const uint8_t* ring = smem + warp * kStages * kStageBytes;
   const uint32_t ring_addr = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
   if (!p.w_read_only) kernels::waitForPrecedingGrid();  // w may come from a step still running
+  auto fillStages = [&](int from, int to) {  // weights only, one commit group per stage
 #pragma unroll
-  for (int s = 0; s < kStages; ++s) {  // weights only
-    copyStep<kL2Prefetch, kEpi>(p, ring_addr + s * kStageBytes, tile, first + s, s < steps);
-    kernels::cpAsyncCommit();
-  }
+    for (int s = from; s < to; ++s) {
+      copyStep<kL2Prefetch, kEpi>(p, ring_addr + s * kStageBytes, tile, first + s, s < steps);
+      kernels::cpAsyncCommit();
+    }
+  };
+  constexpr int kEarly = kStages < kPreWaitStages ? kStages : kPreWaitStages;
+  fillStages(0, kEarly);
   if (p.w_read_only) kernels::waitForPrecedingGrid();
+  fillStages(kEarly, kStages);
   if constexpr (kEpi == Epilogue::kRotaryCache)
-    loadRotaryTokens(p, reinterpret_cast<RotaryTokens*>(smem + kRingBytes + kPartialBytes<kTiles>));
+    loadRotaryTokens(p, reinterpret_cast<RotaryTokens*>(smem + kRingBytes<kStages> + kPartialBytes<kTiles>));
   float acc[kTiles][4] = {};
   uint4 next[kTiles][2];
   if (steps > 0) loadStepActivations<kTiles>(p, first, next);
@@ -302,14 +312,14 @@ __global__ void __launch_bounds__(kWarps * 32, kTiles == 1 ? 3 : 2) smallMFp8Gem
   }
   kernels::cpAsyncWait<0>();
   kernels::allowDependentGrids();
-  reduceAndStore<kTiles, kEpi>(l, acc, reinterpret_cast<float*>(smem + kRingBytes));
+  reduceAndStore<kTiles, kEpi>(l, acc, reinterpret_cast<float*>(smem + kRingBytes<kStages>));
 }
 
-template <int kTiles, Epilogue kEpi, int kL2Prefetch>
+template <int kTiles, Epilogue kEpi, int kL2Prefetch, int kStages>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   constexpr bool kGated = kEpi == Epilogue::kGatedSilu;
-  constexpr int kBytes = smemBytes<kTiles, kEpi>();
-  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kEpi, kL2Prefetch>;
+  constexpr int kBytes = smemBytes<kTiles, kEpi, kStages>();
+  constexpr auto kernel = smallMFp8GemmKernel<kTiles, kEpi, kL2Prefetch, kStages>;
   cudaError_t e = dev::ensureSmemLimit<kernel>(kBytes);
   int device = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&device);
@@ -326,6 +336,17 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   const int64_t per = kWarps / l.splits;
   const dim3 grid(static_cast<unsigned>(kGated ? (l.gate_tiles + per / 2 - 1) / (per / 2) : (tiles + per - 1) / per));
   return kernels::LaunchProgrammatic(kernel, grid, dim3(kWarps * 32), kBytes, stream, l);
+}
+
+// The ring depth: the deep ring only with one token tile (two would not leave two blocks of
+// 2 x 8 warps' rings per multiprocessor).
+template <int kTiles, Epilogue kEpi, int kL2Prefetch>
+cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
+  if constexpr (kTiles == 1) {
+    if (SmallMFp8GemmRingStages(p) == kSmallMFp8DeepRingStages)
+      return launchTiles<kTiles, kEpi, kL2Prefetch, kSmallMFp8DeepRingStages>(p, stream);
+  }
+  return launchTiles<kTiles, kEpi, kL2Prefetch, kSmallMFp8RingStages>(p, stream);
 }
 
 template <int kTiles, Epilogue kEpi>
@@ -431,6 +452,9 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
   if (p.l2_prefetch_bytes != -1 && p.l2_prefetch_bytes != 0 && p.l2_prefetch_bytes != 64 &&
       p.l2_prefetch_bytes != 128 && p.l2_prefetch_bytes != 256)
     return "l2_prefetch_bytes must be -1 (default), 0, 64, 128 or 256";
+  if (p.ring_stages != 0 && p.ring_stages != kSmallMFp8RingStages &&
+      (p.ring_stages != kSmallMFp8DeepRingStages || p.M > kTokensPerTile))
+    return "ring_stages must be 0 (the kernel's), 2, or 4 with at most 8 rows";
   if (p.splits != 0) {
     const std::vector<int> choices = SmallMFp8GemmSplitChoices(p);
     if (std::find(choices.begin(), choices.end(), p.splits) == choices.end())
@@ -461,6 +485,20 @@ cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t strea
   if (SmallMFp8GemmUnsupported(p)) return cudaErrorInvalidValue;
   if (p.M > kSmallMFp8MmaSyncMaxRows) return LaunchSmallMFp8GemmWgmma(p, stream);
   return p.M <= kTokensPerTile ? launchTiles<1>(p, stream) : launchTiles<2>(p, stream);
+}
+
+int SmallMFp8GemmRingStages(const SmallMFp8GemmParams& p) {
+  if (p.M > kTokensPerTile) return kSmallMFp8RingStages;
+  if (p.ring_stages != 0) return p.ring_stages;
+  static const int stages = [] {
+    const char* v = std::getenv("FXFUSE_SMALLM_STAGES");
+    return v && std::atoi(v) == kSmallMFp8DeepRingStages ? kSmallMFp8DeepRingStages : kSmallMFp8RingStages;
+  }();
+  static const double min_bytes = [] {
+    const char* v = std::getenv("FXFUSE_SMALLM_STAGES_MIN_MB");
+    return v ? std::atof(v) * 1024 * 1024 : 0.0;
+  }();
+  return static_cast<double>(p.N) * static_cast<double>(p.K) >= min_bytes ? stages : kSmallMFp8RingStages;
 }
 
 int SmallMFp8DefaultL2PrefetchBytes() {

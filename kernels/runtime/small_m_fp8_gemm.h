@@ -32,6 +32,11 @@ inline constexpr int64_t kSmallMFp8MmaSyncMaxRows = 16;
 // The mma.sync kernel's default L2 prefetch size: 256 bytes made the 8B decode step 0.8–3.0 %
 // faster than none on an H100, 128 bytes changed nothing (docs/runtime.md "The small-M FP8 GEMM").
 inline constexpr int kSmallMFp8L2PrefetchBytes = 256;
+// The mma.sync kernel's cp.async ring stages per warp (each one 128-byte K step of 16 weight
+// rows), all filled before the grid wait; the deep ring for A/B runs (at most 8 rows) fills the
+// same number before the wait and the rest after it (docs/runtime.md "The small-M FP8 GEMM").
+inline constexpr int kSmallMFp8RingStages = 2;
+inline constexpr int kSmallMFp8DeepRingStages = 4;
 // The most CTAs of the wgmma kernel per weight tile (its cluster): 8 measured slower than 4.
 inline constexpr int kSmallMFp8WgmmaMaxSplits = 4;
 
@@ -113,7 +118,16 @@ struct SmallMFp8GemmParams {
   // default ($FXFUSE_SMALLM_L2_PREFETCH when set, else kSmallMFp8L2PrefetchBytes), or 0, 64,
   // 128 or 256 bytes.
   int l2_prefetch_bytes = -1;
+  // The mma.sync kernel's ring stages per warp: 0 = SmallMFp8GemmRingStages' rule, or
+  // kSmallMFp8RingStages, or kSmallMFp8DeepRingStages (M <= 8 only).
+  int ring_stages = 0;
 };
+
+// The ring stages the mma.sync kernel runs `p` with: p.ring_stages when set; else
+// kSmallMFp8DeepRingStages where $FXFUSE_SMALLM_STAGES=4 asks for it and the weight has at least
+// $FXFUSE_SMALLM_STAGES_MIN_MB MiB (unset: any), else kSmallMFp8RingStages; always the latter
+// above 8 rows. Host-only.
+int SmallMFp8GemmRingStages(const SmallMFp8GemmParams& p);
 
 // The L2 prefetch size of the weight copies where SmallMFp8GemmParams leaves it to the kernel:
 // kSmallMFp8L2PrefetchBytes, or $FXFUSE_SMALLM_L2_PREFETCH (64, 128 or 256; any other value:

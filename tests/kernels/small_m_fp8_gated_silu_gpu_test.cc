@@ -35,6 +35,7 @@ struct Case {
   bool divide = false;
   int64_t out_pad = 0;      // extra bytes per FP8 output row
   bool exact = true;        // false: K slices may differ (one FP8 step allowed in <= 1 % of elements)
+  int ring_stages = 0;      // the fused GEMM's ring stages: 0 = the kernel's rule
 };
 
 // Distance of two e4m3 bytes in representable steps (same sign assumed when both nonzero).
@@ -82,6 +83,7 @@ void runCase(const Case& c) {
   q.out = nullptr;
   q.gated_silu.out = dfused.get(), q.gated_silu.out_row_stride = out_stride;
   q.gated_silu.scale = silu.scale, q.gated_silu.divide = kernels::SiluAndMulScaleDivides(silu);
+  q.ring_stages = c.ring_stages;
   const char* why = SmallMFp8GemmUnsupported(q);
   INFO((why ? why : "accepted"));
   REQUIRE(why == nullptr);
@@ -126,6 +128,15 @@ TEST_CASE("gated-SiLU epilogue: Llama-3.1-8B and 70B gate/up", "[gpu][gemm]") {
   runCase({16, 14336, 4096});
   runCase({1, 28672, 8192, DType::BF16, false, 0, false});  // 70B: 8 slices plain, 4 gated
   runCase({8, 28672, 8192, DType::BF16, false, 0, false});
+}
+
+// The deep ring (half its stages filled after the grid wait) leaves the same bytes: the order
+// of each sum over K is the same.
+TEST_CASE("gated-SiLU epilogue: the deep ring", "[gpu][gemm]") {
+  for (Case c : {Case{1, 208, 512}, Case{8, 208, 512}, Case{3, 16, 16}, Case{1, 14336, 4096}, Case{8, 14336, 4096}}) {
+    c.ring_stages = kSmallMFp8DeepRingStages;
+    runCase(c);
+  }
 }
 
 }  // namespace

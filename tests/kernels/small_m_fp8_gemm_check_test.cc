@@ -69,6 +69,30 @@ TEST_CASE("small-M FP8 GEMM refuses what it cannot compute", "[gemm]") {
   CHECK(LaunchSmallMFp8Gemm(p, nullptr) == cudaErrorInvalidValue);  // refused before any CUDA call
 }
 
+// The deep ring is one token tile's: 2 and 4 stages up to 8 rows, only the default above;
+// the rule (no environment set in the test) keeps the default.
+TEST_CASE("small-M FP8 GEMM: the ring stages it takes", "[gemm]") {
+  for (const int64_t M : {1, 8}) {
+    SmallMFp8GemmParams p = decode(M, 16, 64);
+    CHECK(SmallMFp8GemmRingStages(p) == kSmallMFp8RingStages);
+    for (const int stages : {kSmallMFp8RingStages, kSmallMFp8DeepRingStages}) {
+      p.ring_stages = stages;
+      CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
+      CHECK(SmallMFp8GemmRingStages(p) == stages);
+    }
+    for (const int stages : {-1, 1, 3, 8}) {
+      p.ring_stages = stages;
+      CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+    }
+  }
+  SmallMFp8GemmParams p = decode(9, 16, 64);  // two token tiles
+  p.ring_stages = kSmallMFp8DeepRingStages;
+  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+  CHECK(SmallMFp8GemmRingStages(p) == kSmallMFp8RingStages);
+  p.ring_stages = kSmallMFp8RingStages;
+  CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
+}
+
 SmallMFp8GemmParams gatedSilu(int64_t M, int64_t d, int64_t K) {
   SmallMFp8GemmParams p = decode(M, 2 * d, K);
   p.out = nullptr;  // the epilogue writes its own output only

@@ -43,6 +43,7 @@ struct Case {
   bool wgmma = false;  // LaunchSmallMFp8GemmWgmma whatever M is (the launcher picks by M)
   int splits = 0;      // K slices per tile: 0 = the kernel's rule
   int l2_prefetch_bytes = -1;  // the mma.sync kernel's L2 prefetch size: -1 = its default
+  int ring_stages = 0;         // the mma.sync kernel's ring stages: 0 = its rule
   // The weight written on the device by a quantization kernel launched just before the GEMM
   // (programmatic launch, the stream of a plan), over a poisoned buffer; w_read_only false then:
   // a GEMM filling its ring before the wait would read the poison of rows not yet written.
@@ -139,6 +140,7 @@ void runCase(const Case& c) {
   p.out = dout.get(), p.out_row_stride = os, p.out_dtype = c.out_dtype;
   p.splits = c.splits;
   p.l2_prefetch_bytes = c.l2_prefetch_bytes;
+  p.ring_stages = c.ring_stages;
   p.w_read_only = !c.w_from_quant;
   REQUIRE(SmallMFp8GemmUnsupported(p) == nullptr);
   cudaStream_t stream = nullptr;
@@ -310,6 +312,25 @@ TEST_CASE("small-M FP8 GEMM: every L2 prefetch size of the weight copies", "[gpu
   for (const int bytes : {0, 64, 128, 256}) {
     for (Case c : {Case{1, 200, 1040}, Case{16, 200, 1040}, Case{8, 1024, 4096}}) {
       c.l2_prefetch_bytes = bytes;
+      runCase(c);
+      c.w_from_quant = true;
+      runCase(c);
+    }
+  }
+}
+
+// The deep ring fills half its stages before the grid wait and half after: every split of a
+// short and a long K (fewer steps per slice than stages, and many), partial tiles, the weight
+// written just before (the stages after the wait must not read it early either), an N of the
+// 8B o-projection's shape.
+TEST_CASE("small-M FP8 GEMM: the deep ring", "[gpu][gemm]") {
+  for (Case shape : {Case{1, 200, 1040}, Case{8, 72, 512}, Case{5, 4096, 4096}}) {
+    SmallMFp8GemmParams p;
+    p.M = shape.M, p.N = shape.N, p.K = shape.K;
+    for (int s : SmallMFp8GemmSplitChoices(p)) {
+      Case c = shape;
+      c.splits = s;
+      c.ring_stages = kSmallMFp8DeepRingStages;
       runCase(c);
       c.w_from_quant = true;
       runCase(c);
