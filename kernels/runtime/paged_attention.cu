@@ -883,41 +883,53 @@ constexpr int64_t kSm90MaxSmemPerBlock = 227 * 1024;
 template <int HPW, int kMaxStates>
 constexpr int kMergeWeightFloats = HPW * (kMaxStates + 2);
 
-// The merge of `count` (at most kMaxStates) states of a row's HPW heads, in state order:
+// The merge of `count` (at most kMaxStates) states of a row's HPW heads:
 //
 //      M(h) = max_i m_i(h)          f_i(h) = 2^(m_i(h) - M(h))   (0 where m_i = -inf: no valid key)
 //      o(h, e) = sum_i o_i(h, e) * f_i(h)      l(h) = sum_i l_i(h) * f_i(h)
 //
-// into emit(h, e, o, M, l) for every element, the CTA's threads a share each. Threads h < HPW
-// compute each head's weights once into `weights` (kMergeWeightFloats, shared memory no state
-// is in), every state's m and l loaded before any is used (the loads in flight together, not a
-// chain on the CTA's critical path); an element then costs one load and one multiply-add per
-// state. Called by every thread of the CTA (a barrier inside); the states are in this CTA's
-// shared memory.
+// into emit(h, e, o, M, l) for every element, the CTA's threads a share each. The first warp
+// computes each head's weights once into `weights` (kMergeWeightFloats, shared memory no state
+// is in): head h takes 32 / HPW lanes, each lane a few states, and M and l are reduced across
+// them with shuffles, so the warp's chain is a few loads and exchanges, not a loop over the
+// states that the CTA's other warps wait for at the barrier. An element then costs one load and
+// one multiply-add per state, added in state order. Called by every thread of the CTA (a barrier
+// inside); the states are in this CTA's shared memory. HPW is a power of two up to 32.
 template <int E, int HPW, int kMaxStates, typename StateAt, typename Emit>
 __device__ void mergeStates(int count, StateAt&& state, float* weights, Emit&& emit) {
+  static_assert(HPW >= 1 && HPW <= 32 && (HPW & (HPW - 1)) == 0, "heads split the warp's lanes evenly");
+  constexpr int kLanesPerHead = 32 / HPW;
+  constexpr int kStatesPerLane = (kMaxStates + kLanesPerHead - 1) / kLanesPerHead;
   float* factor = weights;  // [h][i]
   float* head_l = weights + HPW * kMaxStates;
   float* head_m = head_l + HPW;
-  if (threadIdx.x < HPW) {
-    const int h = threadIdx.x;
-    float ms[kMaxStates], ls[kMaxStates];
+  if (threadIdx.x < 32) {  // the whole first warp: its shuffles need every lane
+    const int h = threadIdx.x / kLanesPerHead, first = threadIdx.x % kLanesPerHead;
+    float ms[kStatesPerLane], ls[kStatesPerLane];
+    float m = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < kMaxStates; ++i) {
-      ms[i] = i < count ? state(i).m(h) : -INFINITY;
-      ls[i] = i < count ? state(i).l(h) : 0.0f;
+    for (int k = 0; k < kStatesPerLane; ++k) {
+      const int i = first + k * kLanesPerHead;
+      ms[k] = i < count ? state(i).m(h) : -INFINITY;
+      ls[k] = i < count ? state(i).l(h) : 0.0f;
+      m = fmaxf(m, ms[k]);
     }
-    float m = -INFINITY, l = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxStates; ++i) m = fmaxf(m, ms[i]);
+    for (int mask = kLanesPerHead / 2; mask > 0; mask >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, mask));
+    float l = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxStates; ++i) {
-      const float f = ms[i] == -INFINITY ? 0.0f : exp2f(ms[i] - m);
+    for (int k = 0; k < kStatesPerLane; ++k) {
+      const int i = first + k * kLanesPerHead;
+      const float f = ms[k] == -INFINITY ? 0.0f : exp2f(ms[k] - m);
       if (i < count) factor[h * kMaxStates + i] = f;
-      l += ls[i] * f;
+      l += ls[k] * f;
     }
-    head_l[h] = l;
-    head_m[h] = m;
+#pragma unroll
+    for (int mask = kLanesPerHead / 2; mask > 0; mask >>= 1) l += __shfl_xor_sync(0xffffffffu, l, mask);
+    if (first == 0) {
+      head_l[h] = l;
+      head_m[h] = m;
+    }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < HPW * E; i += blockDim.x) {
@@ -938,8 +950,8 @@ __device__ __forceinline__ void storeMerged(const PagedAttentionParams& p, const
   storeOut(p, r.t * p.o_stride[0] + h * p.o_stride[1] + e, r.seq < 0 ? 0.0f : o * inv, inv_out_scale);
 }
 
-// The CTA's W warp states merged in shared memory (`smem`, their rings: every copy has landed),
-// in warp order; then the output rows when the CTA holds every chunk of the row, or the merged
+// The CTA's W warp states merged in shared memory (`smem`: their rings, `ring_bytes` apart; every
+// copy has landed), in warp order; then the output rows when the CTA holds every chunk of the row, or the merged
 // state into the workspace slot of the CTA's first chunk `first` for pagedCombineKernel. CTAs of
 // a `clustered` launch (a cluster holding every chunk of the row) instead push their merged
 // states into the first CTA's `cluster_states` (a slot per rank, shared memory no ring uses),
@@ -952,14 +964,16 @@ __device__ __forceinline__ void storeMerged(const PagedAttentionParams& p, const
 // Only CTA 0's shared memory is touched by other CTAs (written), and only CTA 0 waits for them.
 template <int E, int HPW>
 __device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r, int64_t h0, int64_t first,
-                                bool clustered, const MmaSoftmax<E>& st, uint8_t* smem, float* cluster_states) {
+                                bool clustered, const MmaSoftmax<E>& st, uint8_t* smem, int ring_bytes,
+                                float* cluster_states) {
   using State = MergedState<E, HPW>;
   namespace cg = cooperative_groups;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
-  float* base = reinterpret_cast<float*>(smem);
-  auto warpState = [&](int w) { return State{base + w * State::kFloats}; };
-  __syncthreads();  // every warp is done with its ring
+  // Warp w's state at the start of its own ring, which only it used: no barrier before the
+  // writes. The merge weights follow the first warp's state.
+  auto warpState = [&](int w) { return State{reinterpret_cast<float*>(smem + w * ring_bytes)}; };
+  __syncwarp();  // every lane of this warp is done with its ring
   if (g < HPW) {
     const State mine = warpState(warp);
 #pragma unroll
@@ -977,7 +991,7 @@ __device__ void mergeWarpStates(const PagedAttentionParams& p, const QueryRow& r
   }
   const bool final = p.num_splits == warps;
   const SplitWorkspace ws(p);
-  float* weights = base + warps * State::kFloats;
+  float* weights = warpState(0).f + State::kFloats;
   mergeStates<E, HPW, kMmaMaxWarps>(warps, warpState, weights, [&](int h, int e, float o, float m, float l) {
     if (final) {
       storeMerged(p, r, h0 + h, e, o, l);
@@ -1155,7 +1169,7 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32, 1)
     attendKeysMma<E, HPW, F>(p, t, h0, windows, q_factor, lane, paged_rings + warp * Ring::kBytes, st);
   }
   kernels::allowDependentGrids();
-  mergeWarpStates<E, HPW>(p, r, h0, first, clustered, st, paged_rings,
+  mergeWarpStates<E, HPW>(p, r, h0, first, clustered, st, paged_rings, Ring::kBytes,
                           reinterpret_cast<float*>(paged_rings + warps * Ring::kBytes));
 }
 
