@@ -17,6 +17,7 @@ for b in "$FXFUSE" "$KERNEL_TEST" "$ROTARY_TEST"; do  # on the device: the bundl
   [[ -x $b ]] || { echo "kv_cache_gpu.sh: $b is not an executable (pass FXFUSE, PAGED_ATTENTION_GPU_TEST, ROTARY_CACHE_WRITE_GPU_TEST)"; exit 2; }
 done
 LOGDIR=${OUT:-$(mktemp -d)}
+mkdir -p "$LOGDIR" || { echo "kv_cache_gpu.sh: cannot create the log directory $LOGDIR"; exit 2; }
 tmp=$(mktemp -d)
 passed=0; failed=0
 check() {  # NAME COMMAND...: runs the command, logs it, counts it; returns 1 when it failed

@@ -7,7 +7,9 @@
 # libzip, simdjson and their dependencies), into .device_rt/bundle.tar.xz (git-ignored via .git/info/exclude), which the
 # device tool carries (`carry: [".device_rt"]`). tests/runtime/device_final.sh unpacks it there.
 # SLIM=1 leaves decoder_example out (device_final.sh then skips the example) and packs with
-# xz -9: the bundle and the tracked files must fit the device tool's 64 MiB carry together.
+# xz -9 with a 128 MiB dictionary (two fxfuse binaries share most of their bytes, which a
+# dictionary larger than one binary finds): the bundle and the tracked files must fit the
+# device tool's 64 MiB carry together.
 # AB_BASELINE=path/to/an/older/fxfuse packs that binary as fxfuse_old for
 # examples/decode_step/ab_builds.sh and, to stay within the carry, only the paged, rotary,
 # small-M GEMM, SiLU-and-mul, RMSNorm and replay GPU tests (implies SLIM=1). The bundle also holds
@@ -59,6 +61,6 @@ cp -L /usr/local/cuda/lib64/libcupti.so.13 "$stage/lib/"
 # What was built: the commit and whether the tree had uncommitted changes (device_final.sh prints it).
 { git log -1 --format='commit %h %s'; git status --short --untracked-files=no | sed 's/^/  modified: /'; } > "$stage/STAGED_FROM"
 rm -rf .device_rt && mkdir -p .device_rt
-tar -C "$stage" -cf - . | xz -T2 "$([[ ${SLIM:-0} == 1 ]] && echo -9 || echo -6)" > .device_rt/bundle.tar.xz
+tar -C "$stage" -cf - . | xz -T2 "$([[ ${SLIM:-0} == 1 ]] && echo --lzma2=preset=9e,dict=128MiB || echo -6)" > .device_rt/bundle.tar.xz
 rm -rf "$stage"
 ls -la .device_rt
