@@ -442,8 +442,9 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
   if (p.N > 0x7fffffff || p.K > 0x7fffffff) return "N and K must be below 2^31 (tensor-map coordinates)";
   const SmallMFp8GatedSilu& g = p.gated_silu;
   if (g.out) {
-    if (p.M > kSmallMFp8MmaSyncMaxRows) return "the gated-SiLU epilogue takes at most 16 rows";
     if (p.N % (2 * kRowsPerTile) != 0) return "the gated-SiLU epilogue needs N = 2d with d a multiple of 16";
+    if (p.M > kSmallMFp8MmaSyncMaxRows && p.N % (2 * kSmallMFp8WgmmaGatedRows) != 0)
+      return "the gated-SiLU epilogue above 16 rows needs N = 2d with d a multiple of 32";
     if (p.out_dtype == DType::F32 || p.bias) return "the gated-SiLU epilogue rounds to BF16 or F16, without bias";
     if (!g.scale || g.out_row_stride < p.N / 2) return "the gated-SiLU epilogue needs its scale and rows covering N/2";
   }

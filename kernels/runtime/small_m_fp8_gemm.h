@@ -39,16 +39,19 @@ inline constexpr int kSmallMFp8RingStages = 2;
 inline constexpr int kSmallMFp8DeepRingStages = 4;
 // The most CTAs of the wgmma kernel per weight tile (its cluster): 8 measured slower than 4.
 inline constexpr int kSmallMFp8WgmmaMaxSplits = 4;
+// Gate rows of a wgmma tile under the gated-SiLU epilogue (its other 32 rows are their up rows).
+inline constexpr int64_t kSmallMFp8WgmmaGatedRows = 32;
 
-// The gated-SiLU epilogue of the mma.sync kernel (at most 16 rows): the step after a
+// The gated-SiLU epilogue of both kernels: the step after a
 // gate/up projection, vLLM's silu_and_mul_quant, done by the GEMM on its own output. With N =
 // 2d, output columns n < d are the gates and d + n the ups; the GEMM's outputs are rounded to
 // out_dtype (BF16 or F16) as the unfused GEMM would write them, then
 //   silu[token, n] = fp8(round16(round16(silu(gate)) * up) op scale)
 // as silu_and_mul_quant computes it (kernels/device/numeric.cuh), and `out` is not written. A
-// CTA holds matching gate and up tiles, so nothing is computed twice; it takes at most 4 K
-// slices (a CTA of 8 warps holds a pair), so where the plain kernel takes 8 its sums add in
-// another order.
+// CTA holds matching gate and up rows, so nothing is computed twice. The mma.sync kernel takes
+// at most 4 K slices (a CTA of 8 warps holds a pair), so where the plain kernel takes 8 its sums
+// add in another order; the wgmma kernel's tiles are 32 gate rows and their 32 up rows, with the
+// plain kernel's slices (its sums add in the same order).
 struct SmallMFp8GatedSilu {
   void* out = nullptr;         // F8E4M3FN [M, d]; null: no epilogue
   int64_t out_row_stride = 0;  // bytes, >= d
@@ -135,8 +138,8 @@ int SmallMFp8GemmRingStages(const SmallMFp8GemmParams& p);
 int SmallMFp8DefaultL2PrefetchBytes();
 
 // Why the kernel cannot take `p` (sizes, dtypes, alignment: K, the row strides and the x/w
-// pointers must be multiples of 16 bytes; the gated-SiLU epilogue takes at most 16 rows, an N
-// of two halves of whole 16-row tiles, a D16 output and no bias; the rotary epilogue at most 16
+// pointers must be multiples of 16 bytes; the gated-SiLU epilogue an N of two halves of whole
+// 16-row tiles (32-row tiles above 16 rows), a D16 output and no bias; the rotary epilogue at most 16
 // rows, neox pairs over whole heads of a multiple of 16, N the q, k and v heads, a D16 output and
 // cache operands as LaunchReshapeAndCache takes them; splits 0 or one of
 // SmallMFp8GemmSplitChoices(p)), or nullptr when it can.

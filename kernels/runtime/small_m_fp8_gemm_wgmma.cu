@@ -25,6 +25,13 @@
 // measured within 15 % of this one either way, but needs every thread's copies, zero-fill
 // bookkeeping and a generic-to-async proxy fence before each wgmma; docs/runtime.md.)
 //
+// With the gated-SiLU epilogue (p.gated_silu, small_m_fp8_gemm.h) a tile's 64 rows are 32 gate
+// rows and the 32 up rows N/2 on (two TMA boxes per stage), so each gate/up pair of sums meets
+// in the CTA's partial sums and becomes one FP8 value of silu_and_mul_quant:
+//
+//   x ─► GEMM [M, N] ─► silu_and_mul + quant ─► out [M, N/2] e4m3
+//   becomes  x ─► GEMM (gate rows | up rows per tile) ─► out [M, N/2] e4m3
+//
 // Accumulation: Hopper's FP8 MMA adds into its accumulator with about 14 bits, not fp32's 24
 // (chaining a step's four MMA measured errors past 2^-12 of the sum of |products| at K = 128).
 // Each MMA here starts from zero and its 32-term sum is added to the accumulator in fp32.
@@ -51,6 +58,8 @@ constexpr int kMmasPerStep = kStepBytes / kMmaK;
 constexpr int kMaxSplits = kSmallMFp8WgmmaMaxSplits;
 constexpr int kAlign = 1024;     // the swizzle pattern repeats every 8 rows of 128 bytes
 constexpr int kRingStages = 4;   // the launcher's ring; the kernel template takes others for sweeps
+constexpr int kHalfRows = static_cast<int>(kSmallMFp8WgmmaGatedRows);  // gated: gate rows of a tile, as many up rows
+static_assert(2 * kHalfRows == kRows, "a gated tile is its gate rows and their up rows");
 
 // One CTA's shared memory: a ring of kStages stages, each the tile's weight rows then the tokens.
 template <int kTokens, int kStageCount>
@@ -68,11 +77,12 @@ struct Layout {
 };
 
 struct Launch {
-  CUtensorMap weight_map;  // [N, K] bytes, boxes of 64 rows x 128 bytes
+  CUtensorMap weight_map;  // [N, K] bytes, boxes of 64 rows x 128 bytes (gated: 32 rows)
   CUtensorMap token_map;   // [M, K] bytes, boxes of kTokens rows x 128 bytes (rows past M: zero)
   SmallMFp8GemmParams p;
   int splits;           // CTAs per tile (the cluster size): 1, 2 or 4
   int steps_per_split;  // K steps of one CTA (the last slice may have fewer)
+  bool gated;           // p.gated_silu: tile t is gate rows 32t.. and up rows N/2 + 32t..
 };
 
 // The wgmma descriptor of a K-major operand at shared address `addr` (1024-byte aligned, 128-byte
@@ -157,30 +167,50 @@ __device__ __forceinline__ void storePartial(float* partial, const float (&acc)[
   }
 }
 
+// Four consecutive rows of one token summed over the cluster's partial sums at shared address
+// `addr` (in every rank's CTA), in rank order; every rank's load issued before the adds.
+__device__ __forceinline__ void clusterSum(uint32_t addr, int splits, float (&sum)[4]) {
+  float4 part[kMaxSplits];
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s)
+    if (s < splits) part[s] = loadFromClusterCta(addr, static_cast<uint32_t>(s));
+#pragma unroll
+  for (int j = 0; j < 4; ++j) sum[j] = 0.f;
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s)
+    if (s < splits) sum[0] += part[s].x, sum[1] += part[s].y, sum[2] += part[s].z, sum[3] += part[s].w;
+}
+
 // This CTA's share of the tile's rows: the cluster's partial sums added in rank order, scaled,
-// biased and rounded. A thread takes four consecutive rows of one token (one 16-byte load per
-// rank, all ranks' loads issued before the adds); consecutive threads take consecutive rows.
+// biased and rounded; gated, the share is of the 32 gate rows, each with its up row 32 on, and
+// each pair becomes one FP8 output (gatedSiluOutput). A thread takes four consecutive rows of
+// one token (clusterSum); consecutive threads take consecutive rows.
 template <typename L, int kTokens>
 __device__ void reduceAndStore(const Launch& l, uint32_t partial_addr, int64_t tile, uint32_t rank) {
   const SmallMFp8GemmParams& p = l.p;
   const float scale = small_m::scaleProduct(p);
-  const int quads = kRows / l.splits / 4;  // groups of four rows this rank finishes
+  const int quads = (l.gated ? kHalfRows : kRows) / l.splits / 4;  // groups of four rows this rank finishes
   for (int e = static_cast<int>(threadIdx.x); e < quads * kTokens; e += kThreads) {
     const int row = (static_cast<int>(rank) * quads + e % quads) * 4, token = e / quads;
     if (token >= p.M) continue;
     const uint32_t addr = partial_addr + static_cast<uint32_t>((token * L::kRowPitch + row) * 4);
-    float4 part[kMaxSplits];
+    float sum[4];
+    clusterSum(addr, l.splits, sum);
+    if (!l.gated) {
 #pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s)
-      if (s < l.splits) part[s] = loadFromClusterCta(addr, static_cast<uint32_t>(s));
-    float sum[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s)
-      if (s < l.splits) sum[0] += part[s].x, sum[1] += part[s].y, sum[2] += part[s].z, sum[3] += part[s].w;
+      for (int j = 0; j < 4; ++j) {
+        const int64_t n = tile * kRows + row + j;
+        if (n < p.N) small_m::storeOutput(p, token, n, sum[j], scale);
+      }
+      continue;
+    }
+    float up[4];
+    clusterSum(addr + kHalfRows * 4, l.splits, up);
+    uint8_t* out = static_cast<uint8_t*>(p.gated_silu.out) + token * p.gated_silu.out_row_stride;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int64_t n = tile * kRows + row + j;
-      if (n < p.N) small_m::storeOutput(p, token, n, sum[j], scale);
+      const int64_t n = tile * kHalfRows + row + j;  // N / 2 is a multiple of 32: no partial tile
+      out[n] = small_m::gatedSiluOutput(p, n, sum[j], up[j], scale);
     }
   }
 }
@@ -197,7 +227,15 @@ struct Ring {
   __device__ int k(int i) const { return static_cast<int>((first + i) * kStepBytes); }
   __device__ void weights(int i) const {
     dev::mbarArriveExpectTx(bar(i), L::kStageBytes);
-    dev::tmaLoad2d(stage(i), &l.weight_map, k(i), static_cast<int>(tile * kRows), bar(i));
+    if (!l.gated) {
+      dev::tmaLoad2d(stage(i), &l.weight_map, k(i), static_cast<int>(tile * kRows), bar(i));
+      return;
+    }
+    // Gate rows, then their up rows half the weight on: the box of 32 rows at a 1024-byte aligned
+    // offset lands in the same swizzled layout as rows 32..63 of one 64-row box.
+    dev::tmaLoad2d(stage(i), &l.weight_map, k(i), static_cast<int>(tile * kHalfRows), bar(i));
+    dev::tmaLoad2d(stage(i) + kHalfRows * kStepBytes, &l.weight_map, k(i),
+                   static_cast<int>(l.p.N / 2 + tile * kHalfRows), bar(i));
   }
   __device__ void tokens(int i) const { dev::tmaLoad2d(stage(i) + L::kWeightBytes, &l.token_map, k(i), 0, bar(i)); }
 };
@@ -277,10 +315,13 @@ cudaError_t launchWgmma(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   Launch l{};
   l.p = p;
-  if (!makeOperandMap(&l.weight_map, p.w, p.N, p.K, p.w_row_stride, kRows) ||
+  l.gated = p.gated_silu.out != nullptr;
+  if (!makeOperandMap(&l.weight_map, p.w, p.N, p.K, p.w_row_stride, l.gated ? kHalfRows : kRows) ||
       !makeOperandMap(&l.token_map, p.x, p.M, p.K, p.x_row_stride, kTokens))
     return cudaErrorNotSupported;
-  const int64_t tiles = (p.N + kRows - 1) / kRows, k_steps = (p.K + kStepBytes - 1) / kStepBytes;
+  // Gated: N / 2 gate rows in tiles of 32 (SmallMFp8GemmUnsupported: a multiple of 32).
+  const int64_t tiles = l.gated ? p.N / 2 / kHalfRows : (p.N + kRows - 1) / kRows;
+  const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
   l.splits = p.splits > 0 ? p.splits
                            : SmallMFp8GemmWgmmaSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);

@@ -130,6 +130,17 @@ TEST_CASE("gated-SiLU epilogue: Llama-3.1-8B and 70B gate/up", "[gpu][gemm]") {
   runCase({8, 28672, 8192, DType::BF16, false, 0, false});
 }
 
+// Above 16 rows the wgmma kernel takes the epilogue: tiles of 32 gate rows and their up rows,
+// the plain kernel's K slices (so the sums, and the bytes, are the chain's).
+TEST_CASE("gated-SiLU epilogue: the wgmma kernel's rows", "[gpu][gemm]") {
+  for (int64_t M : {17, 32, 33, 64}) runCase({M, 96, 512});  // 3 tiles: one cluster of several per tile
+  runCase({40, 32, 16});                                       // one tile, one partial K step
+  runCase({24, 64, 384, DType::F16, true, 8});
+  runCase({32, 14336, 4096});  // 8B gate/up at batch 32 and 64
+  runCase({64, 14336, 4096});
+  runCase({64, 28672, 8192});  // 70B
+}
+
 // The deep ring (half its stages filled after the grid wait) leaves the same bytes: the order
 // of each sum over K is the same.
 TEST_CASE("gated-SiLU epilogue: the deep ring", "[gpu][gemm]") {

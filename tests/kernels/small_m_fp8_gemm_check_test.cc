@@ -103,8 +103,12 @@ SmallMFp8GemmParams gatedSilu(int64_t M, int64_t d, int64_t K) {
 TEST_CASE("small-M FP8 GEMM gated-SiLU epilogue: what it takes and refuses", "[gemm]") {
   CHECK(SmallMFp8GemmUnsupported(gatedSilu(1, 14336, 4096)) == nullptr);  // Llama-3.1-8B gate/up
   CHECK(SmallMFp8GemmUnsupported(gatedSilu(16, 28672, 8192)) == nullptr);
-  CHECK(SmallMFp8GemmUnsupported(gatedSilu(17, 14336, 4096)) != nullptr);  // the wgmma kernel's rows
+  CHECK(SmallMFp8GemmUnsupported(gatedSilu(17, 14336, 4096)) == nullptr);  // the wgmma kernel's rows
+  CHECK(SmallMFp8GemmUnsupported(gatedSilu(64, 28672, 8192)) == nullptr);
   CHECK(SmallMFp8GemmUnsupported(gatedSilu(4, 24, 256)) != nullptr);       // d not whole 16-row tiles
+  CHECK(SmallMFp8GemmUnsupported(gatedSilu(16, 48, 256)) == nullptr);      // the mma.sync kernel's 16-row tiles
+  CHECK(SmallMFp8GemmUnsupported(gatedSilu(17, 48, 256)) != nullptr);      // the wgmma kernel's: d of 32-row tiles
+  CHECK(SmallMFp8GemmUnsupported(gatedSilu(64, 64, 256)) == nullptr);
   SmallMFp8GemmParams p = gatedSilu(4, 64, 256);
   p.out_dtype = DType::F32;  // the chain's GEMM output is what SiLU reads: BF16 or F16
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
