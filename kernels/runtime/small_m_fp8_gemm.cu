@@ -338,8 +338,8 @@ cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   return kernels::LaunchProgrammatic(kernel, grid, dim3(kWarps * 32), kBytes, stream, l);
 }
 
-// The ring depth: the deep ring only with one token tile (two would not leave two blocks of
-// 2 x 8 warps' rings per multiprocessor).
+// The ring depth: the deep ring only with one token tile (batch 1-8, the shapes it is an A/B
+// for; two token tiles keep the default ring and one kernel instance fewer per epilogue).
 template <int kTiles, Epilogue kEpi, int kL2Prefetch>
 cudaError_t launchTiles(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   if constexpr (kTiles == 1) {
