@@ -2,8 +2,9 @@
 // small-M FP8 kernel's gated-SiLU and rotary + KV-cache epilogues,
 // kernels/runtime/small_m_fp8_gemm.h). The runtime does it when it
 // prepares a plan, after each matmul step has chosen its kernel: it applies only where the
-// GEMM runs fxfuse's own kernel with at most 16 rows, which depends on the bound batch and on
-// measurement, so it is not the lowering's to decide.
+// GEMM runs fxfuse's own kernel (the gated-SiLU epilogue up to 64 rows, the rotary one up to 16:
+// SmallMFp8GemmUnsupported), which depends on the bound batch and on measurement, so it is not
+// the lowering's to decide.
 //
 //   step i:   gate/up matmul (own small-M kernel) ─► y [M, 2d] BF16/F16, read by step i+1 only
 //   step i+1: lib.silu_and_mul, FP8 output        ─► x [M, d] FP8
