@@ -37,7 +37,6 @@
 // Each MMA here starts from zero and its 32-term sum is added to the accumulator in fp32.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <vector>
 
 #include "kernels/device/mbarrier.cuh"
@@ -58,17 +57,7 @@ constexpr int kMmaK = 32;        // K bytes per wgmma
 constexpr int kMmasPerStep = kStepBytes / kMmaK;
 constexpr int kMaxSplits = kSmallMFp8WgmmaMaxSplits;
 constexpr int kAlign = 1024;     // the swizzle pattern repeats every 8 rows of 128 bytes
-// The launcher's ring: 4 stages, or 3 or 6 where $FXFUSE_WGMMA_STAGES asks for them (A/B runs: 3
-// leaves room for 4 CTAs of 64 tokens per multiprocessor, 6 keeps more bytes in flight per CTA).
-constexpr int kRingStages = 4;
-int ringStagesFromEnv() {
-  static const int stages = [] {
-    const char* v = std::getenv("FXFUSE_WGMMA_STAGES");
-    const int n = v ? std::atoi(v) : kRingStages;
-    return n == 3 || n == 6 ? n : kRingStages;
-  }();
-  return stages;
-}
+constexpr int kRingStages = 4;   // the launcher's ring; the kernel template takes others for sweeps
 constexpr int kHalfRows = static_cast<int>(kSmallMFp8WgmmaGatedRows);  // gated: gate rows of a tile, as many up rows
 static_assert(2 * kHalfRows == kRows, "a gated tile is its gate rows and their up rows");
 
@@ -366,14 +355,7 @@ cudaError_t LaunchSmallMFp8GemmWgmma(const SmallMFp8GemmParams& p, cudaStream_t 
     const std::vector<int> choices = SmallMFp8GemmWgmmaSplitChoices(p.K);
     if (std::find(choices.begin(), choices.end(), p.splits) == choices.end()) return cudaErrorInvalidValue;
   }
-  switch (ringStagesFromEnv()) {
-    case 3:
-      return p.M <= 32 ? launchWgmma<32, 3>(p, stream) : launchWgmma<64, 3>(p, stream);
-    case 6:
-      return p.M <= 32 ? launchWgmma<32, 6>(p, stream) : launchWgmma<64, 6>(p, stream);
-    default:
-      return p.M <= 32 ? launchWgmma<32>(p, stream) : launchWgmma<64>(p, stream);
-  }
+  return p.M <= 32 ? launchWgmma<32>(p, stream) : launchWgmma<64>(p, stream);
 }
 
 }  // namespace fxfuse::runtime
