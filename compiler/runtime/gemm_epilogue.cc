@@ -67,10 +67,13 @@ std::optional<SmallMFp8GemmParams> Session::gatedSiluEpilogue(size_t si) const {
       !lowering::onlyNextStepReads(plan_, static_cast<int>(si), g.input_tensor, g.output_tensor))
     return std::nullopt;
   p.gated_silu = g.epilogue;
-  // A block of the gated kernel holds gate/up pairs, so it takes fewer K slices: a count timed
-  // for the plain GEMM that it cannot take falls back to the kernel's rule.
+  // A block of the gated kernel holds gate/up pairs, so it takes fewer K slices, and a wgmma
+  // tile of 128 rows only a d of whole 64-row halves: a split or tile height timed for the plain
+  // GEMM that it cannot take falls back to the kernel's rule.
   const std::vector<int> splits = SmallMFp8GemmSplitChoices(p);
   if (std::find(splits.begin(), splits.end(), p.splits) == splits.end()) p.splits = 0;
+  const std::vector<int> rows = SmallMFp8GemmWgmmaTileChoices(p);
+  if (std::find(rows.begin(), rows.end(), p.wgmma_tile_rows) == rows.end()) p.wgmma_tile_rows = 0;
   if (SmallMFp8GemmUnsupported(p)) return std::nullopt;
   return p;
 }

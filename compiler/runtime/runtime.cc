@@ -1131,20 +1131,19 @@ void Session::chooseMatmulAlgorithm(const pb::Matmul& mm, const MatmulOperands& 
   GemmChoice choice = chooseGemmAlgorithm(call, res, found, want, gemm_tune_ && !pinned, stream, key, where);
   m->algo = choice.algo;
   if (std::optional<SmallMFp8GemmParams> small = smallMFp8Params(mm, o, *m, where)) {
-    // Every K split the kernel can take is a candidate: its rule models waves of equal CTAs,
-    // which the GPU's tail and cluster scheduling do not follow exactly.
-    const std::vector<int> splits = SmallMFp8GemmSplitChoices(*small);
+    // Every K split (and above 16 rows every tile height) the kernel can take is a candidate:
+    // its rules model waves of equal CTAs, which the GPU's tail, cluster scheduling and L2 do
+    // not follow exactly.
+    const std::vector<SmallMFp8GemmParams> shapes = SmallMFp8GemmConfigurations(*small);
     std::vector<OwnGemmCandidate> candidates;
-    for (int split : splits)
-      candidates.push_back({fmt::format("{} K slice{}", split, split > 1 ? "s" : ""),
-                            [p = *small, split](void* d, cudaStream_t s) {
+    for (const SmallMFp8GemmParams& shape : shapes)
+      candidates.push_back({SmallMFp8GemmConfigurationName(shape), [p = shape](void* d, cudaStream_t s) {
                               SmallMFp8GemmParams q = p;
                               q.out = d;
-                              q.splits = split;
                               return LaunchSmallMFp8Gemm(q, s);
                             }});
     OwnGemmChoice own = chooseOwnGemm(call, choice, candidates, o.td, gemm_tune_ && !pinned, stream, key, where);
-    if (own.candidate >= 0) small->splits = splits[static_cast<size_t>(own.candidate)];
+    if (own.candidate >= 0) *small = shapes[static_cast<size_t>(own.candidate)];
     bool use = own.use;
     if (own.eligible) {
       const auto forced = own_gemm_in_step_.find(key);

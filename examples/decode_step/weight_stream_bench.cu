@@ -3,10 +3,12 @@
 // in one CUDA graph over rotating weight copies larger than L2 (so every launch reads DRAM):
 //   read       a grid-stride loop of 16-byte loads over the weight (the read ceiling of a
 //              kernel that does nothing else; no programmatic launch, so each boundary drains);
-//   own sS pB  LaunchSmallMFp8Gemm with S slices of K and an L2 prefetch size of B bytes on its
-//              weight copies (kernels/runtime/small_m_fp8_gemm.h), programmatic launch and the
-//              weight ring filled before the wait, as in a plan; M > 16 runs the wgmma kernel,
-//              whose TMA copies have their own L2 promotion (one column, "p-1").
+//   own sS pB  LaunchSmallMFp8Gemm in every configuration the runtime times
+//              (SmallMFp8GemmConfigurations: S slices of K, and "rR" the wgmma kernel's R-row
+//              tiles) and an L2 prefetch size of B bytes on its weight copies
+//              (kernels/runtime/small_m_fp8_gemm.h), programmatic launch and the weight ring
+//              filled before the wait, as in a plan; M > 16 runs the wgmma kernel, whose TMA
+//              copies have their own L2 promotion (one column, "p-1").
 // Prints µs per launch (median over replays of the graph) and TB/s of weight bytes, and the
 // device copy rate measured the same way.
 //   bazel build //examples/decode_step:weight_stream_bench (in the device bundle of
@@ -28,7 +30,7 @@ namespace {
 
 using fxfuse::runtime::LaunchSmallMFp8Gemm;
 using fxfuse::runtime::SmallMFp8GemmParams;
-using fxfuse::runtime::SmallMFp8GemmSplitChoices;
+using fxfuse::runtime::SmallMFp8GemmConfigurations;
 
 constexpr int kLaunchesPerGraph = 24;
 constexpr int kReplays = 15;
@@ -154,13 +156,14 @@ void benchShape(const Shape& s, const std::vector<int64_t>& ms, cudaStream_t str
     p.x = x, p.x_row_stride = s.k, p.w_row_stride = s.k, p.w_read_only = true;
     p.scale_x = scales, p.scale_w = scales + 1;
     p.out = out, p.out_row_stride = s.n;
-    for (const int splits : SmallMFp8GemmSplitChoices(p)) {
-      std::printf("  M=%-3lld s%d", static_cast<long long>(m), splits);
+    for (SmallMFp8GemmParams c : SmallMFp8GemmConfigurations(p)) {
+      std::printf("  M=%-3lld s%d", static_cast<long long>(m), c.splits);
+      if (c.wgmma_tile_rows) std::printf(" r%d", c.wgmma_tile_rows);
       const bool mma_sync = m <= fxfuse::runtime::kSmallMFp8MmaSyncMaxRows;
       for (const int prefetch : mma_sync ? std::vector<int>{0, 64, 128, 256} : std::vector<int>{-1}) {
-        p.splits = splits, p.l2_prefetch_bytes = prefetch;
+        c.l2_prefetch_bytes = prefetch;
         const double us = timeGraph(stream, [&](int i) {
-          SmallMFp8GemmParams q = p;
+          SmallMFp8GemmParams q = c;
           q.w = w[i % copies];
           return LaunchSmallMFp8Gemm(q, stream);
         });

@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kernels/device/cp_async.cuh"
@@ -428,6 +429,28 @@ std::vector<int> SmallMFp8GemmSplitChoices(const SmallMFp8GemmParams& p) {
   return choices;
 }
 
+std::vector<SmallMFp8GemmParams> SmallMFp8GemmConfigurations(const SmallMFp8GemmParams& p) {
+  const std::vector<int> rows =
+      p.M > kSmallMFp8MmaSyncMaxRows ? SmallMFp8GemmWgmmaTileChoices(p) : std::vector<int>{0};
+  std::vector<SmallMFp8GemmParams> configurations;
+  for (int r : rows)
+    for (int split : SmallMFp8GemmSplitChoices(p)) {
+      SmallMFp8GemmParams q = p;
+      q.wgmma_tile_rows = r;
+      q.splits = split;
+      configurations.push_back(q);
+    }
+  return configurations;
+}
+
+std::string SmallMFp8GemmConfigurationName(const SmallMFp8GemmParams& p) {
+  std::string name = p.M > kSmallMFp8MmaSyncMaxRows && p.wgmma_tile_rows != 0
+                         ? std::to_string(p.wgmma_tile_rows) + "-row tiles, "
+                         : std::string();
+  if (p.splits == 0) return name + "the kernel's K split";
+  return name + std::to_string(p.splits) + (p.splits > 1 ? " K slices" : " K slice");
+}
+
 const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
   if (p.M < 1 || p.M > kSmallMFp8MaxRows) return "M must be 1..64";
   if (p.N < 1 || p.K < 16 || p.K % 16 != 0) return "N must be positive and K a positive multiple of 16";
@@ -443,8 +466,10 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
   const SmallMFp8GatedSilu& g = p.gated_silu;
   if (g.out) {
     if (p.N % (2 * kRowsPerTile) != 0) return "the gated-SiLU epilogue needs N = 2d with d a multiple of 16";
-    if (p.M > kSmallMFp8MmaSyncMaxRows && p.N % (2 * kSmallMFp8WgmmaGatedRows) != 0)
+    if (p.M > kSmallMFp8MmaSyncMaxRows && p.N % kSmallMFp8WgmmaTileRows != 0)
       return "the gated-SiLU epilogue above 16 rows needs N = 2d with d a multiple of 32";
+    if (p.wgmma_tile_rows == kSmallMFp8WgmmaWideTileRows && p.N % kSmallMFp8WgmmaWideTileRows != 0)
+      return "the gated-SiLU epilogue in 128-row wgmma tiles needs N = 2d with d a multiple of 64";
     if (p.out_dtype == DType::F32 || p.bias) return "the gated-SiLU epilogue rounds to BF16 or F16, without bias";
     if (!g.scale || g.out_row_stride < p.N / 2) return "the gated-SiLU epilogue needs its scale and rows covering N/2";
   }
@@ -456,6 +481,9 @@ const char* SmallMFp8GemmUnsupported(const SmallMFp8GemmParams& p) {
   if (p.ring_stages != 0 && p.ring_stages != kSmallMFp8RingStages &&
       (p.ring_stages != kSmallMFp8DeepRingStages || p.M > kTokensPerTile))
     return "ring_stages must be 0 (the kernel's), 2, or 4 with at most 8 rows";
+  if (p.wgmma_tile_rows != 0 && p.wgmma_tile_rows != kSmallMFp8WgmmaTileRows &&
+      p.wgmma_tile_rows != kSmallMFp8WgmmaWideTileRows)
+    return "wgmma_tile_rows must be 0 (the kernel's rule), 64 or 128";
   if (p.splits != 0) {
     const std::vector<int> choices = SmallMFp8GemmSplitChoices(p);
     if (std::find(choices.begin(), choices.end(), p.splits) == choices.end())

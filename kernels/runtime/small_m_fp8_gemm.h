@@ -5,7 +5,7 @@
 // weight bytes. Up to 16 rows, each warp streams a tile of 16 weight rows over a slice of K
 // through its own cp.async ring into mma.sync m16n8k32 e4m3 (weight rows as A, tokens as B),
 // and the slices' partial sums meet in shared memory (small_m_fp8_gemm.cu says how); 17..64
-// rows, each CTA streams 64 weight rows over a slice of K into warpgroup MMA and the slices
+// rows, each CTA streams 64 or 128 weight rows over a slice of K into warpgroup MMA and the slices
 // meet through a cluster's shared memory (small_m_fp8_gemm_wgmma.cu). The epilogue rounds
 // as fxfuse's interpreter does (`scaledMmValues`: the scale product in f32, then acc * scale,
 // then + bias, then the output dtype). The runtime times it against cuBLASLt's best algorithm
@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kernels/runtime/paged_attention.h"
@@ -39,8 +40,10 @@ inline constexpr int kSmallMFp8RingStages = 2;
 inline constexpr int kSmallMFp8DeepRingStages = 4;
 // The most CTAs of the wgmma kernel per weight tile (its cluster): 8 measured slower than 4.
 inline constexpr int kSmallMFp8WgmmaMaxSplits = 4;
-// Gate rows of a wgmma tile under the gated-SiLU epilogue (its other 32 rows are their up rows).
-inline constexpr int64_t kSmallMFp8WgmmaGatedRows = 32;
+// Weight rows per CTA of the wgmma kernel: one warpgroup (64) or two sharing the activations
+// loads (128). Under the gated-SiLU epilogue half of a tile's rows are gates, half their ups.
+inline constexpr int kSmallMFp8WgmmaTileRows = 64;
+inline constexpr int kSmallMFp8WgmmaWideTileRows = 128;
 
 // The gated-SiLU epilogue of both kernels: the step after a
 // gate/up projection, vLLM's silu_and_mul_quant, done by the GEMM on its own output. With N =
@@ -50,8 +53,8 @@ inline constexpr int64_t kSmallMFp8WgmmaGatedRows = 32;
 // as silu_and_mul_quant computes it (kernels/device/numeric.cuh), and `out` is not written. A
 // CTA holds matching gate and up rows, so nothing is computed twice. The mma.sync kernel takes
 // at most 4 K slices (a CTA of 8 warps holds a pair), so where the plain kernel takes 8 its sums
-// add in another order; the wgmma kernel's tiles are 32 gate rows and their 32 up rows, with the
-// plain kernel's slices (its sums add in the same order).
+// add in another order; the wgmma kernel's tiles are 32 (or 64) gate rows and as many up rows,
+// with the plain kernel's slices (its sums add in the same order).
 struct SmallMFp8GatedSilu {
   void* out = nullptr;         // F8E4M3FN [M, d]; null: no epilogue
   int64_t out_row_stride = 0;  // bytes, >= d
@@ -124,7 +127,20 @@ struct SmallMFp8GemmParams {
   // The mma.sync kernel's ring stages per warp: 0 = SmallMFp8GemmRingStages' rule, or
   // kSmallMFp8RingStages, or kSmallMFp8DeepRingStages (M <= 8 only).
   int ring_stages = 0;
+  // The wgmma kernel's weight rows per CTA: 0 = SmallMFp8GemmWgmmaTileRows' rule, or one of
+  // SmallMFp8GemmWgmmaTileChoices(*this). The mma.sync kernel ignores it.
+  int wgmma_tile_rows = 0;
 };
+
+// The weight rows per CTA the wgmma kernel runs `p` with: p.wgmma_tile_rows when set; else
+// $FXFUSE_WGMMA_TILE_ROWS (64 or 128) where `p` can take it, for A/B runs; else
+// kSmallMFp8WgmmaTileRows. Host-only.
+int SmallMFp8GemmWgmmaTileRows(const SmallMFp8GemmParams& p);
+
+// The tile heights the wgmma kernel can run `p` with, for the runtime to time: 64, and 128
+// unless the gated-SiLU epilogue's d is not a multiple of 64; only the one
+// $FXFUSE_WGMMA_TILE_ROWS names where it is set and can be taken. Host-only.
+std::vector<int> SmallMFp8GemmWgmmaTileChoices(const SmallMFp8GemmParams& p);
 
 // The ring stages the mma.sync kernel runs `p` with: p.ring_stages when set; else
 // kSmallMFp8DeepRingStages where $FXFUSE_SMALLM_STAGES=4 asks for it and the weight has at least
@@ -139,7 +155,8 @@ int SmallMFp8DefaultL2PrefetchBytes();
 
 // Why the kernel cannot take `p` (sizes, dtypes, alignment: K, the row strides and the x/w
 // pointers must be multiples of 16 bytes; the gated-SiLU epilogue an N of two halves of whole
-// 16-row tiles (32-row tiles above 16 rows), a D16 output and no bias; the rotary epilogue at most 16
+// 16-row tiles (32-row tiles above 16 rows, 64 with wgmma_tile_rows 128), a D16 output and no bias;
+// wgmma_tile_rows 0, 64 or 128; the rotary epilogue at most 16
 // rows, neox pairs over whole heads of a multiple of 16, N the q, k and v heads, a D16 output and
 // cache operands as LaunchReshapeAndCache takes them; splits 0 or one of
 // SmallMFp8GemmSplitChoices(p)), or nullptr when it can.
@@ -160,10 +177,10 @@ std::optional<SmallMFp8GemmParams> SmallMFp8GemmWithRotaryCache(const SmallMFp8G
 // from start to end), else the one whose last wave is fullest (ties: more). Host-only.
 int SmallMFp8GemmSplits(int64_t N, int64_t K, int64_t block_slots);
 
-// CTAs per tile of 64 weight rows for the wgmma kernel (each takes one slice of K; a tile's
-// CTAs form a cluster) when `cta_slots` CTAs fit on the GPU at once: the most of 1, 2 and 4
-// whose CTAs all fit in one wave with at least two 128-byte K steps each, else 1. Host-only.
-int SmallMFp8GemmWgmmaSplits(int64_t N, int64_t K, int64_t cta_slots);
+// CTAs per tile of `tile_rows` weight rows for the wgmma kernel (each takes one slice of K; a
+// tile's CTAs form a cluster) when `cta_slots` CTAs fit on the GPU at once: the most of 1, 2 and
+// 4 whose CTAs all fit in one wave with at least two 128-byte K steps each, else 1. Host-only.
+int SmallMFp8GemmWgmmaSplits(int64_t N, int64_t K, int64_t cta_slots, int tile_rows = kSmallMFp8WgmmaTileRows);
 
 // The slice counts the kernel that LaunchSmallMFp8Gemm picks for p.M can run, in increasing
 // order: the mma.sync kernel (M <= 16) 1, 2, 4 and 8 warps per tile, at most one per 128-byte K
@@ -173,14 +190,21 @@ std::vector<int> SmallMFp8GemmSplitChoices(const SmallMFp8GemmParams& p);
 // The wgmma kernel's part of it, for any M: 1, then 2 and 4 where K has two steps per slice.
 std::vector<int> SmallMFp8GemmWgmmaSplitChoices(int64_t K);
 
+// Every configuration the kernel that LaunchSmallMFp8Gemm picks for p.M can run `p` with, for
+// the runtime to time: p with each of SmallMFp8GemmSplitChoices(p), above 16 rows for each of
+// SmallMFp8GemmWgmmaTileChoices(p) (tile heights first). Host-only.
+std::vector<SmallMFp8GemmParams> SmallMFp8GemmConfigurations(const SmallMFp8GemmParams& p);
+// A configuration's name for the runtime's reports: "4 K slices", "128-row tiles, 2 K slices".
+std::string SmallMFp8GemmConfigurationName(const SmallMFp8GemmParams& p);
+
 // cudaErrorInvalidValue when SmallMFp8GemmUnsupported(p) says why, else the launch error. Up to
 // kSmallMFp8MmaSyncMaxRows rows run on the mma.sync kernel, more on the wgmma kernel.
 cudaError_t LaunchSmallMFp8Gemm(const SmallMFp8GemmParams& p, cudaStream_t stream);
 
 // The wgmma kernel alone, for any M the launcher takes (the GPU test runs it at M <= 16 too);
 // the caller has checked SmallMFp8GemmUnsupported(p) (p.splits, when set, one of 1, 2, 4 with
-// two K steps per slice, else cudaErrorInvalidValue). cudaErrorNotSupported when the driver
-// cannot encode its tensor maps.
+// two K steps per slice, and p.wgmma_tile_rows, else cudaErrorInvalidValue).
+// cudaErrorNotSupported when the driver cannot encode its tensor maps.
 cudaError_t LaunchSmallMFp8GemmWgmma(const SmallMFp8GemmParams& p, cudaStream_t stream);
 
 }  // namespace fxfuse::runtime

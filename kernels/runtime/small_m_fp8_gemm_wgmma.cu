@@ -2,18 +2,21 @@
 // TMA and warpgroup MMA on e4m3 operands.
 //
 // Roles are swapped as in the mma.sync kernel: the weight rows (output columns n) are the
-// wgmma's M (64 per tile), the tokens its N (kTokens = 32 or 64, rows past M read as zero), K
-// its K (32 bytes per instruction). Both operands are K-major in shared memory, as FP8 wgmma
+// wgmma's M (64 per warpgroup), the tokens its N (kTokens = 32 or 64, rows past M read as zero),
+// K its K (32 bytes per instruction). Both operands are K-major in shared memory, as FP8 wgmma
 // needs, in the 128-byte swizzled layout TMA writes.
 //
-// Work unit: one CTA (one warpgroup) = one tile of 64 weight rows x one contiguous slice of K.
-// The `splits` CTAs of a tile form one thread-block cluster; after their K loops they add their
-// partial sums through distributed shared memory, each CTA finishing 64 / splits of the rows
-// (slices added in rank order: the result does not depend on timing). The host picks the split
-// count that fills the GPU (SmallMFp8GemmWgmmaSplits).
+// Work unit: one CTA = one tile of 64 or 128 weight rows (one or two warpgroups, 64 rows each,
+// SmallMFp8GemmWgmmaTileRows) x one contiguous slice of K. The warpgroups of a CTA read the same
+// token box, so a 128-row tile reads the activations from L2 half as often per weight byte (at
+// 64 tokens a 64-row tile reads as many activation bytes as weight bytes). The `splits` CTAs of
+// a tile form one thread-block cluster; after their K loops they add their partial sums through
+// distributed shared memory, each CTA finishing rows / splits of the rows (slices added in rank
+// order: the result does not depend on timing). The host picks the split count that fills the
+// GPU (SmallMFp8GemmWgmmaSplits); the runtime times every tile height and split.
 //
-//   weight rows [64, K] ──TMA──► stage: A, 64 x 128 B ─┐      (full barrier per stage)
-//   x [M, K] ───────────TMA──► stage: B, T x 128 B ────┴─► 4 x wgmma m64nTk32 ─► 4 partial sums
+//   weight rows [R, K] ──TMA──► stage: A, R x 128 B ───┐      (full barrier per stage)
+//   x [M, K] ───────────TMA──► stage: B, T x 128 B ────┴─► per warpgroup 4 x wgmma m64nTk32
 //   partial sums ─(fp32 adds)─► acc ─► shared memory ─► (cluster) sum of the K slices
 //                ─► acc * scale (+ bias) ─► out [M, N]
 //
@@ -25,8 +28,8 @@
 // measured within 15 % of this one either way, but needs every thread's copies, zero-fill
 // bookkeeping and a generic-to-async proxy fence before each wgmma; docs/runtime.md.)
 //
-// With the gated-SiLU epilogue (p.gated_silu, small_m_fp8_gemm.h) a tile's 64 rows are 32 gate
-// rows and the 32 up rows N/2 on (two TMA boxes per stage), so each gate/up pair of sums meets
+// With the gated-SiLU epilogue (p.gated_silu, small_m_fp8_gemm.h) a tile's R rows are R / 2 gate
+// rows and the R / 2 up rows N/2 on (two TMA boxes per stage), so each gate/up pair of sums meets
 // in the CTA's partial sums and becomes one FP8 value of silu_and_mul_quant:
 //
 //   x ─► GEMM [M, N] ─► silu_and_mul + quant ─► out [M, N/2] e4m3
@@ -34,9 +37,12 @@
 //
 // Accumulation: Hopper's FP8 MMA adds into its accumulator with about 14 bits, not fp32's 24
 // (chaining a step's four MMA measured errors past 2^-12 of the sum of |products| at K = 128).
-// Each MMA here starts from zero and its 32-term sum is added to the accumulator in fp32.
+// Each MMA here starts from zero and its 32-term sum is added to the accumulator in fp32, in K
+// order (a 128-row tile at 64 tokens holds two of the four sums at a time, to fit two CTAs' 256
+// threads in a multiprocessor's registers; the adds, and so the result, are the same).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "kernels/device/mbarrier.cuh"
@@ -50,21 +56,28 @@ namespace {
 
 namespace dev = kernels::device;
 
-constexpr int kThreads = 128;    // one warpgroup
-constexpr int kRows = 64;        // weight rows per tile: the wgmma's M
+constexpr int kWarpgroupThreads = 128;
+constexpr int kWarpgroupRows = 64;  // weight rows per warpgroup: the wgmma's M
 constexpr int kStepBytes = 128;  // K bytes per ring stage: one swizzle row
 constexpr int kMmaK = 32;        // K bytes per wgmma
 constexpr int kMmasPerStep = kStepBytes / kMmaK;
 constexpr int kMaxSplits = kSmallMFp8WgmmaMaxSplits;
 constexpr int kAlign = 1024;     // the swizzle pattern repeats every 8 rows of 128 bytes
 constexpr int kRingStages = 4;   // the launcher's ring; the kernel template takes others for sweeps
-constexpr int kHalfRows = static_cast<int>(kSmallMFp8WgmmaGatedRows);  // gated: gate rows of a tile, as many up rows
-static_assert(2 * kHalfRows == kRows, "a gated tile is its gate rows and their up rows");
 
-// One CTA's shared memory: a ring of kStages stages, each the tile's weight rows then the tokens.
-template <int kTokens, int kStageCount>
+// One CTA's shape and shared memory: kWarpgroups x 64 weight rows, and a ring of kStages stages,
+// each the tile's weight rows then the tokens.
+template <int kTokenCount, int kStageCount, int kWarpgroupCount>
 struct Layout {
+  static constexpr int kTokens = kTokenCount;
   static constexpr int kStages = kStageCount;
+  static constexpr int kWarpgroups = kWarpgroupCount;
+  static constexpr int kThreads = kWarpgroups * kWarpgroupThreads;
+  static constexpr int kRows = kWarpgroups * kWarpgroupRows;
+  static constexpr int kHalfRows = kRows / 2;  // gated: the tile's gate rows, as many up rows
+  // MMA sums a warpgroup holds at once (of a stage's four): two where four would not let two
+  // CTAs of two warpgroups fit a multiprocessor's registers (128 per thread).
+  static constexpr int kSumsAtOnce = kWarpgroups == 2 && kTokens == 64 ? 2 : kMmasPerStep;
   static constexpr int kWeightBytes = kRows * kStepBytes;
   static constexpr int kStageBytes = kWeightBytes + kTokens * kStepBytes;
   static constexpr int kRingBytes = kStages * kStageBytes;
@@ -77,12 +90,12 @@ struct Layout {
 };
 
 struct Launch {
-  CUtensorMap weight_map;  // [N, K] bytes, boxes of 64 rows x 128 bytes (gated: 32 rows)
+  CUtensorMap weight_map;  // [N, K] bytes, boxes of the tile's rows x 128 bytes (gated: half of them)
   CUtensorMap token_map;   // [M, K] bytes, boxes of kTokens rows x 128 bytes (rows past M: zero)
   SmallMFp8GemmParams p;
   int splits;           // CTAs per tile (the cluster size): 1, 2 or 4
   int steps_per_split;  // K steps of one CTA (the last slice may have fewer)
-  bool gated;           // p.gated_silu: tile t is gate rows 32t.. and up rows N/2 + 32t..
+  bool gated;           // p.gated_silu: tile t is gate rows Ht.. and up rows N/2 + Ht.. (H: half its rows)
 };
 
 // The wgmma descriptor of a K-major operand at shared address `addr` (1024-byte aligned, 128-byte
@@ -135,33 +148,40 @@ __device__ __forceinline__ float4 loadFromClusterCta(uint32_t addr, uint32_t ran
   return v;
 }
 
-// The stage's 128 bytes of K: four wgmma, each from zero into its own sum (the descriptors
-// advance 32 bytes, 2 in units of 16), then the four sums go into acc in fp32, in K order.
-template <typename L, int kTokens>
-__device__ __forceinline__ void computeStage(uint32_t stage, float (&acc)[kTokens / 2],
-                                             float (&mma_sum)[kMmasPerStep][kTokens / 2]) {
-  const uint64_t a = operandDescriptor(stage), b = operandDescriptor(stage + L::kWeightBytes);
-  dev::wgmmaFence();
+// The stage's 128 bytes of K for this warpgroup's 64 weight rows: four wgmma, each from zero into
+// its own sum (the descriptors advance 32 bytes, 2 in units of 16), L::kSumsAtOnce at a time,
+// and the sums go into acc in fp32, in K order.
+template <typename L>
+__device__ __forceinline__ void computeStage(uint32_t stage, float (&acc)[L::kTokens / 2],
+                                             float (&mma_sum)[L::kSumsAtOnce][L::kTokens / 2]) {
+  const uint32_t warpgroup = threadIdx.x / kWarpgroupThreads;
+  const uint64_t a = operandDescriptor(stage + warpgroup * kWarpgroupRows * kStepBytes);
+  const uint64_t b = operandDescriptor(stage + L::kWeightBytes);
 #pragma unroll
-  for (int k = 0; k < kMmasPerStep; ++k) wgmmaE4m3(mma_sum[k], a + 2 * k, b + 2 * k, false);
-  dev::wgmmaCommit();
-  dev::wgmmaWait<0>();
+  for (int k0 = 0; k0 < kMmasPerStep; k0 += L::kSumsAtOnce) {
+    dev::wgmmaFence();
 #pragma unroll
-  for (int k = 0; k < kMmasPerStep; ++k) dev::fenceRegs(mma_sum[k]);  // read only after the wait
+    for (int k = 0; k < L::kSumsAtOnce; ++k) wgmmaE4m3(mma_sum[k], a + 2 * (k0 + k), b + 2 * (k0 + k), false);
+    dev::wgmmaCommit();
+    dev::wgmmaWait<0>();
 #pragma unroll
-  for (int k = 0; k < kMmasPerStep; ++k)
+    for (int k = 0; k < L::kSumsAtOnce; ++k) dev::fenceRegs(mma_sum[k]);  // read only after the wait
 #pragma unroll
-    for (int i = 0; i < kTokens / 2; ++i) acc[i] += mma_sum[k][i];
+    for (int k = 0; k < L::kSumsAtOnce; ++k)
+#pragma unroll
+      for (int i = 0; i < L::kTokens / 2; ++i) acc[i] += mma_sum[k][i];
+  }
 }
 
-// The CTA's accumulators into the partial-sum array: register i of thread (warp w, lane
-// g * 4 + t) holds weight row 16 w + g + 8 ((i / 2) % 2) and token 8 (i / 4) + 2 t + i % 2.
-template <typename L, int kTokens>
-__device__ __forceinline__ void storePartial(float* partial, const float (&acc)[kTokens / 2]) {
+// The warpgroup's accumulators into the partial-sum array: register i of thread (warpgroup v,
+// warp w of it, lane g * 4 + t) holds weight row 64 v + 16 w + g + 8 ((i / 2) % 2) and token
+// 8 (i / 4) + 2 t + i % 2.
+template <typename L>
+__device__ __forceinline__ void storePartial(float* partial, const float (&acc)[L::kTokens / 2]) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int i = 0; i < kTokens / 2; ++i) {
+  for (int i = 0; i < L::kTokens / 2; ++i) {
     const int row = 16 * warp + g + 8 * ((i / 2) % 2), token = 8 * (i / 4) + 2 * t + i % 2;
     partial[token * L::kRowPitch + row] = acc[i];
   }
@@ -182,15 +202,15 @@ __device__ __forceinline__ void clusterSum(uint32_t addr, int splits, float (&su
 }
 
 // This CTA's share of the tile's rows: the cluster's partial sums added in rank order, scaled,
-// biased and rounded; gated, the share is of the 32 gate rows, each with its up row 32 on, and
+// biased and rounded; gated, the share is of the H gate rows, each with its up row H on, and
 // each pair becomes one FP8 output (gatedSiluOutput). A thread takes four consecutive rows of
 // one token (clusterSum); consecutive threads take consecutive rows.
-template <typename L, int kTokens>
+template <typename L>
 __device__ void reduceAndStore(const Launch& l, uint32_t partial_addr, int64_t tile, uint32_t rank) {
   const SmallMFp8GemmParams& p = l.p;
   const float scale = small_m::scaleProduct(p);
-  const int quads = (l.gated ? kHalfRows : kRows) / l.splits / 4;  // groups of four rows this rank finishes
-  for (int e = static_cast<int>(threadIdx.x); e < quads * kTokens; e += kThreads) {
+  const int quads = (l.gated ? L::kHalfRows : L::kRows) / l.splits / 4;  // groups of four rows this rank finishes
+  for (int e = static_cast<int>(threadIdx.x); e < quads * L::kTokens; e += L::kThreads) {
     const int row = (static_cast<int>(rank) * quads + e % quads) * 4, token = e / quads;
     if (token >= p.M) continue;
     const uint32_t addr = partial_addr + static_cast<uint32_t>((token * L::kRowPitch + row) * 4);
@@ -199,17 +219,17 @@ __device__ void reduceAndStore(const Launch& l, uint32_t partial_addr, int64_t t
     if (!l.gated) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int64_t n = tile * kRows + row + j;
+        const int64_t n = tile * L::kRows + row + j;
         if (n < p.N) small_m::storeOutput(p, token, n, sum[j], scale);
       }
       continue;
     }
     float up[4];
-    clusterSum(addr + kHalfRows * 4, l.splits, up);
+    clusterSum(addr + L::kHalfRows * 4, l.splits, up);
     uint8_t* out = static_cast<uint8_t*>(p.gated_silu.out) + token * p.gated_silu.out_row_stride;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int64_t n = tile * kHalfRows + row + j;  // N / 2 is a multiple of 32: no partial tile
+      const int64_t n = tile * L::kHalfRows + row + j;  // N / 2 is a multiple of H: no partial tile
       out[n] = small_m::gatedSiluOutput(p, n, sum[j], up[j], scale);
     }
   }
@@ -228,21 +248,23 @@ struct Ring {
   __device__ void weights(int i) const {
     dev::mbarArriveExpectTx(bar(i), L::kStageBytes);
     if (!l.gated) {
-      dev::tmaLoad2d(stage(i), &l.weight_map, k(i), static_cast<int>(tile * kRows), bar(i));
+      dev::tmaLoad2d(stage(i), &l.weight_map, k(i), static_cast<int>(tile * L::kRows), bar(i));
       return;
     }
-    // Gate rows, then their up rows half the weight on: the box of 32 rows at a 1024-byte aligned
-    // offset lands in the same swizzled layout as rows 32..63 of one 64-row box.
-    dev::tmaLoad2d(stage(i), &l.weight_map, k(i), static_cast<int>(tile * kHalfRows), bar(i));
-    dev::tmaLoad2d(stage(i) + kHalfRows * kStepBytes, &l.weight_map, k(i),
-                   static_cast<int>(l.p.N / 2 + tile * kHalfRows), bar(i));
+    // Gate rows, then their up rows half the weight on: the box of H rows at a 1024-byte aligned
+    // offset lands in the same swizzled layout as rows H..2H-1 of one box of 2H rows.
+    dev::tmaLoad2d(stage(i), &l.weight_map, k(i), static_cast<int>(tile * L::kHalfRows), bar(i));
+    dev::tmaLoad2d(stage(i) + L::kHalfRows * kStepBytes, &l.weight_map, k(i),
+                   static_cast<int>(l.p.N / 2 + tile * L::kHalfRows), bar(i));
   }
   __device__ void tokens(int i) const { dev::tmaLoad2d(stage(i) + L::kWeightBytes, &l.token_map, k(i), 0, bar(i)); }
 };
 
-template <int kTokens, int kStages>
-__global__ void __launch_bounds__(kThreads) smallMFp8GemmWgmmaKernel(const __grid_constant__ Launch l) {
-  using L = Layout<kTokens, kStages>;
+// Two CTAs of two warpgroups per multiprocessor: 128 registers per thread at most.
+template <int kTokens, int kStages, int kWarpgroups>
+__global__ void __launch_bounds__(kWarpgroups* kWarpgroupThreads, kWarpgroups == 2 ? 2 : 1)
+    smallMFp8GemmWgmmaKernel(const __grid_constant__ Launch l) {
+  using L = Layout<kTokens, kStages, kWarpgroups>;
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) uint64_t full[kStages];  // stage s's bytes have landed
   const SmallMFp8GemmParams& p = l.p;
@@ -270,7 +292,7 @@ __global__ void __launch_bounds__(kThreads) smallMFp8GemmWgmmaKernel(const __gri
   if (producer)
     for (int s = 0; s < kStages - 1 && s < steps; ++s) ring.tokens(s);
 
-  float acc[kTokens / 2] = {}, mma_sum[kMmasPerStep][kTokens / 2];
+  float acc[kTokens / 2] = {}, mma_sum[L::kSumsAtOnce][kTokens / 2];
   for (int i = 0; i < steps; ++i) {
     dev::mbarWait(ring.bar(i), static_cast<uint32_t>(i / kStages) & 1);
     __syncthreads();  // every warp is done with step i - 1's stage, which the next copy refills
@@ -279,13 +301,13 @@ __global__ void __launch_bounds__(kThreads) smallMFp8GemmWgmmaKernel(const __gri
       ring.weights(next);
       ring.tokens(next);
     }
-    computeStage<L, kTokens>(ring.stage(i), acc, mma_sum);
+    computeStage<L>(ring.stage(i), acc, mma_sum);
   }
   __syncthreads();  // every warp's MMA has read its last stage: the ring becomes the partial sums
   kernels::allowDependentGrids();
-  storePartial<L, kTokens>(reinterpret_cast<float*>(smem_raw + (ring.base - raw)), acc);
+  storePartial<L>(reinterpret_cast<float*>(smem_raw + (ring.base - raw)), acc);
   clusterSync();  // every slice's partial sums are in place
-  reduceAndStore<L, kTokens>(l, ring.base, ring.tile, rank);
+  reduceAndStore<L>(l, ring.base, ring.tile, rank);
   clusterSync();  // no CTA leaves while another still reads its shared memory
 }
 
@@ -303,36 +325,41 @@ bool makeOperandMap(CUtensorMap* map, const void* base, int64_t rows, int64_t K,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int kTokens, int kStages = kRingStages>
+template <int kTokens, int kWarpgroups, int kStages = kRingStages>
 cudaError_t launchWgmma(const SmallMFp8GemmParams& p, cudaStream_t stream) {
-  using L = Layout<kTokens, kStages>;
-  constexpr auto kernel = smallMFp8GemmWgmmaKernel<kTokens, kStages>;
+  using L = Layout<kTokens, kStages, kWarpgroups>;
+  constexpr auto kernel = smallMFp8GemmWgmmaKernel<kTokens, kStages, kWarpgroups>;
   cudaError_t e = dev::ensureSmemLimit<kernel>(L::kSmemBytes);
   int device = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, L::kSmemBytes);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, L::kThreads, L::kSmemBytes);
   if (e != cudaSuccess) return e;
   Launch l{};
   l.p = p;
   l.gated = p.gated_silu.out != nullptr;
-  if (!makeOperandMap(&l.weight_map, p.w, p.N, p.K, p.w_row_stride, l.gated ? kHalfRows : kRows) ||
+  if (!makeOperandMap(&l.weight_map, p.w, p.N, p.K, p.w_row_stride, l.gated ? L::kHalfRows : L::kRows) ||
       !makeOperandMap(&l.token_map, p.x, p.M, p.K, p.x_row_stride, kTokens))
     return cudaErrorNotSupported;
-  // Gated: N / 2 gate rows in tiles of 32 (SmallMFp8GemmUnsupported: a multiple of 32).
-  const int64_t tiles = l.gated ? p.N / 2 / kHalfRows : (p.N + kRows - 1) / kRows;
+  // Gated: N / 2 gate rows in tiles of H (SmallMFp8GemmUnsupported: a multiple of H).
+  const int64_t tiles = l.gated ? p.N / 2 / L::kHalfRows : (p.N + L::kRows - 1) / L::kRows;
   const int64_t k_steps = (p.K + kStepBytes - 1) / kStepBytes;
   l.splits = p.splits > 0 ? p.splits
-                           : SmallMFp8GemmWgmmaSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1));
+                          : SmallMFp8GemmWgmmaSplits(p.N, p.K, static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1),
+                                                     L::kRows);
   l.steps_per_split = static_cast<int>((k_steps + l.splits - 1) / l.splits);
   const dim3 grid(static_cast<unsigned>(tiles * l.splits));
-  return kernels::LaunchProgrammaticInClusters(kernel, grid, dim3(kThreads), L::kSmemBytes, l.splits, stream, l);
+  return kernels::LaunchProgrammaticInClusters(kernel, grid, dim3(L::kThreads), L::kSmemBytes, l.splits, stream, l);
 }
+
+bool gatedTakesTileRows(const SmallMFp8GemmParams& p, int rows) { return !p.gated_silu.out || p.N % rows == 0; }
 
 }  // namespace
 
-int SmallMFp8GemmWgmmaSplits(int64_t N, int64_t K, int64_t cta_slots) {
-  const int64_t tiles = (N + kRows - 1) / kRows, k_steps = (K + kStepBytes - 1) / kStepBytes;
+int SmallMFp8GemmWgmmaSplits(int64_t N, int64_t K, int64_t cta_slots, int tile_rows) {
+  const int64_t rows = tile_rows > 0 ? tile_rows : kSmallMFp8WgmmaTileRows;
+  const int64_t tiles = (N + rows - 1) / rows, k_steps = (K + kStepBytes - 1) / kStepBytes;
   const int64_t slots = cta_slots > 0 ? cta_slots : 1;
   // The most slices whose CTAs fit in one wave; with more tiles than slots, one slice per tile
   // (a CTA's slice then streams the whole of K, and later CTAs take the slots as they free).
@@ -344,10 +371,28 @@ int SmallMFp8GemmWgmmaSplits(int64_t N, int64_t K, int64_t cta_slots) {
 
 std::vector<int> SmallMFp8GemmWgmmaSplitChoices(int64_t K) {
   const int64_t k_steps = (K + kStepBytes - 1) / kStepBytes;
-  std::vector<int> choices{1};  // each rank finishes 64 / s rows in groups of 4: s divides 16
+  std::vector<int> choices{1};  // each rank finishes rows / s rows in groups of 4: s divides 16
   for (int s = 2; s <= kMaxSplits; s *= 2)
     if (k_steps >= 2 * s) choices.push_back(s);
   return choices;
+}
+
+std::vector<int> SmallMFp8GemmWgmmaTileChoices(const SmallMFp8GemmParams& p) {
+  static const int pinned = [] {
+    const char* v = std::getenv("FXFUSE_WGMMA_TILE_ROWS");
+    return v ? std::atoi(v) : 0;
+  }();
+  std::vector<int> choices;
+  for (int rows : {kSmallMFp8WgmmaTileRows, kSmallMFp8WgmmaWideTileRows})
+    if (gatedTakesTileRows(p, rows) && (pinned == rows || pinned == 0)) choices.push_back(rows);
+  if (choices.empty()) choices.push_back(kSmallMFp8WgmmaTileRows);  // a pin p cannot take
+  return choices;
+}
+
+int SmallMFp8GemmWgmmaTileRows(const SmallMFp8GemmParams& p) {
+  if (p.wgmma_tile_rows != 0) return p.wgmma_tile_rows;
+  const std::vector<int> choices = SmallMFp8GemmWgmmaTileChoices(p);
+  return choices.size() == 1 ? choices.front() : kSmallMFp8WgmmaTileRows;
 }
 
 cudaError_t LaunchSmallMFp8GemmWgmma(const SmallMFp8GemmParams& p, cudaStream_t stream) {
@@ -355,7 +400,12 @@ cudaError_t LaunchSmallMFp8GemmWgmma(const SmallMFp8GemmParams& p, cudaStream_t 
     const std::vector<int> choices = SmallMFp8GemmWgmmaSplitChoices(p.K);
     if (std::find(choices.begin(), choices.end(), p.splits) == choices.end()) return cudaErrorInvalidValue;
   }
-  return p.M <= 32 ? launchWgmma<32>(p, stream) : launchWgmma<64>(p, stream);
+  const int rows = SmallMFp8GemmWgmmaTileRows(p);
+  if (rows != kSmallMFp8WgmmaTileRows && rows != kSmallMFp8WgmmaWideTileRows) return cudaErrorInvalidValue;
+  if (!gatedTakesTileRows(p, rows)) return cudaErrorInvalidValue;
+  if (rows == kSmallMFp8WgmmaWideTileRows)
+    return p.M <= 32 ? launchWgmma<32, 2>(p, stream) : launchWgmma<64, 2>(p, stream);
+  return p.M <= 32 ? launchWgmma<32, 1>(p, stream) : launchWgmma<64, 1>(p, stream);
 }
 
 }  // namespace fxfuse::runtime

@@ -36,6 +36,7 @@ struct Case {
   int64_t out_pad = 0;      // extra bytes per FP8 output row
   bool exact = true;        // false: K slices may differ (one FP8 step allowed in <= 1 % of elements)
   int ring_stages = 0;      // the fused GEMM's ring stages: 0 = the kernel's rule
+  int tile_rows = 0;        // both GEMMs' wgmma tile height: 0 = the kernel's rule
 };
 
 // Distance of two e4m3 bytes in representable steps (same sign assumed when both nonzero).
@@ -69,6 +70,7 @@ void runCase(const Case& c) {
   p.w = dw.get(), p.w_row_stride = c.K;
   p.scale_x = static_cast<const float*>(dsx.get()), p.scale_w = static_cast<const float*>(dsw.get());
   p.out = dgemm.get(), p.out_row_stride = N, p.out_dtype = c.dtype;
+  p.wgmma_tile_rows = c.tile_rows;  // the same tiles (and so K slices) for the chain's GEMM
   REQUIRE(SmallMFp8GemmUnsupported(p) == nullptr);
   FXFUSE_CUDA_REQUIRE(LaunchSmallMFp8Gemm(p, nullptr));
   kernels::SiluAndMulParams silu;
@@ -139,6 +141,15 @@ TEST_CASE("gated-SiLU epilogue: the wgmma kernel's rows", "[gpu][gemm]") {
   runCase({32, 14336, 4096});  // 8B gate/up at batch 32 and 64
   runCase({64, 14336, 4096});
   runCase({64, 28672, 8192});  // 70B
+}
+
+// Tiles of 128 rows (64 gate rows and their up rows, two warpgroups): the same bytes.
+TEST_CASE("gated-SiLU epilogue: the wgmma kernel's 128-row tiles", "[gpu][gemm]") {
+  for (Case c : {Case{17, 192, 512}, Case{33, 192, 512}, Case{64, 64, 16}, Case{24, 128, 384, DType::F16, true, 8},
+                 Case{32, 14336, 4096}, Case{64, 14336, 4096}, Case{64, 28672, 8192}}) {
+    c.tile_rows = kSmallMFp8WgmmaWideTileRows;
+    runCase(c);
+  }
 }
 
 // The deep ring (half its stages filled after the grid wait) leaves the same bytes: the order

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -161,6 +162,43 @@ TEST_CASE("small-M FP8 GEMM: the K splits the runtime may time", "[gemm]") {
   CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
 }
 
+TEST_CASE("small-M FP8 GEMM (wgmma): the tile heights and configurations the runtime may time", "[gemm]") {
+  using V = std::vector<int>;
+  REQUIRE(std::getenv("FXFUSE_WGMMA_TILE_ROWS") == nullptr);  // the pin is read once per process
+  CHECK(SmallMFp8GemmWgmmaTileChoices(decode(64, 28672, 4096)) == V{64, 128});
+  CHECK(SmallMFp8GemmWgmmaTileChoices(gatedSilu(32, 14336, 4096)) == V{64, 128});  // d = 224 x 64
+  CHECK(SmallMFp8GemmWgmmaTileChoices(gatedSilu(32, 96, 512)) == V{64});           // d = 3 x 32
+  CHECK(SmallMFp8GemmWgmmaTileRows(decode(64, 28672, 4096)) == kSmallMFp8WgmmaTileRows);  // the rule
+  SmallMFp8GemmParams p = decode(64, 28672, 4096);
+  p.wgmma_tile_rows = 128;
+  CHECK(SmallMFp8GemmWgmmaTileRows(p) == 128);
+  CHECK(SmallMFp8GemmUnsupported(p) == nullptr);
+  for (int rows : {32, 96, 256, -64}) {
+    p.wgmma_tile_rows = rows;
+    CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+    CHECK(LaunchSmallMFp8Gemm(p, nullptr) == cudaErrorInvalidValue);
+    CHECK(LaunchSmallMFp8GemmWgmma(p, nullptr) == cudaErrorInvalidValue);
+  }
+  p = gatedSilu(32, 96, 512);
+  p.wgmma_tile_rows = 128;  // 96 gate rows are not whole halves of 128-row tiles
+  CHECK(SmallMFp8GemmUnsupported(p) != nullptr);
+  CHECK(LaunchSmallMFp8GemmWgmma(p, nullptr) == cudaErrorInvalidValue);
+  // Every (tile height, split) above 16 rows, the splits alone at 16 rows and below; each taken.
+  const std::vector<SmallMFp8GemmParams> wide = SmallMFp8GemmConfigurations(decode(64, 28672, 4096));
+  REQUIRE(wide.size() == 6);
+  CHECK(wide[0].wgmma_tile_rows == 64);
+  CHECK(wide[0].splits == 1);
+  CHECK(wide[5].wgmma_tile_rows == 128);
+  CHECK(wide[5].splits == 4);
+  CHECK(SmallMFp8GemmConfigurationName(wide[5]) == "128-row tiles, 4 K slices");
+  for (const SmallMFp8GemmParams& c : wide) CHECK(SmallMFp8GemmUnsupported(c) == nullptr);
+  const std::vector<SmallMFp8GemmParams> narrow = SmallMFp8GemmConfigurations(decode(8, 4096, 4096));
+  REQUIRE(narrow.size() == 4);
+  CHECK(narrow[3].wgmma_tile_rows == 0);
+  CHECK(SmallMFp8GemmConfigurationName(narrow[3]) == "8 K slices");
+  CHECK(SmallMFp8GemmConfigurations(gatedSilu(32, 96, 512)).size() == 2);  // 64-row tiles, 1 or 2 slices
+}
+
 TEST_CASE("small-M FP8 GEMM splits K to fill one wave of blocks", "[gemm]") {
   const int64_t h200 = 132 * 3;  // multiprocessors x blocks of the kernel per multiprocessor
   // Llama-3.1-8B: qkv, o and down fit one wave with 8 slices; gate/up (1792 tiles) only with 1.
@@ -196,6 +234,14 @@ TEST_CASE("small-M FP8 GEMM (wgmma) splits K across a cluster to fill one wave",
   CHECK(SmallMFp8GemmWgmmaSplits(64, 512, h200) == 2);
   CHECK(SmallMFp8GemmWgmmaSplits(64, 1 << 20, h200) == 4);
   CHECK(SmallMFp8GemmWgmmaSplits(64, 4096, 0) == 1);
+  // Tiles of 128 rows, two CTAs per multiprocessor: 8B qkv (48 tiles), o and down (32) with 4,
+  // gate/up (224) with 1; 70B o and down (64) with 4, qkv (80) with 2.
+  const int64_t h200_wide = 132 * 2;
+  CHECK(SmallMFp8GemmWgmmaSplits(6144, 4096, h200_wide, 128) == 4);
+  CHECK(SmallMFp8GemmWgmmaSplits(4096, 14336, h200_wide, 128) == 4);
+  CHECK(SmallMFp8GemmWgmmaSplits(28672, 4096, h200_wide, 128) == 1);
+  CHECK(SmallMFp8GemmWgmmaSplits(8192, 28672, h200_wide, 128) == 4);
+  CHECK(SmallMFp8GemmWgmmaSplits(10240, 8192, h200_wide, 128) == 2);
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ struct Case {
   int splits = 0;      // K slices per tile: 0 = the kernel's rule
   int l2_prefetch_bytes = -1;  // the mma.sync kernel's L2 prefetch size: -1 = its default
   int ring_stages = 0;         // the mma.sync kernel's ring stages: 0 = its rule
+  int tile_rows = 0;           // the wgmma kernel's weight rows per CTA: 0 = its rule
   // The weight written on the device by a quantization kernel launched just before the GEMM
   // (programmatic launch, the stream of a plan), over a poisoned buffer; w_read_only false then:
   // a GEMM filling its ring before the wait would read the poison of rows not yet written.
@@ -141,6 +142,7 @@ void runCase(const Case& c) {
   p.splits = c.splits;
   p.l2_prefetch_bytes = c.l2_prefetch_bytes;
   p.ring_stages = c.ring_stages;
+  p.wgmma_tile_rows = c.tile_rows;
   p.w_read_only = !c.w_from_quant;
   REQUIRE(SmallMFp8GemmUnsupported(p) == nullptr);
   cudaStream_t stream = nullptr;
@@ -265,6 +267,37 @@ TEST_CASE("small-M FP8 GEMM (wgmma): Llama-3.1-8B and 70B decode shapes", "[gpu]
   runCase({64, 1024, 14336});  // down (a slice of its 4096 rows)
   runCase({32, 28672, 4096});  // gate/up
   runCase({64, 1280, 8192});   // 70B qkv (a slice)
+}
+
+// Tiles of 128 weight rows (two warpgroups sharing the token box): partial tiles of 128 with a
+// full and a partial warpgroup or one warpgroup's rows only, every split, the Llama shapes, the
+// output dtypes, padded strides and a weight written just before.
+TEST_CASE("small-M FP8 GEMM (wgmma): 128-row tiles", "[gpu][gemm]") {
+  auto wide = [](Case c) {
+    c.tile_rows = kSmallMFp8WgmmaWideTileRows;
+    return c;
+  };
+  for (int64_t M : {17, 32, 33, 64}) runCase(wide({M, 200, 1040}));  // 200 = 128 + 72
+  runCase(wide({40, 50, 1040}));                                     // one partial warpgroup
+  runCase(wide({20, 33, 16}));
+  runCase(wide({33, 128, 32768}));  // one tile x 4 slices of 64 steps
+  runCase(wide({20, 57344, 128}));  // 448 tiles: more than one wave
+  for (int s : SmallMFp8GemmWgmmaSplitChoices(1040)) {
+    Case c = wide({64, 200, 1040});
+    c.splits = s;
+    runCase(c);
+  }
+  runCase(wide({40, 100, 256, DType::BF16, true, DType::BF16, 16, 32, 3}));
+  runCase(wide({25, 100, 384, DType::F16, true, DType::F16, 48, 16, 5}));
+  runCase(wide({64, 256, 4096, DType::F32}));
+  runCase(wide({16, 200, 1040, DType::BF16, false, DType::BF16, 0, 0, 0, true}));  // M <= 16 through the wgmma launcher
+  runCase(wide({64, 6144, 4096}));   // 8B qkv
+  runCase(wide({32, 4096, 4096}));   // o_proj
+  runCase(wide({64, 1024, 14336}));  // down (a slice)
+  runCase(wide({64, 28672, 4096}));  // gate/up
+  Case quantized = wide({40, 4096, 4096});
+  quantized.w_from_quant = true;
+  runCase(quantized);
 }
 
 // A weight computed by the step before (a weight quantized in the graph) is read only after the
