@@ -12,7 +12,8 @@
 // Prints µs per launch (median over replays of the graph) and TB/s of weight bytes, and the
 // device copy rate measured the same way.
 //   bazel build //examples/decode_step:weight_stream_bench (in the device bundle of
-//   tests/runtime/stage_device.sh); ./weight_stream_bench [shapes=8b|70b|all] [Ms=1,8,16; at most 64]
+//   tests/runtime/stage_device.sh); ./weight_stream_bench [shapes=8b|70b|all|one name, e.g. gateup8b]
+//   [Ms=1,8,16; at most 64]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -209,8 +210,11 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes;
   if (which == "8b" || which == "all") shapes.insert(shapes.end(), b8.begin(), b8.end());
   if (which == "70b" || which == "all") shapes.insert(shapes.end(), b70.begin(), b70.end());
+  for (const std::vector<Shape>* set : {&b8, &b70})  // one shape by name, e.g. under a profiler
+    for (const Shape& s : *set)
+      if (which == s.name) shapes.push_back(s);
   if (shapes.empty()) {
-    std::fprintf(stderr, "weight_stream_bench: shapes are 8b, 70b or all\n");
+    std::fprintf(stderr, "weight_stream_bench: shapes are 8b, 70b, all or one shape's name (qkv8b, ..., down70b)\n");
     return 2;
   }
   int device = 0, sms = 0;
