@@ -96,10 +96,6 @@ struct Launch {
   int splits;           // CTAs per tile (the cluster size): 1, 2 or 4
   int steps_per_split;  // K steps of one CTA (the last slice may have fewer)
   bool gated;           // p.gated_silu: tile t is gate rows Ht.. and up rows N/2 + Ht.. (H: half its rows)
-  // A/B knob ($FXFUSE_WGMMA_ROTATE_K=1): each CTA starts its K loop at a step that depends on its
-  // tile, so the CTAs of a wave do not all read the same activation lines from L2 at once. The
-  // sums then add in another order per tile.
-  bool rotate_k;
 };
 
 // The wgmma descriptor of a K-major operand at shared address `addr` (1024-byte aligned, 128-byte
@@ -246,13 +242,9 @@ struct Ring {
   const Launch& l;
   uint32_t base, bars;
   int64_t tile, first;  // the tile and the CTA's first K step
-  int steps, rotation;  // the CTA's K steps; step i reads step (i + rotation) % steps of its slice
   __device__ uint32_t stage(int i) const { return base + static_cast<uint32_t>(i % L::kStages) * L::kStageBytes; }
   __device__ uint32_t bar(int i) const { return bars + 8 * static_cast<uint32_t>(i % L::kStages); }
-  __device__ int k(int i) const {
-    const int step = rotation ? (i + rotation) % steps : i;
-    return static_cast<int>((first + step) * kStepBytes);
-  }
+  __device__ int k(int i) const { return static_cast<int>((first + i) * kStepBytes); }
   __device__ void weights(int i) const {
     dev::mbarArriveExpectTx(bar(i), L::kStageBytes);
     if (!l.gated) {
@@ -284,10 +276,8 @@ __global__ void __launch_bounds__(kWarpgroups* kWarpgroupThreads, kWarpgroups ==
   const int steps = first < k_steps ? static_cast<int>(k_steps - first < l.steps_per_split ? k_steps - first
                                                                                            : l.steps_per_split)
                                     : 0;
-  const int64_t tile = blockIdx.x / l.splits;
-  const int rotation = l.rotate_k && steps > 0 ? static_cast<int>((tile * 5) % steps) : 0;
   const Ring<L> ring{l, (raw + kAlign - 1) & ~static_cast<uint32_t>(kAlign - 1),
-                     static_cast<uint32_t>(__cvta_generic_to_shared(full)), tile, first, steps, rotation};
+                     static_cast<uint32_t>(__cvta_generic_to_shared(full)), blockIdx.x / l.splits, first};
   const bool producer = threadIdx.x == 0;
   if (producer) {
     for (int s = 0; s < kStages; ++s) dev::mbarInit(ring.bar(s), 1);
@@ -350,11 +340,6 @@ cudaError_t launchWgmma(const SmallMFp8GemmParams& p, cudaStream_t stream) {
   Launch l{};
   l.p = p;
   l.gated = p.gated_silu.out != nullptr;
-  static const bool rotate_k = [] {
-    const char* v = std::getenv("FXFUSE_WGMMA_ROTATE_K");
-    return v && std::atoi(v) == 1;
-  }();
-  l.rotate_k = rotate_k;
   if (!makeOperandMap(&l.weight_map, p.w, p.N, p.K, p.w_row_stride, l.gated ? L::kHalfRows : L::kRows) ||
       !makeOperandMap(&l.token_map, p.x, p.M, p.K, p.x_row_stride, kTokens))
     return cudaErrorNotSupported;
