@@ -40,7 +40,7 @@ inline constexpr int kSmallMFp8RingStages = 2;
 inline constexpr int kSmallMFp8DeepRingStages = 4;
 // The most CTAs of the wgmma kernel per weight tile (its cluster): 8 measured slower than 4.
 inline constexpr int kSmallMFp8WgmmaMaxSplits = 4;
-// Weight rows per CTA of the wgmma kernel: one warpgroup (64) or two sharing the activations
+// Weight rows per CTA of the wgmma kernel: one warpgroup (64) or two sharing the activation
 // loads (128). Under the gated-SiLU epilogue half of a tile's rows are gates, half their ups.
 inline constexpr int kSmallMFp8WgmmaTileRows = 64;
 inline constexpr int kSmallMFp8WgmmaWideTileRows = 128;
