@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdint>
 #include <set>
 #include <string>
 
@@ -117,4 +119,18 @@ TEST_CASE("the interpreter runs every aten and prims op of the built-in schema r
   }
   INFO(fmt::format("no interpreter op: {}", fmt::join(missing, " ")));
   CHECK(missing.empty());
+}
+
+TEST_CASE("integer arguments are read exactly, and floats outside int64 are refused", "[values]") {
+  CHECK(integerOf(RValue::ofInt(INT64_MAX)) == INT64_MAX);  // sys.maxsize: "to the end" of a slice
+  CHECK(integerOf(RValue::ofInt(INT64_MIN)) == INT64_MIN);
+  CHECK(integerOf(RValue::ofBool(true)) == 1);
+  CHECK(integerOf(RValue::ofFloat(-3.0)) == -3);
+  CHECK(integerOf(RValue::ofFloat(-9223372036854775808.0)) == INT64_MIN);
+  CHECK_FALSE(integerOf(RValue::ofFloat(9223372036854775808.0)));  // 2^63: no int64
+  CHECK_FALSE(integerOf(RValue::ofFloat(1e300)));
+  CHECK_FALSE(integerOf(RValue::ofFloat(2.5)));
+  CHECK_FALSE(integerOf(RValue::ofFloat(std::nan(""))));
+  CHECK_FALSE(integerOf(RValue::ofStr("7")));
+  CHECK_FALSE(integerOf(RValue{}));
 }

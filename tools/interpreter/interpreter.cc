@@ -72,10 +72,7 @@ double Call::number(const std::string& name) const {
 int64_t Call::integer(const std::string& name, int64_t def, int pos) const {
   const RValue* v = find(name, pos);
   if (!v || v->isNone()) return def;
-  if (v->kind == RValue::Kind::Int) return v->i;
-  if (v->kind == RValue::Kind::Bool) return v->b ? 1 : 0;
-  if (v->kind == RValue::Kind::Float && std::floor(v->f) == v->f) return static_cast<int64_t>(v->f);
-  if (v->isTensor() && v->t.numel() == 1) return static_cast<int64_t>(v->t.item());
+  if (auto i = integerOf(*v)) return *i;
   fail("argument '{}' must be an integer, got {}", name, v->describe());
 }
 
@@ -871,22 +868,27 @@ RValue viewOfBase(const std::map<std::string, RValue>& kw, const std::string& an
     return f == kw.end() || f->second.isNone() ? nullptr : &f->second;
   };
   if (const RValue* al = opt("alias"); al && al->number() != 0) return RValue::ofTensor(base);
+  // The view's numbers exactly (sys.maxsize, torch's "to the end", is not a double).
+  auto integer = [&](const RValue& v, const std::string& suffix) {
+    if (auto i = integerOf(v)) return *i;
+    fail("_{}_{} must be an integer, got {}", an, suffix, v.describe());
+  };
   if (const RValue* sd = opt("slice_dim")) {
     const RValue* ss = opt("slice_start");
     const RValue* se = opt("slice_end");
-    return RValue::ofTensor(slice(base, static_cast<int64_t>(sd->number()), ss ? static_cast<int64_t>(ss->number()) : 0,
-                                  se ? static_cast<int64_t>(se->number()) : std::numeric_limits<int64_t>::max(), 1));
+    return RValue::ofTensor(slice(base, integer(*sd, "slice_dim"), ss ? integer(*ss, "slice_start") : 0,
+                                  se ? integer(*se, "slice_end") : std::numeric_limits<int64_t>::max(), 1));
   }
   if (const RValue* sz = opt("size")) {
     Shape size, stride;
-    for (const auto& e : sz->list) size.push_back(static_cast<int64_t>(symNumber(e)));
+    for (const auto& e : sz->list) size.push_back(integer(e, "size"));
     if (const RValue* st = opt("stride")) {
-      for (const auto& e : st->list) stride.push_back(static_cast<int64_t>(symNumber(e)));
+      for (const auto& e : st->list) stride.push_back(integer(e, "stride"));
     } else {
       stride = contiguousStrides(size);
     }
     const RValue* so = opt("storage_offset");
-    return RValue::ofTensor(asStrided(base, size, stride, so ? static_cast<int64_t>(so->number()) : base.offset));
+    return RValue::ofTensor(asStrided(base, size, stride, so ? integer(*so, "storage_offset") : base.offset));
   }
   return RValue::ofTensor(base);
 }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace fxfuse::interp {
 
 std::string RValue::describe() const {
@@ -22,6 +24,26 @@ std::string RValue::describe() const {
     case Kind::Other: return "<other>";
   }
   return "?";
+}
+
+namespace {
+
+// A float that holds an integer int64 can represent, as that integer (a float at or past 2^63
+// has no int64: converting it would be undefined).
+std::optional<int64_t> integralFloat(double f) {
+  constexpr double kTwoTo63 = 9223372036854775808.0;
+  if (!(std::floor(f) == f) || f < -kTwoTo63 || f >= kTwoTo63) return std::nullopt;
+  return static_cast<int64_t>(f);
+}
+
+}  // namespace
+
+std::optional<int64_t> integerOf(const RValue& v) {
+  if (v.kind == RValue::Kind::Int) return v.i;
+  if (v.kind == RValue::Kind::Bool) return v.b ? 1 : 0;
+  if (v.kind == RValue::Kind::Float) return integralFloat(v.f);
+  if (v.isTensor() && v.t.numel() == 1) return integralFloat(v.t.item());
+  return std::nullopt;
 }
 
 Category category(DType t) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct RValue {
   double number() const { return kind == Kind::Int ? static_cast<double>(i) : kind == Kind::Float ? f : b ? 1.0 : 0.0; }
   std::string describe() const;
 };
+
+// The integer a number (or a one-element tensor) holds exactly; none for a fraction, a float
+// outside int64, or anything else. Integers are read exactly, never through a double.
+std::optional<int64_t> integerOf(const RValue& v);
 
 // Type promotion categories.
 enum class Category : uint8_t { Bool = 0, Int = 1, Float = 2 };
