@@ -114,8 +114,8 @@ std::optional<Shape> Call::optInts(const std::string& name, int pos) const {
       out.push_back(e.i);
     } else if (e.kind == RValue::Kind::Bool) {
       out.push_back(e.b);
-    } else if (e.isTensor() && e.t.numel() == 1) {
-      out.push_back(static_cast<int64_t>(e.t.item()));
+    } else if (auto i = e.isTensor() ? integerOf(e) : std::nullopt) {  // a one-element tensor holding an integer
+      out.push_back(*i);
     } else {
       fail("argument '{}' must be a list of ints, got {}", name, v->describe());
     }
