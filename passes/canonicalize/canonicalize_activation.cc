@@ -113,7 +113,7 @@ std::optional<Slice> lastDimSlice(ir::Value* v) {
   if (en && !en->isNone()) {
     auto x = en->asSize();
     if (!x) return std::nullopt;
-    if (!(x->isInt() && x->intValue() >= (int64_t{1} << 62))) s.end = *x;  // INT64_MAX: to the end
+    if (!compiler::isSliceToTheEnd(*x)) s.end = *x;
   }
   return s;
 }

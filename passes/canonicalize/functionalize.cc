@@ -397,7 +397,7 @@ class FunctionalizePass : public Pass {
       const ir::Attr* se = opt("_slice_end");
       out->start = ss && ss->asSize() ? *ss->asSize() : ir::SymExpr::integer(0);
       out->end = se && se->asSize() ? *se->asSize() : shape[*nd];
-      return sliceBoundsProblem(shape[*nd], out);
+      return normalizeSliceBounds(shape[*nd], out);
     }
     const ir::Attr* sz = opt("_size");
     if (!sz) return {};
@@ -434,19 +434,18 @@ class FunctionalizePass : public Pass {
     out->end = out->start + *sz->list[static_cast<size_t>(differing)].asSize();
     const ir::SymExpr& base_size = shape[static_cast<size_t>(differing)];
     const bool past_the_base = out->end.isInt() && base_size.isInt() && out->end.intValue() > base_size.intValue();
-    if (past_the_base || !sliceBoundsProblem(base_size, out).empty())
+    if (past_the_base || !normalizeSliceBounds(base_size, out).empty())
       return "a strided view that is not a slice of its base";
     return {};
   }
 
-  // Checks a slice [start, end) of a base dimension of `size` as torch's exports record it
-  // (both bounds within the dimension, start <= end): an end past a dimension of known size,
+  // Normalizes a slice [start, end) of a base dimension of `size` as torch's exports record it
+  // and returns what is wrong with it (empty: nothing). An end past a dimension of known size,
   // or sys.maxsize ("to the end"), becomes the size, as aten.slice clamps it. A negative bound
   // or an end before the start is refused: torch records the bounds of a view that exists,
   // and the slice made from them would have a negative size.
-  static std::string sliceBoundsProblem(const ir::SymExpr& size, BaseView* v) {
-    if (v->end.isInt() && (v->end.intValue() >= (int64_t{1} << 62) ||
-                           (size.isInt() && v->end.intValue() > size.intValue())))
+  static std::string normalizeSliceBounds(const ir::SymExpr& size, BaseView* v) {
+    if (compiler::isSliceToTheEnd(v->end) || (v->end.isInt() && size.isInt() && v->end.intValue() > size.intValue()))
       v->end = size;
     const bool start_known = v->start.isInt(), end_known = v->end.isInt();
     if ((start_known && v->start.intValue() < 0) || (end_known && v->end.intValue() < 0))

@@ -35,6 +35,9 @@ std::optional<int64_t> constNumel(const ir::Value* v);
 std::optional<int64_t> lastDim(const ir::Value* v);
 // Normalizes a dim index against a rank (-1 -> rank-1); nullopt if out of range.
 std::optional<int64_t> normDim(int64_t dim, size_t rank);
+// A slice end that means "to the end": torch writes sys.maxsize (INT64_MAX); anything from
+// 2^62 up is past every real size.
+inline bool isSliceToTheEnd(const ir::SymExpr& end) { return end.isInt() && end.intValue() >= (int64_t{1} << 62); }
 
 // Cast ops: prims.convert_element_type, aten._to_copy, aten.to.dtype(_layout), aten.type_as.
 // Returns the cast input and sets *to to the destination dtype when `n` is a pure dtype
