@@ -127,6 +127,10 @@ class Lowerer {
         from != n.meta.end() && from->second != n.name ? ", from '" + from->second + "'" : std::string();
     fail("lowering: node '{}' ({}{}): {}", n.name, n.target, origin, why);
   }
+  std::string whyThePassesLeft(const Node& n) const {
+    auto it = opts_.reasons_left_by_passes.find(n.name);
+    return it != opts_.reasons_left_by_passes.end() ? it->second : "`fxfuse explain` says why a pass left it";
+  }
   const Attr* arg(const Node& n, const std::string& name) {
     const ir::OpSchema* s = ir::lookupSchema(m_.op_schemas, n.target, &schema_cache_);
     int pos = s ? s->argIndex(name) : -1;

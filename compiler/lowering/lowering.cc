@@ -690,7 +690,7 @@ void Lowerer::lowerNode(Node& n) {
   }
   if (t == "higher_order.auto_functionalized" || t == "higher_order.auto_functionalized_v2" ||
       t.rfind("_C.", 0) == 0)
-    unsupported(n, "a vLLM custom op the compiler passes did not canonicalize (`fxfuse explain` says why a pass left it)");
+    unsupported(n, "a vLLM custom op the compiler passes did not canonicalize (" + whyThePassesLeft(n) + ")");
   if (t.rfind("fxfuse.", 0) == 0) {
     std::string name = t.substr(7, t.size() - 7 - 8);
     if (name == "attention" || name == "attention_quant") return lowerAttention(n);

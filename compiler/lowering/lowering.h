@@ -33,6 +33,9 @@ struct LowerOptions {
   // Fuse generated ops into groups (false: one kernel per op; for debugging).
   bool fuse = true;
   std::string source;  // recorded in the plan, and the first word of every refusal
+  // Why the passes left a node alone (compiler::firstReasonLeftByNode): a refusal of a node
+  // lowering has no rule for carries it.
+  std::map<std::string, std::string> reasons_left_by_passes;
 };
 
 struct LowerStats {

@@ -76,6 +76,13 @@ std::map<std::string, int64_t> countCanonicalOps(const ir::Graph& g) {
 }
 std::map<std::string, int64_t> countFusedOps(const ir::Graph& g) { return countOps(g, ir::FxfuseOpKind::Fused); }
 
+std::map<std::string, std::string> firstReasonLeftByNode(const CompileResult& r) {
+  std::map<std::string, std::string> reasons;
+  for (const Decision& d : r.decisions)
+    if (!d.applied && !d.node.empty()) reasons.emplace(d.node, d.pass + ": " + d.reason);
+  return reasons;
+}
+
 CompileResult compileModule(ir::Module& m, const CompileOptions& opts) {
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();

@@ -58,6 +58,10 @@ std::vector<std::string> defaultPipelineFor(const CompileOptions& opts);
 // on an unknown pass name and on a verifier failure (naming the pass).
 CompileResult compileModule(ir::Module& m, const CompileOptions& opts);
 
+// For each node some pass looked at and left alone, the first reason recorded, as
+// "pass: reason" (what lowering says when it cannot lower a node the passes left).
+std::map<std::string, std::string> firstReasonLeftByNode(const CompileResult& r);
+
 // Canonical and fused op counts of a graph (by short name, e.g. "rms_norm").
 std::map<std::string, int64_t> countCanonicalOps(const ir::Graph& g);
 std::map<std::string, int64_t> countFusedOps(const ir::Graph& g);

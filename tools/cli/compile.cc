@@ -186,6 +186,7 @@ void registerCompile(CLI::App& app, int& exit_code) {
       lowering::LowerOptions lo;
       lo.world_size = flags.world_size;
       lo.source = rc.input;
+      lo.reasons_left_by_passes = compiler::firstReasonLeftByNode(result);
       auto plan = lowering::lowerModule(*m, lo);
       std::string bytes = emit == "plan-text" || out == "-" ? lowering::planToText(plan) : lowering::planToBinary(plan);
       progress::clear();

@@ -175,12 +175,13 @@ NodeProof proveByNodes(const std::string& graph_path, const compiler::CompileOpt
   std::string& rep = proof.report;
   try {
     auto m = ir::loadModule(graph_path);
-    compiler::compileModule(*m, co);
+    const compiler::CompileResult compiled = compiler::compileModule(*m, co);
     const size_t n_user = m->entry().outputs().size();
     exposeEveryNode(*m);
     lowering::LowerOptions lo;
     lo.world_size = co.world_size;
     lo.source = graph_path;
+    lo.reasons_left_by_passes = compiler::firstReasonLeftByNode(compiled);
     fxfuse::plan::v1::Plan plan = lowering::lowerModule(*m, lo);
     const auto& outs = m->entry().outputs();
     if (static_cast<size_t>(plan.outputs_size()) != outs.size()) {

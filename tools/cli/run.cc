@@ -119,11 +119,12 @@ Loaded loadInput(const std::string& path, int world_size, bool need_graph, const
     if (!co.kv_cache_dtype.empty()) compileKvReference(*l.graph, co);
   }
   progress::stage("compiling");
-  compiler::compileModule(*m, co);
+  const compiler::CompileResult compiled = compiler::compileModule(*m, co);
   progress::stage("lowering to a launch plan");
   lowering::LowerOptions lo;
   lo.world_size = world_size;
   lo.source = path;
+  lo.reasons_left_by_passes = compiler::firstReasonLeftByNode(compiled);
   l.plan = lowering::lowerModule(*m, lo, &l.stats);
   return l;
 }
