@@ -270,3 +270,44 @@ TEST_CASE("torch.sym_sum adds a list of SymInts (Mamba-style chunked scans size 
                  {T({4}, DType::F32, {1, 2, 3, 4})});
   CHECK(out[0].t.shape == Shape{11});
 }
+
+TEST_CASE("an index tensor element past int64 is refused naming its value", "[ops][select]") {
+  // An i64 tensor holds what a graph's arithmetic made: a cast of 1e30 or inf to int64 keeps
+  // it. Each op compares the element with its bounds before converting it (a conversion of a
+  // value outside int64 is undefined; on x86 it read as INT64_MIN, the message's value).
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double bad : {1e30, -1e30, inf}) {
+    INFO(bad);
+    const Tensor idx = T({1}, DType::I64, {bad});
+    const std::string shown = fmt::format("{}", bad);
+    const Tensor x = T({2, 2}, DType::F32, {1, 2, 3, 4});
+    CHECK_THROWS_WITH(run(g1("input %1 \"x\": f32[2, 2]\ninput %2 \"idx\": i64[1]\n",
+                             "%3: f32[1, 2] = aten.index_select.default(self=%1, dim=0, index=%2)\n", "output %3\n"),
+                          {x, idx}),
+                      Catch::Contains("index_select: index " + shown + " is out of bounds for size 2"));
+    CHECK_THROWS_WITH(run(g1("input %1 \"x\": f32[2, 2]\ninput %2 \"idx\": i64[1]\n",
+                             "%3: f32[1, 2] = aten.embedding.default(weight=%1, indices=%2)\n", "output %3\n"),
+                          {x, idx}),
+                      Catch::Contains("token id " + shown + " is outside the vocabulary of 2 rows"));
+    CHECK_THROWS_WITH(run(g1("input %1 \"x\": f32[2, 2]\ninput %2 \"idx\": i64[1, 1]\n",
+                             "%3: f32[1, 1] = aten.gather.default(self=%1, dim=1, index=%2)\n", "output %3\n"),
+                          {x, T({1, 1}, DType::I64, {bad})}),
+                      Catch::Contains("gather: index " + shown + " is out of bounds for size 2"));
+    CHECK_THROWS_WITH(run(g1("input %1 \"x\": f32[2]\ninput %2 \"idx\": i64[1]\ninput %3 \"src\": f32[1]\n",
+                             "%4: f32[2] = aten.scatter.src(self=%1, dim=0, index=%2, src=%3)\n", "output %4\n"),
+                          {T({2}, DType::F32, {0, 0}), idx, T({1}, DType::F32, {1})}),
+                      Catch::Contains("scatter: index " + shown + " is out of bounds for size 2"));
+    CHECK_THROWS_WITH(run(g1("input %1 \"x\": i64[1]\n", "%2: Sym(u0) = aten._local_scalar_dense.default(self=%1)\n",
+                             "output %2\n"),
+                          {idx}),
+                      Catch::Contains("integer value " + shown + " is outside int64"));
+  }
+}
+
+TEST_CASE("iota of a negative length is refused", "[ops][select]") {
+  CHECK_THROWS_WITH(run(g1("input %1 \"x\": f32[1]\n",
+                           "%2: i64[1] = prims.iota.default(length=-1, start=0, step=1, dtype=i64)\n",
+                           "output %2\n"),
+                        {T({1}, DType::F32, {0})}),
+                    Catch::Contains("iota: length -1 is negative"));
+}

@@ -76,6 +76,19 @@ Rows gatherRows(const Tensor& x, const std::vector<int64_t>& dims) {
 
 // ------------------------------------------------------------------ BLAS
 
+int64_t asI64(double v) {
+  if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) fail("integer value {} is outside int64", v);
+  return static_cast<int64_t>(v);
+}
+
+int64_t wrapIndex(double v, int64_t size, const char* what) {
+  if (std::isnan(v)) fail("{}: index is NaN (uninitialized memory?)", what);
+  const auto bound = static_cast<double>(size);  // exact for every tensor size
+  if (!(v >= -bound && v < bound)) fail("{}: index {} is out of bounds for size {}", what, v, size);
+  const auto i = static_cast<int64_t>(v);
+  return i < 0 ? i + size : i;
+}
+
 namespace {
 
 // Pointer, transpose flag and leading dimension of a 2-D strided matrix for cblas (row

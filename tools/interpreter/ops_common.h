@@ -29,6 +29,16 @@ struct Operand {
 };
 Operand operand(const RValue& r, const char* what);
 
+// ------------------------------------------------------------------ integer elements
+
+// An integer tensor's element as int64. Elements are doubles holding int64 values, but a
+// graph's arithmetic can push one past int64 (an overflowing product is exact only as a
+// double, a cast of 1e30 or inf to int64 keeps it): refused, never converted out of range.
+int64_t asI64(double v);
+// An element of an index tensor into a dimension of `size`, negative counting from the end
+// as torch indexes: refused when NaN or outside [-size, size), naming `what` and the value.
+int64_t wrapIndex(double v, int64_t size, const char* what);
+
 Shape broadcastOperands(const Operand* ops, size_t n);
 
 // out[i] = round(f(vals...), out.dtype) where each tensor operand is converted to `common`

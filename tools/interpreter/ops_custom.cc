@@ -231,9 +231,9 @@ void rotary(const Tensor& positions, const Tensor& x, int64_t head_size, const T
   DType dt = x.dtype;
   double* b = x.base();
   for (int64_t t = 0; t < T; ++t) {
-    int64_t p = static_cast<int64_t>(pos[t]);
-    if (std::isnan(pos[t]) || p < 0 || p >= cache.shape[0])
+    if (!(pos[t] >= 0 && pos[t] < static_cast<double>(cache.shape[0])))
       fail("rotary_embedding: position {} outside the cos/sin cache of {} rows", pos[t], cache.shape[0]);
+    const auto p = static_cast<int64_t>(pos[t]);
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t i = 0; i < half; ++i) {
         double cs = roundTo(cache.get({p, i}), dt), sn = roundTo(cache.get({p, half + i}), dt);

@@ -53,13 +53,6 @@ void regUnary(OpTable& t, const std::string& name, bool int_to_float, F f) {
 
 double truthy(double v) { return v != 0 ? 1.0 : 0.0; }
 
-// An integer tensor's element as int64. Elements are doubles holding int64 values, but a
-// graph's arithmetic can push one past int64 (an overflowing product is exact only as a double).
-int64_t asI64(double v) {
-  if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) fail("integer value {} is outside int64", v);
-  return static_cast<int64_t>(v);
-}
-
 // C++'s truncating integer quotient and remainder of two int64 elements, refusing what C++
 // leaves undefined: division by zero, and INT64_MIN / -1 (its quotient is not an int64).
 int64_t truncQuotient(double a, double b) {

@@ -157,9 +157,12 @@ void registerFactoryOps(OpTable& t) {
     int64_t n = c.integer("length", 0, 0);
     double start = c.number("start", 0.0), step = c.number("step", 1.0);
     DType dt = c.dtype("dtype").value_or(DType::I64);
+    if (n < 0) fail("iota: length {} is negative", n);
+    Tensor t = c.alloc(0, {n}, dt);  // within the interpreter's memory budget, or refused
     std::vector<double> v(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) v[i] = start + static_cast<double>(i) * step;
-    c.out(0, tensorFromValues(c, 0, {n}, dt, v));
+    writeValues(t, v);
+    c.out(0, t);
   });
 }
 

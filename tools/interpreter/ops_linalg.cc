@@ -262,8 +262,10 @@ void groupedMm(Call& c) {
   std::vector<double> out(static_cast<size_t>(rows * n), 0.0);
   int64_t begin = 0;
   for (int64_t g = 0; g < b.shape[0]; ++g) {
-    int64_t end = static_cast<int64_t>(ov[static_cast<size_t>(g)]);
-    if (end < begin || end > rows) fail("_grouped_mm: offs[{}] = {} is not in [{}, {}]", g, end, begin, rows);
+    const double off = ov[static_cast<size_t>(g)];
+    if (!(off >= static_cast<double>(begin) && off <= static_cast<double>(rows)))
+      fail("_grouped_mm: offs[{}] = {} is not in [{}, {}]", g, off, begin, rows);
+    const auto end = static_cast<int64_t>(off);
     const double* w = bv.data() + g * k * n;
     for (int64_t i = begin; i < end; ++i)
       for (int64_t j = 0; j < n; ++j) {

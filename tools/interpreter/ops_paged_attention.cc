@@ -27,7 +27,7 @@ std::vector<int64_t> integers(const Tensor& t, const char* what, int64_t rank) {
   if (t.dim() != rank) fail("paged_attention: {} must be {}-D, got {}", what, rank, t.describe());
   if (category(t.dtype) == Category::Float) fail("paged_attention: {} must be an integer tensor, got {}", what, t.describe());
   std::vector<int64_t> out;
-  for (double v : t.values()) out.push_back(static_cast<int64_t>(v));
+  for (double v : t.values()) out.push_back(asI64(v));
   return out;
 }
 

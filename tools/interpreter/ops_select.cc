@@ -67,13 +67,6 @@ void orderAlongDim(Call& c, const Tensor& x, int64_t dim, int64_t k, bool larges
   if (c.numOutputs() > 1) write(1, DType::I64, idxs);
 }
 
-int64_t wrapTo(double v, int64_t size, const char* what) {
-  if (std::isnan(v)) fail("{}: index is NaN (uninitialized memory?)", what);
-  auto i = static_cast<int64_t>(v);
-  if (i < -size || i >= size) fail("{}: index {} is out of bounds for size {}", what, i, size);
-  return i < 0 ? i + size : i;
-}
-
 // Multi-index iteration over `shape` in row-major order.
 template <typename F>
 void eachIndex(const Shape& shape, F&& f) {
@@ -122,7 +115,7 @@ void scatterImpl(Call& c, bool add) {
   add = add || reduce == "add" || reduce == "sum";
   eachIndex(index.shape, [&](const Shape& ix) {
     Shape dst = ix;
-    if (x.dim() > 0) dst[dim] = wrapTo(index.get(ix), x.shape[dim], "scatter");
+    if (x.dim() > 0) dst[dim] = wrapIndex(index.get(ix), x.shape[dim], "scatter");
     int64_t o = 0;
     for (size_t k = 0; k < dst.size(); ++k) o += dst[k] * xs[k];
     double v = src ? src->get(ix) : value;
@@ -188,7 +181,7 @@ void registerSelectOps(OpTable& t) {
     Shape xs = contiguousStrides(x.shape);
     eachIndex(src.shape, [&](const Shape& ix) {
       Shape dst = ix;
-      if (x.dim() > 0) dst[dim] = wrapTo(index[static_cast<size_t>(ix[dim])], x.shape[dim], "index_add");
+      if (x.dim() > 0) dst[dim] = wrapIndex(index[static_cast<size_t>(ix[dim])], x.shape[dim], "index_add");
       int64_t o = 0;
       for (size_t k = 0; k < dst.size(); ++k) o += dst[k] * xs[k];
       out[static_cast<size_t>(o)] += alpha * src.get(ix);

@@ -37,13 +37,6 @@ int64_t offsetOf(const Tensor& t, const Shape& idx) {
   return o;
 }
 
-int64_t wrapIndex(double v, int64_t size, const char* what) {
-  if (std::isnan(v)) fail("{}: index is NaN (uninitialized memory?)", what);
-  auto i = static_cast<int64_t>(v);
-  if (i < -size || i >= size) fail("{}: index {} is out of bounds for size {}", what, i, size);
-  return i < 0 ? i + size : i;
-}
-
 Shape sizeArg(const Call& c, const char* name, int pos) { return c.ints(name, pos); }
 
 void viewOp(Call& c, const char* size_name) {
@@ -488,9 +481,9 @@ void registerIndexingOps(OpTable& t) {
     Tensor flat = reshape(out, {static_cast<int64_t>(iv.size()), w.shape[1]});
     if (!flat.defined() || flat.storage != out.storage) fail("internal: embedding output is not viewable");
     for (size_t i = 0; i < iv.size(); ++i) {
-      int64_t k = static_cast<int64_t>(iv[i]);
-      if (std::isnan(iv[i]) || k < 0 || k >= w.shape[0])
+      if (!(iv[i] >= 0 && iv[i] < static_cast<double>(w.shape[0])))
         fail("embedding: token id {} is outside the vocabulary of {} rows", iv[i], w.shape[0]);
+      const auto k = static_cast<int64_t>(iv[i]);
       copyInto(select(flat, 0, static_cast<int64_t>(i)), select(w, 0, k));
     }
     c.out(0, out);
@@ -698,7 +691,7 @@ void registerCopyAndQueryOps(OpTable& t) {
     double v = x.item();
     c.out(0, category(x.dtype) == Category::Float ? RValue::ofFloat(v)
              : x.dtype == DType::BOOL               ? RValue::ofBool(v != 0)
-                                                    : RValue::ofInt(static_cast<int64_t>(v)));
+                                                    : RValue::ofInt(asI64(v)));
   });
   t.alias("aten.item", "aten._local_scalar_dense");
   // Runtime asserts: checked against the bound sizes.
