@@ -115,7 +115,6 @@ template <class T> __device__ __forceinline__ T fx_maxp(T a, T b) { return (a !=
 template <class T> __device__ __forceinline__ T fx_minp(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 __device__ __forceinline__ float fx_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ double fx_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-__device__ __forceinline__ long long fx_wrap(long long i, long long n) { return i < 0 ? i + n : i; }
 __device__ __forceinline__ long long fx_floordiv(long long a, long long b) { long long q = a / b; return ((a % b != 0) && ((a < 0) != (b < 0))) ? q - 1 : q; }
 __device__ __forceinline__ long long fx_remainder(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 struct FxSum { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
@@ -133,6 +132,25 @@ template <class T, class Op> __device__ __forceinline__ T fx_block_reduce(T v, O
   T r = sh[0];
   for (int k = 1; k < nw; ++k) r = op(r, sh[k]);
   return r;
+}
+)CUDA";
+  return p;
+}
+
+// What a kernel that reads index tensors adds to the prelude. A read outside its dimension
+// records the first bad read (its site: 1 + the position in GeneratedKernel.index_sites, the
+// index, the size) and takes position 0 instead, so nothing outside the tensor is touched; the
+// runtime reads the record after a run and refuses the run's outputs in one line naming the node
+// (Program::checkIndexErrors). torch raises a device-side assert for the same read.
+const std::string& indexCheckSource() {
+  static const std::string p = R"CUDA(__device__ unsigned long long fx_index_error[3];
+__device__ __forceinline__ long long fx_index(long long i, long long n, bool wrap, unsigned long long site) {
+  if (i < n && (wrap ? i >= -n : i >= 0)) return i < 0 ? i + n : i;
+  if (atomicCAS(&fx_index_error[0], 0ULL, site) == 0ULL) {
+    fx_index_error[1] = (unsigned long long)i;
+    fx_index_error[2] = (unsigned long long)n;
+  }
+  return 0;
 }
 )CUDA";
   return p;
@@ -352,6 +370,14 @@ class Emitter {
 
   // Operand k of `n`.
   const GNode& operand(const GNode& n, size_t k) const { return cg_.node(n.in.at(k)); }
+
+  // `value` as a position along a dimension of `size`, checked (indexCheckSource): in
+  // [0, size), or with `wrap` also [-size, 0) counted from the end, as torch indexes.
+  std::string checkedIndex(const GNode& n, const char* op, const std::string& value, const SymExpr& size, bool wrap) {
+    index_sites_.emplace_back(n.origin, op);
+    return "fx_index(" + value + ", " + sx(size) + ", " + (wrap ? "true" : "false") + ", " +
+           std::to_string(index_sites_.size()) + "ULL)";
+  }
 
   // Operand k of elementwise node `n` read at the output index broadcast to its shape (the
   // index vector jk is declared in `o`).
@@ -680,15 +706,18 @@ class Emitter {
       size_t ri = idx.shape.size();
       o << "  long long q[" << std::max<size_t>(ri, 1) << "]; q[0] = 0;";
       for (size_t k = 0; k < ri; ++k) o << " q[" << k << "] = i[" << k << "];";
-      o << "\n  j[0] = " << conv(call(n.in[1], "q"), idx.dtype, "long long") << "; j[1] = i[" << ri << "];\n";
+      o << "\n  j[0] = " << checkedIndex(n, "embedding", conv(call(n.in[1], "q"), idx.dtype, "long long"), src.shape.at(0), false)
+        << "; j[1] = i[" << ri << "];\n";
     } else {
       size_t d = static_cast<size_t>(n.iv.at(0));
       for (size_t k = 0; k < rs; ++k) o << "  j[" << k << "] = i[" << k << "];\n";
       if (kind == 1) {
         o << "  long long q[1]; q[0] = i[" << d << "];\n";
-        o << "  j[" << d << "] = fx_wrap(" << conv(call(n.in[1], "q"), idx.dtype, "long long") << ", " << sx(src.shape[d]) << ");\n";
+        o << "  j[" << d << "] = "
+          << checkedIndex(n, "index_select", conv(call(n.in[1], "q"), idx.dtype, "long long"), src.shape[d], true) << ";\n";
       } else {
-        o << "  j[" << d << "] = fx_wrap(" << conv(call(n.in[1], "i"), idx.dtype, "long long") << ", " << sx(src.shape[d]) << ");\n";
+        o << "  j[" << d << "] = "
+          << checkedIndex(n, "gather", conv(call(n.in[1], "i"), idx.dtype, "long long"), src.shape[d], true) << ";\n";
       }
     }
     o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
@@ -711,8 +740,9 @@ class Emitter {
     for (size_t t = 0; t < m; ++t) {
       std::string var = "q" + std::to_string(t);
       bcastIndex(o, var, operand(n, 1 + t).shape, bshape, "ib");
-      o << "  j[" << d0 + t << "] = fx_wrap(" << conv(call(n.in[1 + t], var), operand(n, 1 + t).dtype, "long long")
-        << ", " << sx(src.shape[d0 + t]) << ");\n";
+      o << "  j[" << d0 + t << "] = "
+        << checkedIndex(n, "index", conv(call(n.in[1 + t], var), operand(n, 1 + t).dtype, "long long"), src.shape[d0 + t], true)
+        << ";\n";
     }
     for (size_t k = d0 + m; k < rs; ++k) o << "  j[" << k << "] = i[" << k - m + nb << "];\n";
     o << "  return " << conv(call(n.in[0], "j"), src.dtype, ct) << ";\n";
@@ -780,7 +810,10 @@ class Emitter {
     o << "  if (w >= " << rot << "LL) return self;\n";
     if (n.iv.size() > 3) o << "  if (lin >= " << n.iv[3] << "LL) return self;  // past the rotated columns\n";
     o << "  long long q0[1]; q0[0] = i[0];\n";
-    o << "  long long p = " << conv(call(n.in[1], "q0"), operand(n, 1).dtype, "long long") << ";\n";
+    o << "  long long p = "
+      << checkedIndex(n, "rotary_embedding", conv(call(n.in[1], "q0"), operand(n, 1).dtype, "long long"),
+                      operand(n, 2).shape.at(0), false)
+      << ";\n";
     o << "  bool first; long long k, partner;\n";
     if (neox)
       o << "  first = w < " << half << "LL; k = first ? w : w - " << half << "LL; partner = first ? lin + " << half
@@ -818,15 +851,17 @@ class Emitter {
         if (k != d && k < idx.shape.size()) o << "  if (i[" << k << "] >= " << sx(idx.shape[k]) << ") return v;\n";
     const bool one_d = mode == 2 || mode == 3;  // index_add / index_copy: a 1-D index along d
     std::string extent = one_d ? sx(idx.shape.at(0)) : sx(idx.shape.at(d));
+    static const char* const kModeOps[] = {"scatter", "scatter_add", "index_add", "index_copy"};
+    const char* op = kModeOps[std::clamp<int64_t>(mode, 0, 3)];
     o << "  for (long long p = 0; p < " << extent << "; ++p) {\n";
     if (one_d) {
       o << "    long long ip[1]; ip[0] = p;\n";
-      o << "    if (fx_wrap(" << conv(call(n.in[1], "ip"), idx.dtype, "long long") << ", " << sx(self.shape[d])
-        << ") != i[" << d << "]) continue;\n";
+      o << "    if (" << checkedIndex(n, op, conv(call(n.in[1], "ip"), idx.dtype, "long long"), self.shape[d], true)
+        << " != i[" << d << "]) continue;\n";
     } else {
       o << "    q[" << d << "] = p;\n";
-      o << "    if (fx_wrap(" << conv(call(n.in[1], "q"), idx.dtype, "long long") << ", " << sx(self.shape[d])
-        << ") != i[" << d << "]) continue;\n";
+      o << "    if (" << checkedIndex(n, op, conv(call(n.in[1], "q"), idx.dtype, "long long"), self.shape[d], true)
+        << " != i[" << d << "]) continue;\n";
     }
     o << "    q[" << d << "] = p;\n";
     std::string sv = conv(call(n.in[2], "q"), src.dtype, acc);
@@ -960,6 +995,7 @@ class Emitter {
   std::vector<SymExpr> int_args_;
   std::map<std::string, int> int_index_;
   std::vector<int> tensor_args_;
+  std::vector<std::pair<std::string, std::string>> index_sites_;  // {graph node, op} of each checked index read
 };
 
 std::string accType(const GNode& red, const GNode& src) {
@@ -1176,6 +1212,7 @@ std::string kernelSource(const Codegen& cg, const Emitter& em, const std::string
                          const std::vector<int>& reductions, const std::string& body, int threads) {
   std::ostringstream src;
   src << generatedPrelude();
+  if (!em.index_sites_.empty()) src << indexCheckSource();
   src << "struct FxCtx {\n";
   for (size_t k = 0; k < em.tensor_args_.size(); ++k) src << "  void* p" << k << ";\n";
   for (size_t k = 0; k < em.int_args_.size(); ++k) src << "  long long e" << k << ";\n";
@@ -1214,6 +1251,7 @@ KernelSource Codegen::emit(const std::string& name, const std::vector<int>& memb
   ks.source = kernelSource(*this, em, name, reductions, body_s, threads);
   ks.tensor_args = em.tensor_args_;
   ks.int_args = em.int_args_;
+  ks.index_sites = em.index_sites_;
   ks.block = {SymExpr::integer(threads), SymExpr::integer(1), SymExpr::integer(1)};
   ks.grid = launchGrid(domain, kred, threads);
   return ks;

@@ -97,6 +97,8 @@ struct KernelSource {
   std::vector<ir::SymExpr> int_args;         // each int64 parameter, in order
   std::vector<ir::SymExpr> grid, block;      // launch shape
   std::vector<std::string> nodes;            // graph nodes fused in
+  // The index reads the kernel checks, by site number - 1: {graph node, op}.
+  std::vector<std::pair<std::string, std::string>> index_sites;
 };
 
 class Codegen {

@@ -1028,7 +1028,11 @@ void Lowerer::lowerConstantPadNd(Node& n, const GenOut& g) {
 
 void Lowerer::lowerEmbedding(Node& n, const GenOut& g) {
   [[maybe_unused]] const auto& [out, odt, osh, o] = g;
-  int w = operand(valArg(n, "weight"), n);
+  Value* weight = valArg(n, "weight");
+  // The kernel checks the token ids against the weight's rows (codegen.cc indexCheckSource).
+  if (weight && weight->isTensor() && weight->type.rank() != 2)
+    unsupported(n, fmt::format("embedding weight must be 2-D, got rank {}", weight->type.rank()));
+  int w = operand(weight, n);
   int ix = operand(valArg(n, "indices"), n);
   int id = gnode("gather", "", {w, ix}, odt, osh, o);
   cg_.node(id).iv = {0, 2};

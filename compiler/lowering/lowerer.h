@@ -631,6 +631,11 @@ class Lowerer {
     gk->set_hash(sourceHash(ks.source));
     gk->set_kind(ks.kind);
     for (const auto& nn : ks.nodes) gk->add_nodes(nn);
+    for (const auto& [node, op] : ks.index_sites) {
+      auto* site = gk->add_index_sites();
+      site->set_node(node);
+      site->set_op(op);
+    }
     pb::Step* st = addStep(ks.nodes, ks.kind + " kernel, " + std::to_string(ks.nodes.size()) + " nodes");
     auto* k = st->mutable_kernel();
     k->set_kernel("gen." + ks.name);

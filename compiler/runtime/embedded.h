@@ -10,6 +10,8 @@ namespace fxfuse::runtime {
 struct EmbeddedKernel {
   const char* name;      // the plan's kernel name (Plan.kernels[i].name)
   const void* function;  // host stub of the __global__ function (for cudaLaunchKernel)
+  // The source's `fx_index_error` (a __device__ symbol) when the kernel checks index reads.
+  const void* index_error = nullptr;
 };
 
 }  // namespace fxfuse::runtime

@@ -297,11 +297,18 @@ Program::~Program() {
 
 void Program::compileKernels(const LoadOptions& opts) {
   for (const auto& gk : plan_.kernels()) {
-    const void* fn = nullptr;
-    for (size_t i = 0; i < opts.num_embedded && !fn; ++i)
-      if (gk.name() == opts.embedded[i].name) fn = opts.embedded[i].function;
-    if (fn) {
-      kernels_.push_back(fn);
+    const int generated = static_cast<int>(kernels_.size());
+    const EmbeddedKernel* embedded = nullptr;
+    for (size_t i = 0; i < opts.num_embedded && !embedded; ++i)
+      if (gk.name() == opts.embedded[i].name) embedded = &opts.embedded[i];
+    if (embedded) {
+      kernels_.push_back(embedded->function);
+      if (gk.index_sites_size() > 0) {
+        if (!embedded->index_error) fail("plan kernel {}: its embedded form has no index-error record", gk.name());
+        void* record = nullptr;
+        check(cudaGetSymbolAddress(&record, embedded->index_error), "finding the index checks of kernel " + gk.name());
+        index_errors_.push_back({generated, record});
+      }
       continue;
     }
     if (lowering::sourceHash(gk.source()) != gk.hash())
@@ -315,6 +322,28 @@ void Program::compileKernels(const LoadOptions& opts) {
     cudaKernel_t kern;
     check(cudaLibraryGetKernel(&kern, lib, gk.name().c_str()), "finding generated kernel " + gk.name());
     kernels_.push_back(reinterpret_cast<const void*>(kern));
+    if (gk.index_sites_size() > 0) {
+      void* record = nullptr;
+      size_t bytes = 0;
+      check(cudaLibraryGetGlobal(&record, &bytes, lib, "fx_index_error"), "finding the index checks of kernel " + gk.name());
+      index_errors_.push_back({generated, record});
+    }
+  }
+}
+
+void Program::checkIndexErrors() const {
+  for (const IndexErrorRecord& r : index_errors_) {
+    unsigned long long rec[3] = {0, 0, 0};
+    check(cudaMemcpy(rec, r.device, sizeof rec, cudaMemcpyDeviceToHost), "reading the index checks");
+    if (rec[0] == 0) continue;
+    check(cudaMemset(r.device, 0, sizeof rec), "clearing the index checks");
+    const auto& gk = plan_.kernels(r.generated);
+    const auto site = static_cast<int>(std::min<unsigned long long>(rec[0] - 1, gk.index_sites_size()));
+    const std::string node = site < gk.index_sites_size() ? gk.index_sites(site).node() : "?";
+    const std::string op = site < gk.index_sites_size() ? gk.index_sites(site).op() : "index";
+    fail("{}node '{}' ({}): index {} is out of bounds for size {} (generated kernel {}); the run's outputs are not valid",
+         plan_.source().empty() ? "" : plan_.source() + ": ", node, op, static_cast<long long>(rec[1]),
+         static_cast<long long>(rec[2]), gk.name());
   }
 }
 

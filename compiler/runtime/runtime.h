@@ -55,12 +55,24 @@ class Program {
   const void* kernel(int generated) const { return kernels_.at(static_cast<size_t>(generated)); }
   int cacheHits() const { return cache_hits_; }
 
+  // After the work of a run has finished (the caller synchronized its stream): throws an
+  // FxError naming the first index read outside its dimension that a generated kernel recorded
+  // (GeneratedKernel.index_sites), and clears the records. The outputs of such a run are not
+  // valid: the bad reads took position 0.
+  void checkIndexErrors() const;
+
  private:
   Program() = default;
   void compileKernels(const LoadOptions& opts);
+  // Where kernel `generated` keeps its index-error record (the source's fx_index_error).
+  struct IndexErrorRecord {
+    int generated = 0;
+    void* device = nullptr;
+  };
   fxfuse::plan::v1::Plan plan_;
   std::vector<const void*> kernels_;  // cudaKernel_t or host stub, per Plan.kernels
   std::vector<void*> libraries_;      // cudaLibrary_t
+  std::vector<IndexErrorRecord> index_errors_;
   int cache_hits_ = 0;
 };
 

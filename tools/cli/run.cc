@@ -497,6 +497,7 @@ bool proveOnDevice(const DeviceRun& r, const std::vector<interp::RValue>& ref,
     setHostInputs(s, plan, r.host_inputs, owned);
     s.run(r.stream);
     cudaCheck(cudaStreamSynchronize(r.stream), "running the node-exposing plan");
+    program->checkIndexErrors();
     std::vector<std::optional<interp::Tensor>> vals;
     for (int i = 0; i < plan.outputs_size(); ++i) {
       vals.emplace_back();
@@ -535,6 +536,7 @@ int runOnDevice(const RunFlags& f, const Loaded& l, ir::Module& ref_module, inte
   cudaCheck(cudaStreamCreate(&stream), "creating a stream");
   s.run(stream);
   cudaCheck(cudaStreamSynchronize(stream), "running the plan");
+  prog->checkIndexErrors();
   std::string binds_s;
   for (const auto& [k, v] : env) binds_s += fmt::format(" {}={}", k, v);
   progress::clear();
@@ -853,6 +855,7 @@ void registerBench(CLI::App& app, int& exit_code) {
     cudaCheck(cudaStreamCreate(&stream), "creating a stream");
     for (int i = 0; i < warmup; ++i) s.run(stream);
     cudaCheck(cudaStreamSynchronize(stream), "warm-up");
+    prog->checkIndexErrors();  // the inputs are the bench's own, but a plan's constants may not be
     // The GEMM choices timed in the captured step (one rank: the ranks' choices could differ by
     // noise).
     std::vector<std::string> in_step;
@@ -966,9 +969,13 @@ void registerEmbed(CLI::App& app, int& exit_code) {
       if (pos == std::string::npos) fail("kernel {} has no entry point in its source", k.name());
       src.replace(pos + 1, k.name().size(), entry);
       cu_s += fmt::format("namespace {}_k{} {{\n{}}}  // namespace\n\n", name, i, src);
-      table += fmt::format("    {{\"{}\", reinterpret_cast<const void*>(&{}_k{}::{})}},\n", k.name(), name, i, entry);
+      const std::string index_error =
+          k.index_sites_size() > 0 ? fmt::format("reinterpret_cast<const void*>(&{}_k{}::fx_index_error)", name, i) : "nullptr";
+      table += fmt::format("    {{\"{}\", reinterpret_cast<const void*>(&{}_k{}::{}), {}}},\n", k.name(), name, i, entry,
+                           index_error);
     }
-    cu_s += fmt::format("extern const fxfuse::runtime::EmbeddedKernel {}_kernels[] = {{\n{}    {{nullptr, nullptr}}}};\n", name, table);
+    cu_s += fmt::format("extern const fxfuse::runtime::EmbeddedKernel {}_kernels[] = {{\n{}    {{nullptr, nullptr, nullptr}}}};\n",
+                        name, table);
     cu_s += fmt::format("extern const unsigned long {}_num_kernels = {};\n", name, plan.kernels_size());
     std::string bytes = lowering::planToBinary(plan);
     std::string arr;
