@@ -11,7 +11,7 @@ unpack_bundle() {
   for b in fxfuse fxfuse_old bench_kernels decoder_example paged_attention_gpu_test small_m_fp8_gemm_gpu_test \
     small_m_fp8_gated_silu_gpu_test small_m_fp8_rotary_cache_gpu_test rotary_cache_write_gpu_test silu_and_mul_gpu_test attention_gpu_test \
     rms_norm_gpu_test rms_norm_quant_fp8_gpu_test single_key_attention_gpu_test short_attention_gpu_test \
-    session_replay_gpu_test; do
+    session_replay_gpu_test index_check_gpu_test; do
     [[ -e $dir/$b ]] || continue
     mv "$dir/$b" "$dir/$b.bin"
     # shellcheck disable=SC2016  # LD_LIBRARY_PATH expands in the wrapper, not here

@@ -5,7 +5,7 @@
 #      2.11 fixtures, JOBS at a time (a run whose outputs differ passes by its node-by-node
 #      proof; every run's log is in parity_full.log)             -> parity.txt, parity_full.log
 #   2. the build-time-compiled example (examples/decoder_fp8), and the Session replay
-#      test (tests/runtime/session_replay_gpu_test) where the bundle has it -> misc.txt
+#      test (tests/runtime/session_replay_gpu_test) and the index checks (index_check_gpu_test) where the bundle has them -> misc.txt
 #   3. optional: per-kernel times of the decoder-layer plan under ncu (NCU_TOKENS="8 64")
 #                                                                 -> misc.txt
 #   4. the decoder-layer benchmark at T in TOKENS: fxfuse (GEMM algorithms tuned) and
@@ -87,6 +87,10 @@ echo "example exit ${PIPESTATUS[0]}" >> "$OUT/misc.txt"
 if [[ -x $D/session_replay_gpu_test ]]; then  # Session::replay after inputs change
   timeout 60 "$D/session_replay_gpu_test" 2>&1 | tail -3 | tee -a "$OUT/misc.txt"
   echo "session replay test exit ${PIPESTATUS[0]}" >> "$OUT/misc.txt"
+fi
+if [[ -x $D/index_check_gpu_test ]]; then  # a bad index read refused naming the node
+  timeout 60 "$D/index_check_gpu_test" 2>&1 | tail -3 | tee -a "$OUT/misc.txt"
+  echo "index check test exit ${PIPESTATUS[0]}" >> "$OUT/misc.txt"
 fi
 
 # Where the layer's time goes: each kernel of the plan once under ncu (duration only).

@@ -2,7 +2,7 @@
 # Builds fxfuse, the build-time example and the GPU tests of the runtime's kernels (paged
 # attention, rotary cache write, small-M GEMM and its gated-SiLU and rotary epilogues, SiLU-and-mul, RMSNorm
 # with and without FP8 quant, single-key and short attention, attention) and of
-# Session::replay (session_replay_gpu_test) for sm_90a here and
+# Session::replay (session_replay_gpu_test) and of the index checks (index_check_gpu_test) for sm_90a here and
 # packs them, with the shared libraries they need that a bare CUDA image may lack (OpenBLAS,
 # libzip, simdjson and their dependencies), into .device_rt/bundle.tar.xz (git-ignored via .git/info/exclude), which the
 # device tool carries (`carry: [".device_rt"]`). tests/runtime/device_final.sh unpacks it there.
@@ -24,7 +24,7 @@ bazel build //:fxfuse //examples/decoder_fp8:decoder_example //tests/kernels:pag
   //tests/kernels:rms_norm_gpu_test //tests/kernels:rms_norm_quant_fp8_gpu_test \
   //tests/kernels:single_key_attention_gpu_test //tests/kernels:short_attention_gpu_test //tests/kernels/attention:attention_gpu_test //examples/decode_step:paged_read_bench \
   //examples/decode_step:cluster_residency_probe //examples/decode_step:persistent_layer_bench //examples/decode_step:weight_stream_bench \
-  //tests/runtime:session_replay_gpu_test //kernels/bench:bench_kernels
+  //tests/runtime:session_replay_gpu_test //tests/runtime:index_check_gpu_test //kernels/bench:bench_kernels
 bin=$(bazel info bazel-bin)
 stage=$(mktemp -d)
 mkdir -p "$stage/lib"
@@ -44,10 +44,10 @@ fi
 [[ ${SLIM:-0} == 1 ]] || bins+=(decoder_example)
 cp -f "$bin/fxfuse" "${tests[@]/#/$bin/tests/kernels/}" "$bin/examples/decode_step/paged_read_bench" \
   "$bin/examples/decode_step/cluster_residency_probe" "$bin/examples/decode_step/persistent_layer_bench" "$bin/examples/decode_step/weight_stream_bench" "$stage/"
-cp -f "$bin/tests/runtime/session_replay_gpu_test" "$stage/"  # the runtime's own GPU test (tests/runtime)
+cp -f "$bin/tests/runtime/session_replay_gpu_test" "$bin/tests/runtime/index_check_gpu_test" "$stage/"  # the runtime's own GPU tests (tests/runtime)
 cp -f "$bin/kernels/bench/bench_kernels" "$stage/"  # the row kernels' benchmark (docs/kernels.md)
 bins+=(bench_kernels)
-tests+=(session_replay_gpu_test)
+tests+=(session_replay_gpu_test index_check_gpu_test)
 [[ ${SLIM:-0} == 1 ]] || cp -f "$bin/examples/decoder_fp8/decoder_example" "$stage/"
 tests=("${tests[@]##*/}")
 chmod u+w "${bins[@]/#/$stage/}" "${tests[@]/#/$stage/}"
