@@ -213,6 +213,15 @@ pb::Plan parsePlan(const std::string& bytes, bool text, const std::string& sourc
   for (int i = 0; i < p.kernels_size(); ++i)
     if (!ir::isValidSymbolName(p.kernels(i).name()))
       fail("{}: generated kernel {} is named '{}', not an identifier", source, i, p.kernels(i).name());
+  // A kernel that records bad index reads lists them, and only such a kernel does: the runtime
+  // reads the record of the kernels with sites (docs/runtime.md "Index checks"), so a kernel
+  // whose record nobody read would leave a bad read unreported.
+  for (int i = 0; i < p.kernels_size(); ++i) {
+    const bool records = p.kernels(i).source().find("fx_index_error") != std::string::npos;
+    if (records != (p.kernels(i).index_sites_size() > 0))
+      fail("{}: generated kernel {} ({}) {}", source, i, p.kernels(i).name(),
+           records ? "checks index reads but lists no index sites" : "lists index sites but its source checks none");
+  }
   return p;
 }
 

@@ -335,6 +335,38 @@ PY
 run_case plan_kernel_name 2 -- run "$T/kernel_name.plan.txt" --describe
 expect_msg plan_kernel_name "generated kernel 0 is named 'fx_k0(); int x', not an identifier"
 run_case embed_kernel_name 2 -- embed "$T/kernel_name.plan.txt" --name p --cu "$T/p.cu" --cc "$T/p.cc" --header "$T/p.h"
+# A kernel that checks its index reads lists them (the runtime reads the record of those that
+# do): a plan whose lists were dropped, or added to a kernel without checks, is refused at load.
+cat >"$T/embed.fxg" <<'FXG'
+fxfuse.module {
+  graph @main {
+    input %1 "ids": i64[4]
+    input %2 "w": f32[16, 8] parameter "embed.weight"
+    input %3 "x": f32[5]
+    %4: f32[4, 8] = aten.embedding.default(weight=%2, indices=%1)  // embed
+    %5: f32[5] = aten.neg.default(self=%3)  // negated
+    output %4
+    output %5
+  }
+}
+FXG
+"$FXFUSE" compile "$T/embed.fxg" --emit=plan-text -o "$T/embed.plan.txt" -q 2>"$T/stderr"
+python3 - "$T" <<'PY'
+import re, sys
+t = sys.argv[1]
+text = open(t + "/embed.plan.txt").read()
+sites = re.compile(r"\n  index_sites \{\n(    .*\n)*?  \}")
+assert len(sites.findall(text)) == 1, "want one kernel with index sites"
+open(t + "/no_sites.plan.txt", "w").write(sites.sub("", text))
+other = re.search(r'\n  name: "(fx_k\d+)"\n  source: "(?:[^"\\]|\\.)*"\n(?:  .*\n)*?  kind: "\w+"\n(?!  index_sites)', text)
+assert other and "fx_index_error" not in other.group(0), "want a kernel without index checks"
+end = other.end()
+open(t + "/extra_sites.plan.txt", "w").write(text[:end] + '  index_sites {\n    node: "negated"\n    op: "gather"\n  }\n' + text[end:])
+PY
+run_case plan_index_sites_dropped 2 -- run "$T/no_sites.plan.txt" --describe
+expect_msg plan_index_sites_dropped "checks index reads but lists no index sites"
+run_case plan_index_sites_added 2 -- run "$T/extra_sites.plan.txt" --describe
+expect_msg plan_index_sites_added "lists index sites but its source checks none"
 newline_path="$T/line"$'\n'"break.plan.txt"
 cp "$T/small.plan.txt" "$newline_path"
 run_case embed_path_newline 2 -- embed "$newline_path" --name p --cu "$T/p.cu" --cc "$T/p.cc" --header "$T/p.h"
