@@ -785,9 +785,8 @@ RValue symOp(const std::string& op, const std::vector<RValue>& a) {
   // An integer result must fit int64 (a graph's symbolic arithmetic can overflow it: refused,
   // never converted out of range).
   auto toInt = [&](double v) {
-    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
-      fail("symbolic {}: the integer result {} does not fit int64", op, v);
-    return static_cast<int64_t>(v);
+    if (auto i = truncatedInt64(v)) return *i;
+    fail("symbolic {}: the integer result {} does not fit int64", op, v);
   };
   auto intOr = [&](double v, bool as_int) { return as_int ? RValue::ofInt(toInt(v)) : RValue::ofFloat(v); };
   // Integer add/sub/mul exactly (doubles lose integers above 2^53).

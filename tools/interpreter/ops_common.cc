@@ -74,11 +74,11 @@ Rows gatherRows(const Tensor& x, const std::vector<int64_t>& dims) {
   return r;
 }
 
-// ------------------------------------------------------------------ BLAS
+// ------------------------------------------------------------------ integer elements
 
 int64_t asI64(double v) {
-  if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) fail("integer value {} is outside int64", v);
-  return static_cast<int64_t>(v);
+  if (auto i = truncatedInt64(v)) return *i;
+  fail("integer value {} is outside int64", v);
 }
 
 int64_t wrapIndex(double v, int64_t size, const char* what) {
@@ -88,6 +88,8 @@ int64_t wrapIndex(double v, int64_t size, const char* what) {
   const auto i = static_cast<int64_t>(v);
   return i < 0 ? i + size : i;
 }
+
+// ------------------------------------------------------------------ BLAS
 
 namespace {
 

@@ -26,14 +26,18 @@ std::string RValue::describe() const {
   return "?";
 }
 
+std::optional<int64_t> truncatedInt64(double v) {
+  constexpr double kTwoTo63 = 9223372036854775808.0;
+  if (!(v >= -kTwoTo63 && v < kTwoTo63)) return std::nullopt;  // NaN fails both comparisons
+  return static_cast<int64_t>(v);
+}
+
 namespace {
 
-// A float that holds an integer int64 can represent, as that integer (a float at or past 2^63
-// has no int64: converting it would be undefined).
+// A float that holds an integer int64 can represent, as that integer.
 std::optional<int64_t> integralFloat(double f) {
-  constexpr double kTwoTo63 = 9223372036854775808.0;
-  if (!(std::floor(f) == f) || f < -kTwoTo63 || f >= kTwoTo63) return std::nullopt;
-  return static_cast<int64_t>(f);
+  if (!(std::floor(f) == f)) return std::nullopt;
+  return truncatedInt64(f);
 }
 
 }  // namespace

@@ -40,6 +40,10 @@ struct RValue {
   std::string describe() const;
 };
 
+// `v` truncated toward zero, when that fits int64; none for NaN, an infinity or a value at or
+// past +-2^63 (converting those to int64 is undefined). The one home of that range test.
+std::optional<int64_t> truncatedInt64(double v);
+
 // The integer a number (or a one-element tensor) holds exactly; none for a fraction, a float
 // outside int64, or anything else. Integers are read exactly, never through a double.
 std::optional<int64_t> integerOf(const RValue& v);
